@@ -1,0 +1,141 @@
+"""The one place that decides the array library (NumPy or CuPy) and the float dtype.
+
+Compute code never imports NumPy for math. It asks its inputs which library
+they live in, CuPy's ``get_array_module`` idiom:
+
+    xp = get_array_module(x)      # numpy for a numpy array, cupy for a cupy array
+    y = xp.exp(x)
+
+so the same layer code runs on a CPU or a GPU. Only *new* arrays (parameters,
+positional-encoding tables, dropout masks) need a choice, and they take it
+from here:
+
+* ``set_backend("cupy")`` or the environment variable
+  ``MINITRANSFORMER_BACKEND=cupy`` puts new parameters on the GPU;
+* ``set_default_dtype("float64")`` (or ``MINITRANSFORMER_DTYPE=float64``) makes
+  new parameters float64, which the gradient checks use. float32 is the default.
+"""
+
+from __future__ import annotations
+
+import os
+import types
+
+import numpy
+
+_BACKENDS = ("numpy", "cupy")
+_DTYPES = ("float32", "float64")
+
+_backend_name = os.environ.get("MINITRANSFORMER_BACKEND", "numpy").strip().lower() or "numpy"
+_dtype_name = os.environ.get("MINITRANSFORMER_DTYPE", "float32").strip().lower() or "float32"
+if _backend_name not in _BACKENDS:
+    raise ValueError(f"MINITRANSFORMER_BACKEND must be one of {_BACKENDS}, got {_backend_name!r}")
+if _dtype_name not in _DTYPES:
+    raise ValueError(f"MINITRANSFORMER_DTYPE must be one of {_DTYPES}, got {_dtype_name!r}")
+
+
+def _import_cupy():
+    """Import CuPy or raise an error that says how to get it."""
+    try:
+        import cupy  # noqa: PLC0415  (optional dependency)
+    except ImportError as exc:  # pragma: no cover - depends on the machine
+        raise RuntimeError(
+            "the 'cupy' backend needs CuPy: pip install -r requirements-gpu.txt"
+        ) from exc
+    return cupy
+
+
+def cupy_available() -> bool:
+    """True when CuPy imports *and* a CUDA device can be used."""
+    try:
+        cupy = _import_cupy()
+        return bool(cupy.is_available())
+    except Exception:  # noqa: BLE001 - any failure means "no GPU here"
+        return False
+
+
+def set_backend(name: str) -> None:
+    """Choose where new parameters live: ``"numpy"`` (CPU) or ``"cupy"`` (GPU)."""
+    global _backend_name
+    name = name.strip().lower()
+    if name not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {name!r}")
+    if name == "cupy" and not cupy_available():
+        raise RuntimeError("backend 'cupy' was asked for, but no CUDA device is available to CuPy")
+    _backend_name = name
+
+
+def backend_name() -> str:
+    return _backend_name
+
+
+def xp_default() -> types.ModuleType:
+    """The array module new arrays are created with (numpy or cupy)."""
+    return _import_cupy() if _backend_name == "cupy" else numpy
+
+
+def set_default_dtype(dtype) -> None:
+    """Choose the float dtype of new parameters: float32 (default) or float64."""
+    global _dtype_name
+    name = numpy.dtype(dtype).name
+    if name not in _DTYPES:
+        raise ValueError(f"dtype must be one of {_DTYPES}, got {name!r}")
+    _dtype_name = name
+
+
+def default_dtype() -> numpy.dtype:
+    return numpy.dtype(_dtype_name)
+
+
+def get_array_module(*arrays) -> types.ModuleType:
+    """numpy or cupy, whichever the arrays belong to (CuPy's idiom)."""
+    for a in arrays:
+        if type(a).__module__.startswith("cupy"):
+            return _import_cupy()
+    return numpy
+
+
+def to_numpy(a):
+    """A host (NumPy) copy of any array, for saving, printing and plotting."""
+    if type(a).__module__.startswith("cupy"):
+        return a.get()
+    return numpy.asarray(a)
+
+
+def to_backend(a, xp=None):
+    """Move an array onto ``xp`` (default: the current backend)."""
+    xp = xp or xp_default()
+    if xp is numpy:
+        return to_numpy(a)
+    return xp.asarray(a)
+
+
+def scatter_add(table, rows, values) -> None:
+    """``table[rows[i]] += values[i]`` with repeats summed, on either backend.
+
+    table: (V, d)   rows: (n,) ints   values: (n, d)
+
+    This is the backward of a row lookup (the embedding, §3.4). Plain
+    ``table[rows] += values`` would keep only the last of repeated rows.
+    """
+    xp = get_array_module(table)
+    if xp is numpy:
+        # np.add.at is correct but slow; a sort + reduceat groups repeated rows
+        # and sums each group in one vectorized pass.
+        order = numpy.argsort(rows, kind="stable")
+        sorted_rows = rows[order]
+        starts = numpy.flatnonzero(numpy.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
+        if starts.size == 0:
+            return
+        sums = numpy.add.reduceat(values[order], starts, axis=0)
+        table[sorted_rows[starts]] += sums
+    else:  # pragma: no cover - needs a GPU
+        import cupyx  # noqa: PLC0415
+
+        cupyx.scatter_add(table, rows, values)
+
+
+def seeded_rng(seed, xp=None):
+    """A random generator on ``xp`` (default: current backend), seeded."""
+    xp = xp or xp_default()
+    return xp.random.default_rng(seed)

@@ -1,0 +1,1 @@
+"""Data: vocabularies, batching and masks, synthetic and translation tasks."""
