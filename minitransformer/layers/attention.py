@@ -1,0 +1,242 @@
+"""Scaled dot-product attention (§3.2.1, Eq. 1) and multi-head attention (§3.2.2).
+
+    Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V                        (Eq. 1)
+    MultiHead(Q, K, V) = Concat(head_1, ..., head_h) W^O,
+        head_i = Attention(Q W^Q_i, K W^K_i, V W^V_i)
+
+Masks are boolean with **True = may attend**. They broadcast against the
+scores (B, h, S_q, S_k): a key-padding mask is (B, 1, 1, S_k), a causal mask
+(1, 1, S_q, S_k), a decoder's combined mask (B, 1, S_q, S_k).
+
+Letters: B batch, h heads, S_q query positions, S_k key positions,
+d_k = d_v = d_model / h.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .. import backend
+from ..errors import ShapeError, check_last_dim, check_mask
+from .linear import init_weight
+from .parameter import Layer, Parameter
+
+# A large negative number instead of -inf for masked scores: exp() of it is
+# exactly 0, but a row with *every* key masked stays finite (no inf - inf = NaN).
+MASK_FILL = -1e9
+
+
+class AttentionCache(NamedTuple):
+    Q: object       # (B, h, S_q, d_k)
+    K: object       # (B, h, S_k, d_k)
+    V: object       # (B, h, S_k, d_v)
+    A: object       # (B, h, S_q, S_k) attention weights (rows sum to 1, or 0 if fully masked)
+    scale: float    # 1 / sqrt(d_k)
+
+
+def softmax_lastaxis(scores):
+    """Numerically stable softmax over the last axis, computed in place.
+
+    Subtracting the row max first keeps exp() from overflowing; ``out=`` reuses
+    the scores' buffer instead of allocating a new (B, h, S_q, S_k) array.
+    """
+    xp = backend.get_array_module(scores)
+    scores -= scores.max(axis=-1, keepdims=True)
+    xp.exp(scores, out=scores)
+    scores /= scores.sum(axis=-1, keepdims=True)
+    return scores
+
+
+def attention_forward(Q, K, V, mask=None):
+    """Eq. (1). Q: (B, h, S_q, d_k), K: (B, h, S_k, d_k), V: (B, h, S_k, d_v),
+    mask: bool, broadcastable to (B, h, S_q, S_k), True = may attend.
+    Returns out: (B, h, S_q, d_v) and the cache for the backward."""
+    xp = backend.get_array_module(Q)
+    d_k = Q.shape[-1]
+    scale = 1.0 / math.sqrt(d_k)
+    scores = Q @ K.swapaxes(-1, -2)                 # (B, h, S_q, S_k); swapaxes is a view, not a copy
+    scores *= scale                                  # the 1/sqrt(d_k) of §3.2.1
+    if mask is not None:
+        xp.copyto(scores, MASK_FILL, where=~mask)   # in place; ~mask is small, it broadcasts
+    A = softmax_lastaxis(scores)                     # (B, h, S_q, S_k)
+    if mask is not None and not bool(mask.any(axis=-1).all()):
+        # Some query row may attend to nothing: its softmax is uniform over
+        # masked keys; zeroing it gives an output of 0 (and a gradient of 0).
+        A *= mask
+    out = A @ V                                      # (B, h, S_q, d_v)
+    return out, AttentionCache(Q, K, V, A, scale)
+
+
+def attention_backward(dout, cache: AttentionCache):
+    """dout: (B, h, S_q, d_v) -> dQ, dK, dV with the shapes of Q, K, V.
+
+    Forward, step by step:  S = Q K^T · scale;  A = softmax(S);  out = A V.
+    Backward, in reverse:
+        dA = dout V^T,   dV = A^T dout                       (out = A V)
+        dS = A ⊙ (dA - rowsum(dA ⊙ A))                        (softmax Jacobian)
+        dQ = dS K · scale,   dK = dS^T Q · scale               (S = Q K^T · scale)
+    Masked entries have A = 0, so their dS is 0: no gradient leaks through a mask.
+    """
+    Q, K, V, A, scale = cache
+    dA = dout @ V.swapaxes(-1, -2)                   # (B, h, S_q, S_k)
+    dV = A.swapaxes(-1, -2) @ dout                   # (B, h, S_k, d_v)
+    dA -= (dA * A).sum(axis=-1, keepdims=True)       # in place: dA becomes dS/A
+    dA *= A                                          # dS, still in dA's buffer
+    dA *= scale
+    dQ = dA @ K                                      # (B, h, S_q, d_k)
+    dK = dA.swapaxes(-1, -2) @ Q                     # (B, h, S_k, d_k)
+    return dQ, dK, dV
+
+
+def split_heads(x, h: int):
+    """(B, S, d_model) -> (B, h, S, d_k), as a strided view (no copy)."""
+    B, S, d_model = x.shape
+    return x.reshape(B, S, h, d_model // h).transpose(0, 2, 1, 3)
+
+
+def merge_heads(x):
+    """(B, h, S, d_k) -> (B, S, h·d_k): the Concat of §3.2.2 (one copy)."""
+    B, h, S, d_k = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(B, S, h * d_k)
+
+
+class MHACache(NamedTuple):
+    x_q: object        # (B, S_q, d_model) query input
+    x_kv: object       # (B, S_k, d_model) key/value input, or None for self-attention
+    concat: object     # (B, S_q, d_model) the concatenated heads, input of W^O
+    attn: AttentionCache
+
+
+class MultiHeadAttention(Layer):
+    """Multi-head attention (§3.2.2), usable in all three ways of §3.2.3.
+
+    Parameters, in the paper's terms:
+      W_qkv (d_model, 3·d_model): columns [0, d) hold W^Q for every head,
+          [d, 2d) W^K and [2d, 3d) W^V; head i uses columns i·d_k .. (i+1)·d_k
+          of each block. Storing them side by side lets self-attention
+          project Q, K and V with one matrix product instead of three.
+      b_qkv (3·d_model,)
+      W_o (d_model, d_model), b_o (d_model,): the output projection W^O.
+
+    Calls:
+      forward(x, mask=mask)            encoder self-attention, or masked
+                                       decoder self-attention with a causal mask
+      forward(x, memory, mask=mask)    encoder-decoder attention: queries from
+                                       the decoder, keys/values from the encoder
+    """
+
+    def __init__(self, d_model: int, h: int, rng, name: str = "attn"):
+        super().__init__()
+        if h <= 0 or d_model % h != 0:
+            raise ValueError(
+                f"MultiHeadAttention: d_model={d_model} must be divisible by the number of heads h={h} "
+                f"(d_k = d_model / h must be a whole number)"
+            )
+        xp, dtype = backend.xp_default(), backend.default_dtype()
+        self.d_model, self.h, self.d_k = d_model, h, d_model // h
+        # Initialise each of W^Q, W^K, W^V as its own (d_model, d_model) block.
+        self.W_qkv = Parameter(xp.concatenate([init_weight(d_model, d_model, rng, xp, dtype) for _ in range(3)], axis=1),
+                               f"{name}.W_qkv")
+        self.b_qkv = Parameter(xp.zeros(3 * d_model, dtype=dtype), f"{name}.b_qkv")
+        self.W_o = Parameter(init_weight(d_model, d_model, rng, xp, dtype), f"{name}.W_o")
+        self.b_o = Parameter(xp.zeros(d_model, dtype=dtype), f"{name}.b_o")
+        self._name = name
+
+    # -- projections, shared by training and by cached decoding ---------------
+    def project_qkv(self, x):
+        """Self-attention: x (B, S, d_model) -> Q, K, V each (B, h, S, d_k), one matmul."""
+        B, S, _ = x.shape
+        qkv = x @ self.W_qkv.data + self.b_qkv.data                      # (B, S, 3·d_model)
+        qkv = qkv.reshape(B, S, 3, self.h, self.d_k).transpose(2, 0, 3, 1, 4)  # (3, B, h, S, d_k) view
+        return qkv[0], qkv[1], qkv[2]
+
+    def project_q(self, x):
+        """x (B, S_q, d_model) -> Q (B, h, S_q, d_k)."""
+        d = self.d_model
+        return split_heads(x @ self.W_qkv.data[:, :d] + self.b_qkv.data[:d], self.h)
+
+    def project_kv(self, memory):
+        """memory (B, S_k, d_model) -> K, V each (B, h, S_k, d_k)."""
+        B, S, _ = memory.shape
+        d = self.d_model
+        kv = memory @ self.W_qkv.data[:, d:] + self.b_qkv.data[d:]        # (B, S_k, 2·d_model)
+        kv = kv.reshape(B, S, 2, self.h, self.d_k).transpose(2, 0, 3, 1, 4)
+        return kv[0], kv[1]
+
+    def output(self, heads):
+        """heads (B, h, S_q, d_k) -> Concat(head_1..head_h) W^O + b: (B, S_q, d_model)."""
+        return merge_heads(heads) @ self.W_o.data + self.b_o.data
+
+    # -- checks -----------------------------------------------------------------
+    def _check(self, x_q, x_kv, mask):
+        where = f"MultiHeadAttention {self._name!r}"
+        check_last_dim(where, "query input", x_q, self.d_model)
+        if x_q.ndim != 3:
+            raise ShapeError(f"{where}: query input must have shape (B, S_q, d_model), got {tuple(x_q.shape)}")
+        S_k = x_q.shape[1]
+        if x_kv is not None:
+            check_last_dim(where, "key/value input (memory)", x_kv, self.d_model)
+            if x_kv.ndim != 3 or x_kv.shape[0] != x_q.shape[0]:
+                raise ShapeError(
+                    f"{where}: key/value input must have shape (B={x_q.shape[0]}, S_k, d_model={self.d_model}), "
+                    f"got {tuple(x_kv.shape)}"
+                )
+            S_k = x_kv.shape[1]
+        if mask is not None:
+            check_mask(where, "mask", mask, (x_q.shape[0], self.h, x_q.shape[1], S_k))
+
+    # -- forward and backward ---------------------------------------------------
+    def forward(self, x_q, x_kv=None, mask=None):
+        """x_q: (B, S_q, d_model); x_kv: (B, S_k, d_model) or None for self-attention;
+        mask: bool broadcastable to (B, h, S_q, S_k). Returns (B, S_q, d_model)."""
+        self._check(x_q, x_kv, mask)
+        if x_kv is None:
+            Q, K, V = self.project_qkv(x_q)
+        else:
+            Q, (K, V) = self.project_q(x_q), self.project_kv(x_kv)
+        heads, attn_cache = attention_forward(Q, K, V, mask)             # (B, h, S_q, d_k)
+        concat = merge_heads(heads)                                      # (B, S_q, d_model)
+        self._cache = MHACache(x_q, x_kv, concat, attn_cache)
+        return concat @ self.W_o.data + self.b_o.data
+
+    def backward(self, dy):
+        """dy: (B, S_q, d_model).
+
+        Returns dx for self-attention, or (dx_q, dx_kv) for encoder-decoder
+        attention. Adds into the gradients of W_qkv, b_qkv, W_o, b_o.
+        """
+        x_q, x_kv, concat, attn_cache = self._pop_cache()
+        check_last_dim(f"MultiHeadAttention {self._name!r}.backward", "dy", dy, self.d_model)
+        xp = backend.get_array_module(dy)
+        d, h, d_k = self.d_model, self.h, self.d_k
+        B, S_q, _ = dy.shape
+        # output projection: y = concat W^O + b_o
+        self.W_o.grad += concat.reshape(-1, d).T @ dy.reshape(-1, d)
+        self.b_o.grad += dy.reshape(-1, d).sum(axis=0)
+        dheads = split_heads(dy @ self.W_o.data.T, h)                    # (B, h, S_q, d_k)
+        dQ, dK, dV = attention_backward(dheads, attn_cache)
+        if x_kv is None:
+            # Undo the fused projection: write dQ, dK, dV side by side as (B, S, 3·d_model).
+            dqkv = xp.empty((B, S_q, 3, h, d_k), dtype=dy.dtype)
+            dqkv[:, :, 0] = dQ.transpose(0, 2, 1, 3)
+            dqkv[:, :, 1] = dK.transpose(0, 2, 1, 3)
+            dqkv[:, :, 2] = dV.transpose(0, 2, 1, 3)
+            dqkv = dqkv.reshape(B, S_q, 3 * d)
+            self.W_qkv.grad += x_q.reshape(-1, d).T @ dqkv.reshape(-1, 3 * d)
+            self.b_qkv.grad += dqkv.reshape(-1, 3 * d).sum(axis=0)
+            return dqkv @ self.W_qkv.data.T                             # (B, S_q, d_model)
+        # encoder-decoder attention: Q from x_q, K and V from x_kv
+        S_k = x_kv.shape[1]
+        dq = merge_heads(dQ)                                             # (B, S_q, d_model)
+        dkv = xp.empty((B, S_k, 2, h, d_k), dtype=dy.dtype)
+        dkv[:, :, 0] = dK.transpose(0, 2, 1, 3)
+        dkv[:, :, 1] = dV.transpose(0, 2, 1, 3)
+        dkv = dkv.reshape(B, S_k, 2 * d)
+        self.W_qkv.grad[:, :d] += x_q.reshape(-1, d).T @ dq.reshape(-1, d)
+        self.b_qkv.grad[:d] += dq.reshape(-1, d).sum(axis=0)
+        self.W_qkv.grad[:, d:] += x_kv.reshape(-1, d).T @ dkv.reshape(-1, 2 * d)
+        self.b_qkv.grad[d:] += dkv.reshape(-1, 2 * d).sum(axis=0)
+        dx_q = dq @ self.W_qkv.data[:, :d].T
+        dx_kv = dkv @ self.W_qkv.data[:, d:].T
+        return dx_q, dx_kv

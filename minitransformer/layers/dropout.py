@@ -1,0 +1,55 @@
+"""Dropout (Srivastava et al., 2014), as the paper applies it (§5.4, "Residual Dropout").
+
+The paper drops out each sub-layer's output before the residual sum, and the
+sum of embeddings and positional encodings, with rate P_drop = 0.1. Each place
+is its own ``Dropout`` object, so each draws its own independent mask.
+
+Inverted dropout: kept units are scaled by 1/(1 - P_drop) during training, so
+nothing needs rescaling at evaluation time, when dropout is the identity.
+"""
+
+from __future__ import annotations
+
+from ..errors import ShapeError
+from .parameter import Layer
+
+
+def dropout_mask(shape, P_drop: float, rng, dtype):
+    """A mask of 0 and 1/(1-P_drop), each unit kept with probability 1 - P_drop."""
+    keep = rng.random(shape, dtype=dtype) >= P_drop
+    return keep.astype(dtype) * (1.0 / (1.0 - P_drop))
+
+
+class Dropout(Layer):
+    """x: any shape -> x ⊙ mask (training) or x (eval, or P_drop = 0).
+
+    ``rng`` is a random generator (``numpy.random.Generator`` or CuPy's); the
+    model passes one shared generator to all its Dropout layers, so one seed
+    fixes every mask. ``forward(x, mask=...)`` uses a given mask instead of
+    drawing one (the gradient checks do this).
+    """
+
+    def __init__(self, P_drop: float, rng=None):
+        super().__init__()
+        if not 0.0 <= P_drop < 1.0:
+            raise ValueError(f"Dropout: P_drop must be in [0, 1), got {P_drop}")
+        self.P_drop = P_drop
+        self.rng = rng
+
+    def forward(self, x, mask=None):
+        if mask is None and (not self.training or self.P_drop == 0.0):
+            self._cache = 1.0            # identity: backward multiplies by 1
+            return x
+        if mask is None:
+            if self.rng is None:
+                raise RuntimeError("Dropout: no rng was given; pass rng= or set layer.rng")
+            mask = dropout_mask(x.shape, self.P_drop, self.rng, x.dtype)
+        elif mask.shape != x.shape:
+            raise ShapeError(f"Dropout: mask must have the input's shape {tuple(x.shape)}, got {tuple(mask.shape)}")
+        self._cache = mask
+        return x * mask
+
+    def backward(self, dout):
+        """d(x ⊙ mask)/dx = mask: the same units are dropped on the way back."""
+        mask = self._pop_cache()
+        return dout if isinstance(mask, float) else dout * mask

@@ -1,0 +1,77 @@
+"""Layer normalization (Ba et al., 2016), applied after every residual sum (§3.1).
+
+    mu = mean(x),  var = mean((x - mu)^2)     (biased: divide by d_model, not d_model - 1)
+    x_hat = (x - mu) / sqrt(var + eps)         (eps *inside* the square root)
+    y = gamma ⊙ x_hat + beta
+
+All statistics are over the last axis (the d_model features of one position).
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .. import backend
+from ..errors import check_last_dim
+from .parameter import Layer, Parameter
+
+
+class LayerNormCache(NamedTuple):
+    x_hat: object   # (..., d_model) the normalized input
+    rstd: object    # (..., 1) 1 / sqrt(var + eps)
+    gamma: object   # (d_model,)
+
+
+def layernorm_forward(x, gamma, beta, eps):
+    """x: (..., d_model) -> y: (..., d_model)."""
+    xp = backend.get_array_module(x)
+    mu = x.mean(axis=-1, keepdims=True)
+    xc = x - mu
+    var = (xc * xc).mean(axis=-1, keepdims=True)
+    rstd = 1.0 / xp.sqrt(var + eps)
+    x_hat = xc * rstd
+    return x_hat * gamma + beta, LayerNormCache(x_hat, rstd, gamma)
+
+
+def layernorm_backward(dy, cache: LayerNormCache):
+    """dy: (..., d_model) -> dx, dgamma, dbeta.
+
+    With g = dy ⊙ gamma (the gradient reaching x_hat), differentiating through
+    the mean and the variance gives (n = d_model):
+        dx = rstd · (g - mean(g) - x_hat ⊙ mean(g ⊙ x_hat))
+    The two subtracted means are what normalizing removes: a shift of all
+    features, and a stretch along x_hat. docs/derivations.md has the steps.
+    """
+    x_hat, rstd, gamma = cache
+    d = x_hat.shape[-1]
+    dgamma = (dy * x_hat).reshape(-1, d).sum(axis=0)
+    dbeta = dy.reshape(-1, d).sum(axis=0)
+    g = dy * gamma
+    dx = g - g.mean(axis=-1, keepdims=True) - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
+    dx *= rstd
+    return dx, dgamma, dbeta
+
+
+class LayerNorm(Layer):
+    """Learnable gain gamma (init 1) and bias beta (init 0), both (d_model,)."""
+
+    def __init__(self, d_model: int, eps: float = 1e-5, name: str = "norm"):
+        super().__init__()
+        xp, dtype = backend.xp_default(), backend.default_dtype()
+        self.d_model, self.eps = d_model, eps
+        self.gamma = Parameter(xp.ones(d_model, dtype=dtype), f"{name}.gamma")
+        self.beta = Parameter(xp.zeros(d_model, dtype=dtype), f"{name}.beta")
+        self._name = name
+
+    def forward(self, x):
+        check_last_dim(f"LayerNorm {self._name!r}", "x", x, self.d_model)
+        y, self._cache = layernorm_forward(x, self.gamma.data, self.beta.data, self.eps)
+        return y
+
+    def backward(self, dy):
+        cache = self._pop_cache()
+        check_last_dim(f"LayerNorm {self._name!r}.backward", "dy", dy, self.d_model)
+        dx, dgamma, dbeta = layernorm_backward(dy, cache)
+        self.gamma.grad += dgamma
+        self.beta.grad += dbeta
+        return dx

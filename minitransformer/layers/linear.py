@@ -1,0 +1,78 @@
+"""Linear layer: y = x W + b.
+
+Used for the four attention projections (§3.2.2) and the two layers of the
+feed-forward network (§3.3, Eq. 2). W is stored (d_in, d_out), so the forward
+reads exactly like the paper's xW + b.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from .. import backend
+from ..errors import check_last_dim
+from .parameter import Layer, Parameter
+
+
+class LinearCache(NamedTuple):
+    x: object  # (..., d_in) the input, needed for dW
+    W: object  # (d_in, d_out) the weight, needed for dx
+
+
+def linear_forward(x, W, b):
+    """x: (..., d_in), W: (d_in, d_out), b: (d_out,) -> y: (..., d_out)."""
+    y = x @ W + b
+    return y, LinearCache(x, W)
+
+
+def linear_backward(dy, cache: LinearCache):
+    """dy: (..., d_out) -> dx: (..., d_in), dW: (d_in, d_out), db: (d_out,).
+
+    Forward was y = x W + b, so dL/dx = dy W^T, dL/dW = x^T dy summed over
+    every leading (batch, position) index, and dL/db = dy summed the same way.
+    """
+    x, W = cache
+    d_in, d_out = W.shape
+    x2 = x.reshape(-1, d_in)      # (B·S, d_in): fold batch and position into one axis
+    dy2 = dy.reshape(-1, d_out)   # (B·S, d_out)
+    dx = dy @ W.T                 # (..., d_in)
+    dW = x2.T @ dy2               # (d_in, d_out)
+    db = dy2.sum(axis=0)          # (d_out,)
+    return dx, dW, db
+
+
+def init_weight(d_in: int, d_out: int, rng, xp=None, dtype=None):
+    """Glorot/Xavier uniform init (as PyTorch's nn.Transformer uses): keeps the
+    variance of activations roughly constant from layer to layer."""
+    xp = xp or backend.xp_default()
+    dtype = dtype or backend.default_dtype()
+    limit = math.sqrt(6.0 / (d_in + d_out))
+    return xp.asarray(rng.uniform(-limit, limit, size=(d_in, d_out)), dtype=dtype)
+
+
+class Linear(Layer):
+    """y = x W + b with W: (d_in, d_out), b: (d_out,)."""
+
+    def __init__(self, d_in: int, d_out: int, rng, name: str = "linear", bias: bool = True):
+        super().__init__()
+        xp, dtype = backend.xp_default(), backend.default_dtype()
+        self.d_in, self.d_out = d_in, d_out
+        self.W = Parameter(init_weight(d_in, d_out, rng, xp, dtype), f"{name}.W")
+        self.b = Parameter(xp.zeros(d_out, dtype=dtype), f"{name}.b")
+        self._name = name
+
+    def forward(self, x):
+        """x: (..., d_in) -> (..., d_out)."""
+        check_last_dim(f"Linear {self._name!r}", "x", x, self.d_in, "d_in")
+        y, self._cache = linear_forward(x, self.W.data, self.b.data)
+        return y
+
+    def backward(self, dy):
+        """dy: (..., d_out) -> dx: (..., d_in); adds into W.grad and b.grad."""
+        cache = self._pop_cache()
+        check_last_dim(f"Linear {self._name!r}.backward", "dy", dy, self.d_out, "d_out")
+        dx, dW, db = linear_backward(dy, cache)
+        self.W.grad += dW
+        self.b.grad += db
+        return dx

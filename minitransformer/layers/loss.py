@@ -1,0 +1,95 @@
+"""Softmax cross-entropy with label smoothing, ignoring padding (§5.4).
+
+With V classes, target y and smoothing ε_ls, the target distribution is
+
+    q_v = (1 - ε_ls) · [v = y] + ε_ls / V
+
+(the same convention as PyTorch's ``CrossEntropyLoss(label_smoothing=ε)``),
+and the loss of one position is the cross-entropy -Σ_v q_v log p_v with
+p = softmax(logits). The batch loss is the mean over non-pad target tokens.
+
+Stability: log p comes from log-softmax, log p = z - max(z) - log Σ exp(z - max(z)),
+so it never takes log(0) and exp() never overflows, whatever the logits.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from .. import backend
+from ..errors import ShapeError, check_token_ids
+
+
+class LossCache(NamedTuple):
+    probs: object     # (B, T, V) softmax of the logits
+    targets: object   # (B, T)
+    valid: object     # (B, T) bool, True at non-pad targets
+    n_tokens: int
+    eps_ls: float
+
+
+def log_softmax(logits):
+    """(…, V) -> (…, V) log-probabilities, computed stably."""
+    xp = backend.get_array_module(logits)
+    shifted = logits - logits.max(axis=-1, keepdims=True)
+    return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def cross_entropy_forward(logits, targets, pad_id: int, eps_ls: float = 0.0):
+    """logits: (B, T, V), targets: (B, T) ints -> (loss: float, cache)."""
+    xp = backend.get_array_module(logits)
+    V = logits.shape[-1]
+    logp = log_softmax(logits)                                           # (B, T, V)
+    nll = -xp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]   # (B, T): -log p_y
+    smooth = -logp.mean(axis=-1)                                         # (B, T): -(1/V) Σ_v log p_v
+    per_token = (1.0 - eps_ls) * nll + eps_ls * smooth
+    valid = targets != pad_id
+    n_tokens = int(valid.sum())
+    if n_tokens == 0:
+        raise ValueError("cross_entropy: every target is padding; the mean over non-pad tokens is undefined")
+    loss = float((per_token * valid).sum()) / n_tokens
+    probs = xp.exp(logp, out=logp)                                       # reuse the buffer
+    return loss, LossCache(probs, targets, valid, n_tokens, eps_ls)
+
+
+def cross_entropy_backward(cache: LossCache):
+    """-> dlogits: (B, T, V).
+
+    d/dz of -Σ_v q_v log softmax(z)_v is p - q: softmax minus the smoothed
+    target, put at the target index by index (not found by value). Pad
+    positions get 0; the 1/n_tokens comes from the mean.
+    """
+    xp = backend.get_array_module(cache.probs)
+    probs, targets, valid, n_tokens, eps_ls = cache
+    V = probs.shape[-1]
+    dlogits = probs - eps_ls / V                                         # p - ε/V everywhere ...
+    flat = dlogits.reshape(-1, V)                                        # (B·T, V) view
+    flat[xp.arange(flat.shape[0]), targets.reshape(-1)] -= 1.0 - eps_ls  # ... and -(1-ε) more at y
+    dlogits *= (valid / n_tokens)[..., None].astype(dlogits.dtype)
+    return dlogits
+
+
+class LabelSmoothedCrossEntropy:
+    """Loss object holding ε_ls and the pad id; forward returns a Python float."""
+
+    def __init__(self, pad_id: int, eps_ls: float = 0.1):
+        if not 0.0 <= eps_ls < 1.0:
+            raise ValueError(f"label smoothing ε_ls must be in [0, 1), got {eps_ls}")
+        self.pad_id, self.eps_ls = pad_id, eps_ls
+        self._cache = None
+
+    def forward(self, logits, targets) -> float:
+        if logits.ndim != 3 or targets.shape != logits.shape[:2]:
+            raise ShapeError(
+                f"cross_entropy: logits must be (B, T, V) and targets (B, T); got logits "
+                f"{tuple(logits.shape)} and targets {tuple(targets.shape)}"
+            )
+        check_token_ids("cross_entropy targets", targets, logits.shape[-1])
+        loss, self._cache = cross_entropy_forward(logits, targets, self.pad_id, self.eps_ls)
+        return loss
+
+    def backward(self):
+        if self._cache is None:
+            raise RuntimeError("LabelSmoothedCrossEntropy.backward called before forward")
+        cache, self._cache = self._cache, None
+        return cross_entropy_backward(cache)
