@@ -69,6 +69,13 @@ def backend_name() -> str:
     return _backend_name
 
 
+def module_for(name: str) -> types.ModuleType:
+    """The array module called ``name``: "numpy" or "cupy"."""
+    if name not in _BACKENDS:
+        raise ValueError(f"backend must be one of {_BACKENDS}, got {name!r}")
+    return _import_cupy() if name == "cupy" else numpy
+
+
 def xp_default() -> types.ModuleType:
     """The array module new arrays are created with (numpy or cupy)."""
     return _import_cupy() if _backend_name == "cupy" else numpy
@@ -133,6 +140,24 @@ def scatter_add(table, rows, values) -> None:
         import cupyx  # noqa: PLC0415
 
         cupyx.scatter_add(table, rows, values)
+
+
+def host_rng(seed):
+    """A NumPy generator on the host. Parameters are initialised from it on
+    either backend, so a seed gives the same weights on a CPU and a GPU."""
+    return numpy.random.default_rng(seed)
+
+
+def rng_state(rng):
+    """A JSON-able snapshot of a generator's state (NumPy only; None for CuPy)."""
+    bit_generator = getattr(rng, "bit_generator", None)
+    return getattr(bit_generator, "state", None) if isinstance(rng, numpy.random.Generator) else None
+
+
+def set_rng_state(rng, state) -> None:
+    """Restore a snapshot from ``rng_state`` (ignored when it is None)."""
+    if state is not None and isinstance(rng, numpy.random.Generator):
+        rng.bit_generator.state = state
 
 
 def seeded_rng(seed, xp=None):

@@ -84,7 +84,7 @@ class Layer:
     def parameters(self) -> list[Parameter]:
         return [p for _, p in self.named_parameters()]
 
-    def layers(self):
+    def modules(self):
         """This layer and every Layer below it."""
         yield self
         for key, value in vars(self).items():
@@ -92,14 +92,14 @@ class Layer:
                 continue
             for v in value if isinstance(value, list) else [value]:
                 if isinstance(v, Layer):
-                    yield from v.layers()
+                    yield from v.modules()
 
     def zero_grad(self) -> None:
         for p in self.parameters():
             p.zero_grad()
 
     def train(self, mode: bool = True):
-        for layer in self.layers():
+        for layer in self.modules():
             layer.training = mode
         return self
 

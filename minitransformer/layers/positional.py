@@ -30,10 +30,11 @@ def sinusoidal_table(max_len: int, d_model: int, xp=None, dtype=None):
 class PositionalEncoding(Layer):
     """x: (B, S, d_model) -> x + PE[:S], for any S up to ``max_len``."""
 
-    def __init__(self, d_model: int, max_len: int = 5000):
+    def __init__(self, d_model: int, max_len: int = 5000, table=None):
         super().__init__()
         self.d_model, self.max_len = d_model, max_len
-        self._table = sinusoidal_table(max_len, d_model)
+        # ``table=`` lets the encoder and decoder share one precomputed table.
+        self._table = sinusoidal_table(max_len, d_model) if table is None else table
 
     @property
     def table(self):
