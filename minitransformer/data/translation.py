@@ -1,0 +1,353 @@
+"""Small offline translation tasks, built from data that Python packages ship.
+
+Nothing is downloaded: the sentence pairs are generated on the fly from
+
+* num2words (number names): ``numbers-en-fr``, ``numbers-en-de``
+* babel's copy of the Unicode CLDR (full date formats): ``dates-en-de``, ``dates-en-ko``
+* emoji's CLDR short names: ``emoji-en-fr``, ``emoji-en-de``, ``emoji-en-ko``
+
+Numbers and dates are deterministic, rule-based "languages": a small
+Transformer should reach BLEU >= 95 on them, which makes them good smoke tests
+for a from-scratch implementation. The emoji names are real, human-made
+translations of short noun phrases with ~1.7k pairs: a genuinely hard,
+low-resource task where most test words were never seen in training.
+
+See docs/datasets.md for pair counts, licences and the tokenization choices.
+
+    >>> pairs = generate_pairs("numbers-en-fr")
+    >>> pairs[21]
+    ('twenty-one', 'vingt et un')
+    >>> splits = load_splits("numbers-en-fr", seed=0)
+    >>> {k: len(v) for k, v in splits.items()}
+    {'train': 8500, 'valid': 500, 'test': 1000}
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import importlib.metadata
+import os
+import tempfile
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+__all__ = [
+    "TranslationTask", "TASKS", "PINNED_VERSIONS", "UnknownTaskError", "generate_pairs",
+    "load_splits", "export_tsv",
+]
+
+# The data is only reproducible for these exact package versions: a new
+# num2words or CLDR release may change a spelling or a date pattern, which
+# would silently change the test set and make scores incomparable.
+PINNED_VERSIONS = {"num2words": "0.5.14", "babel": "2.19.0", "emoji": "2.16.0"}
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass(frozen=True)
+class TranslationTask:
+    """What a named task is, where its data comes from and how to tokenize it."""
+
+    name: str            # e.g. "numbers-en-fr"
+    description: str
+    source: str          # package and pinned version the data comes from
+    license: str         # the data's license
+    src_level: str       # "word" or "char": how the source side is tokenized
+    tgt_level: str       # "word" or "char"  (see minitransformer.data.vocab.tokenize)
+    bleu_tokenize: str   # metrics.corpus_bleu tokenize mode for this target side
+
+
+def _src(pkg: str) -> str:
+    return f"{pkg} {PINNED_VERSIONS[pkg]}"
+
+
+_NUM2WORDS_LICENSE = "LGPL-2.1 (num2words)"
+_CLDR_LICENSE = ("Unicode License v3 (CLDR locale data, as shipped in babel/locale-data; "
+                 "babel's own code is BSD-3-Clause)")
+_EMOJI_LICENSE = ("BSD-3-Clause (emoji package); the names are derived from Unicode emoji "
+                  "data and CLDR annotations (Unicode License v3)")
+
+TASKS: dict[str, TranslationTask] = {t.name: t for t in [
+    TranslationTask(
+        "numbers-en-fr",
+        "English number names to French, 0..9999 "
+        "('twenty-one' -> 'vingt et un'). Word level on both sides.",
+        _src("num2words"), _NUM2WORDS_LICENSE, "word", "word", "13a"),
+    TranslationTask(
+        "numbers-en-de",
+        "English number names to German, 0..9999 "
+        "('twenty-one' -> 'einundzwanzig'). English word level, German character "
+        "level: German writes each number as one long compound word.",
+        _src("num2words"), _NUM2WORDS_LICENSE, "word", "char", "char"),
+    TranslationTask(
+        "dates-en-de",
+        "Full English dates to German, every day of 1950..2049 "
+        "('Tuesday, March 5, 2024' -> 'Dienstag, 5. März 2024'). Word level.",
+        _src("babel"), _CLDR_LICENSE, "word", "word", "13a"),
+    TranslationTask(
+        "dates-en-ko",
+        "Full English dates to Korean, every day of 1950..2049 "
+        "('Tuesday, March 5, 2024' -> '2024년 3월 5일 화요일'). Word level.",
+        _src("babel"), _CLDR_LICENSE, "word", "word", "13a"),
+    TranslationTask(
+        "emoji-en-fr",
+        "CLDR emoji short names, English to French ('grinning face' -> "
+        "'visage rieur'). Character level on both sides.",
+        _src("emoji"), _EMOJI_LICENSE, "char", "char", "char"),
+    TranslationTask(
+        "emoji-en-de",
+        "CLDR emoji short names, English to German ('grinning face' -> "
+        "'grinsendes gesicht'). Character level on both sides.",
+        _src("emoji"), _EMOJI_LICENSE, "char", "char", "char"),
+    TranslationTask(
+        "emoji-en-ko",
+        "CLDR emoji short names, English to Korean ('grinning face' -> "
+        "'활짝 웃는 얼굴'). Character level on both sides (Hangul syllables).",
+        _src("emoji"), _EMOJI_LICENSE, "char", "char", "char"),
+]}
+
+# Default (valid, test) sizes: an int is a number of pairs, a float a fraction.
+# Numbers (10,000 pairs) and dates (36,525) get fixed sizes large enough for a
+# stable BLEU; emoji (~1.7k) is too small for that and gets 10% / 10%.
+_DEFAULT_SPLIT_SIZES: dict[str, tuple[int | float, int | float]] = {
+    "numbers-en-fr": (500, 1000), "numbers-en-de": (500, 1000),
+    "dates-en-de": (500, 1000), "dates-en-ko": (500, 1000),
+    "emoji-en-fr": (0.1, 0.1), "emoji-en-de": (0.1, 0.1), "emoji-en-ko": (0.1, 0.1),
+}
+
+
+class UnknownTaskError(KeyError, ValueError):
+    """An unknown task name. Both a KeyError and a ValueError, so either catches it."""
+
+    def __str__(self) -> str:  # KeyError would print the message in quotes
+        return str(self.args[0])
+
+
+def _task(name: str) -> TranslationTask:
+    try:
+        return TASKS[name]
+    except (KeyError, TypeError):
+        raise UnknownTaskError(
+            f"unknown translation task {name!r}; valid names: {', '.join(sorted(TASKS))}"
+        ) from None
+
+
+# --------------------------------------------------------------------------
+# Generators (each cached: the packages are slowish and the data never changes)
+# --------------------------------------------------------------------------
+
+def _require(pkg: str):
+    """Import a data package, warning when it is not the pinned version."""
+    try:
+        module = __import__(pkg)
+    except ImportError as err:
+        raise ImportError(
+            f"the translation tasks need {pkg}=={PINNED_VERSIONS[pkg]}; "
+            f"install it with: pip install {pkg}=={PINNED_VERSIONS[pkg]}"
+        ) from err
+    installed = importlib.metadata.version(pkg)
+    if installed != PINNED_VERSIONS[pkg]:
+        warnings.warn(
+            f"{pkg} {installed} is installed but the datasets are pinned to "
+            f"{pkg} {PINNED_VERSIONS[pkg]}; the generated pairs (and so the "
+            f"splits and scores) may differ from the documented ones",
+            UserWarning, stacklevel=3,
+        )
+    return module
+
+
+def _clean(text: str) -> str:
+    """Collapse all whitespace (tabs, newlines, no-break spaces) to single spaces.
+
+    Files are written as one "source<TAB>target" pair per line, so a tab or a
+    newline inside a text would corrupt them. CLDR data also likes U+00A0 and
+    U+202F (no-break spaces), which look like spaces but are different tokens.
+    """
+    cleaned = " ".join(text.split())
+    if not cleaned:
+        raise ValueError(f"empty text after cleaning: {text!r}")
+    return cleaned
+
+
+N_NUMBERS = 10_000                        # numbers 0..9999
+DATE_RANGE = (datetime.date(1950, 1, 1), datetime.date(2049, 12, 31))
+
+
+@functools.lru_cache(maxsize=None)
+def _number_names(lang: str) -> tuple[str, ...]:
+    num2words = _require("num2words").num2words
+    return tuple(_clean(num2words(n, lang=lang)) for n in range(N_NUMBERS))
+
+
+@functools.lru_cache(maxsize=None)
+def _full_dates(locale: str) -> tuple[str, ...]:
+    # babel's "full" format spells out weekday and month: the interesting part.
+    _require("babel")
+    from babel.dates import format_date
+    first, last = DATE_RANGE
+    days = (last - first).days + 1
+    return tuple(
+        _clean(format_date(first + datetime.timedelta(days=i), format="full", locale=locale))
+        for i in range(days)
+    )
+
+
+# Unicode code points that mark the emoji we skip (see _emoji_pairs).
+_SKIN_TONES = range(0x1F3FB, 0x1F3FF + 1)        # Fitzpatrick modifiers
+_REGIONAL_INDICATORS = range(0x1F1E6, 0x1F1FF + 1)  # pairs of these = country flags
+_TAGS = range(0xE0020, 0xE007F + 1)              # tag sequences = subdivision flags
+
+
+def _short_name(code: str) -> str:
+    """':grinning_face:' -> 'grinning face'."""
+    if len(code) > 2 and code[0] == ":" and code[-1] == ":":
+        code = code[1:-1]
+    return _clean(code.replace("_", " "))
+
+
+@functools.lru_cache(maxsize=None)
+def _emoji_pairs(lang: str) -> tuple[tuple[str, str], ...]:
+    emoji = _require("emoji")
+    emoji.config.load_language(lang)  # fills EMOJI_DATA[e][lang]
+    fully_qualified = emoji.STATUS["fully_qualified"]
+    candidates = []
+    for emj, data in emoji.EMOJI_DATA.items():
+        # Keep one spelling per emoji: the unqualified / minimally-qualified
+        # variants (same picture without U+FE0F) and the bare components
+        # (skin-tone and hair swatches) are left out.
+        if data.get("status") != fully_qualified:
+            continue
+        codepoints = [ord(c) for c in emj]
+        # Skin-tone variants only add a fixed suffix ("..., dark skin tone")
+        # and would make up more than half of the data.
+        if any(c in _SKIN_TONES for c in codepoints):
+            continue
+        # Country and region flags are named after places: translating them is
+        # knowing exonyms ("Finland" -> "flagge finnland"), not learning a
+        # pattern. Other flags ("chequered flag") are ordinary phrases and stay.
+        if any(c in _REGIONAL_INDICATORS or c in _TAGS for c in codepoints):
+            continue
+        if "en" not in data or lang not in data:
+            continue
+        candidates.append((_short_name(data["en"]), _short_name(data[lang]), emj))
+    # Deterministic order and de-duplication: sort by English name, then by
+    # the emoji itself, and keep the first target for each English source, so
+    # that a source never appears in two splits with different targets.
+    candidates.sort()
+    pairs, seen = [], set()
+    for src, tgt, _ in candidates:
+        if src not in seen:
+            seen.add(src)
+            pairs.append((src, tgt))
+    return tuple(pairs)
+
+
+_GENERATORS: dict[str, Callable[[], tuple[tuple[str, str], ...]]] = {
+    "numbers-en-fr": lambda: tuple(zip(_number_names("en"), _number_names("fr"))),
+    "numbers-en-de": lambda: tuple(zip(_number_names("en"), _number_names("de"))),
+    "dates-en-de": lambda: tuple(zip(_full_dates("en"), _full_dates("de"))),
+    "dates-en-ko": lambda: tuple(zip(_full_dates("en"), _full_dates("ko"))),
+    "emoji-en-fr": lambda: _emoji_pairs("fr"),
+    "emoji-en-de": lambda: _emoji_pairs("de"),
+    "emoji-en-ko": lambda: _emoji_pairs("ko"),
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _pairs(name: str) -> tuple[tuple[str, str], ...]:
+    _task(name)
+    pairs = _GENERATORS[name]()
+    sources = [s for s, _ in pairs]
+    # Splits are drawn over pairs; a repeated source could land in train and
+    # test at once and leak the answer.
+    if len(set(sources)) != len(sources):
+        raise RuntimeError(f"{name}: duplicate source sentences in the generated data")
+    return pairs
+
+
+def generate_pairs(name: str) -> list[tuple[str, str]]:
+    """All (source, target) pairs of a task, in a fixed, documented order.
+
+    numbers: by value 0..9999; dates: chronological; emoji: by English name.
+    """
+    return list(_pairs(name))  # a copy: callers may mutate it, the cache stays intact
+
+
+# --------------------------------------------------------------------------
+# Splits and export
+# --------------------------------------------------------------------------
+
+def _split_size(spec: int | float, n: int, what: str) -> int:
+    if isinstance(spec, float):
+        if not 0.0 <= spec < 1.0:
+            raise ValueError(f"{what} must be in [0, 1), got {spec}")
+        return int(round(spec * n))
+    return int(spec)
+
+
+def load_splits(name: str, seed: int = 0, valid_fraction: float | None = None,
+                test_fraction: float | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Split a task's pairs into disjoint "train", "valid" and "test" lists.
+
+    The pairs are shuffled with ``numpy.random.default_rng(seed).permutation``
+    and cut into test, valid, train (in that order), so the same seed always
+    gives the same splits. By default valid/test hold 500/1,000 pairs for
+    numbers and dates and 10%/10% for emoji; pass fractions to override.
+    Each split keeps the shuffled order.
+    """
+    pairs = _pairs(name)
+    n = len(pairs)
+    default_valid, default_test = _DEFAULT_SPLIT_SIZES[name]
+    n_valid = _split_size(default_valid if valid_fraction is None else float(valid_fraction),
+                          n, "valid_fraction")
+    n_test = _split_size(default_test if test_fraction is None else float(test_fraction),
+                         n, "test_fraction")
+    if n_valid + n_test >= n:
+        raise ValueError(f"{name}: valid ({n_valid}) + test ({n_test}) leave no "
+                         f"training pairs out of {n}")
+    order = np.random.default_rng(seed).permutation(n)
+    test_idx, valid_idx, train_idx = (order[:n_test], order[n_test:n_test + n_valid],
+                                      order[n_test + n_valid:])
+    return {
+        "train": [pairs[i] for i in train_idx],
+        "valid": [pairs[i] for i in valid_idx],
+        "test": [pairs[i] for i in test_idx],
+    }
+
+
+def _tsv_line(src: str, tgt: str) -> str:
+    # A real check, not an assert: asserts vanish under "python -O".
+    for text in (src, tgt):
+        if any(ch in text for ch in "\t\n\r"):
+            raise ValueError(f"tab or newline inside a text, cannot write TSV: {text!r}")
+    return f"{src}\t{tgt}\n"
+
+
+def export_tsv(name: str, out_dir: str, seed: int = 0) -> dict[str, str]:
+    """Write ``{name}.{split}.tsv`` files (source<TAB>target per line, UTF-8).
+
+    Each file is written to a temporary file in ``out_dir`` and then moved
+    into place with ``os.replace``, so a crash never leaves half a file under
+    the final name. Returns ``{split: path}``.
+    """
+    splits = load_splits(name, seed=seed)
+    os.makedirs(out_dir, exist_ok=True)
+    paths = {}
+    for split in SPLITS:
+        path = os.path.join(out_dir, f"{name}.{split}.tsv")
+        text = "".join(_tsv_line(src, tgt) for src, tgt in splits[split])
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.{split}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
+                f.write(text)
+            os.replace(tmp, path)
+        except BaseException:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+            raise
+        paths[split] = path
+    return paths

@@ -1,0 +1,105 @@
+"""Parallel corpora as tab-separated text: one ``source<TAB>target`` pair per line.
+
+The format is the plainest one a person can open, grep and edit. Because
+people do edit it, ``load_tsv`` is strict and says exactly where a line is
+wrong (``path:lineno: problem``) instead of training on a misaligned corpus.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+
+
+class DataError(ValueError):
+    """A data file is malformed. The message starts with ``path:lineno:``."""
+
+
+def load_tsv(path: str | os.PathLike) -> list[tuple[str, str]]:
+    """Read (source, target) string pairs from a UTF-8 TSV file.
+
+    * Lines that are empty or only whitespace are skipped.
+    * ``\\n`` and ``\\r\\n`` line endings both work; a UTF-8 byte-order mark
+      at the start of the file is ignored.
+    * Whitespace around each side is stripped.
+    * A line with no tab, with more than one tab, or with an empty side
+      raises DataError naming the file and the line number.
+    * A file with no pairs at all raises DataError.
+    """
+    try:
+        # Read bytes and decode line by line, so that a bad byte is reported
+        # on its own line (a text-mode file decodes whole chunks ahead).
+        with open(path, "rb") as f:
+            raw_lines = f.read().split(b"\n")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"TSV data file not found: {os.fspath(path)!s}") from None
+
+    pairs: list[tuple[str, str]] = []
+    for lineno, raw in enumerate(raw_lines, start=1):
+        if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+            raw = raw[3:]  # the UTF-8 byte-order mark some editors write
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        line = line.removesuffix("\r")  # Windows line ending "\r\n"
+        if not line.strip():
+            continue
+        n_tabs = line.count("\t")
+        if n_tabs == 0:
+            raise DataError(f"{path}:{lineno}: missing tab between source and target")
+        if n_tabs > 1:
+            raise DataError(
+                f"{path}:{lineno}: {n_tabs} tabs on the line; expected exactly one, "
+                "between source and target"
+            )
+        src, tgt = (side.strip() for side in line.split("\t"))
+        if not src:
+            raise DataError(f"{path}:{lineno}: empty source (nothing before the tab)")
+        if not tgt:
+            raise DataError(f"{path}:{lineno}: empty target (nothing after the tab)")
+        pairs.append((src, tgt))
+    if not pairs:
+        raise DataError(f"{path}: no source<TAB>target pairs found (the file is empty or blank)")
+    return pairs
+
+
+def write_tsv(path: str | os.PathLike, pairs: Iterable[tuple[str, str]]) -> None:
+    """Write (source, target) pairs as UTF-8 TSV, atomically.
+
+    The text goes to a temporary file in the same directory, which then
+    replaces ``path`` in one ``os.replace``: a reader (or a crash) never sees
+    half a file. Same directory, because a rename across file systems is not
+    atomic. Every pair is checked before anything is written.
+    """
+    pairs = list(pairs)
+    for i, pair in enumerate(pairs):
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise ValueError(f"pair {i} must be a (source, target) tuple of two strings, got {pair!r}")
+        for side, text in zip(("source", "target"), pair):
+            if not isinstance(text, str):
+                raise ValueError(f"pair {i}: {side} must be a str, got {type(text).__name__}")
+            for bad, label in (("\t", "a tab"), ("\n", "a newline"), ("\r", "a carriage return")):
+                if bad in text:
+                    raise ValueError(f"pair {i}: {side} {text!r} contains {label}, which the TSV format cannot hold")
+            if not text.strip():
+                raise ValueError(f"pair {i}: {side} is empty; load_tsv would reject the file")
+
+    directory = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".tsv")
+    try:
+        # newline="\n": the same bytes on every OS.
+        with open(fd, "w", encoding="utf-8", newline="\n") as f:
+            for src, tgt in pairs:
+                f.write(f"{src}\t{tgt}\n")
+            f.flush()
+            os.fsync(f.fileno())  # the data is on disk before the rename makes it visible
+        # mkstemp creates the file readable by its owner only; give it the
+        # permissions an ordinary new file would have.
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise

@@ -1,0 +1,251 @@
+"""Tokenization and the vocabulary: strings of text <-> lists of integer ids.
+
+The Transformer never sees text. Its first layer (the embedding of §3.4) looks
+up one row of a (V, d_model) table per token id, and its last layer predicts a
+distribution over the same V ids. This module makes those ids:
+
+    text --tokenize--> tokens --Vocab.encode--> ids --model--> ids --Vocab.decode--> tokens --detokenize--> text
+
+The paper used byte-pair encoding (§5.1); this teaching package keeps to two
+tokenizations anyone can read, characters and whitespace-separated words.
+
+Four special tokens always have the same ids, in every vocabulary:
+
+    id 0  <pad>  fills the short sentences of a batch up to the longest one;
+                 the masks (batching.py) make attention and the loss ignore it.
+    id 1  <bos>  "begin of sentence": the decoder's first input (§3.1, the
+                 output is "shifted right" by one position).
+    id 2  <eos>  "end of sentence": the decoder predicts it to say "done".
+    id 3  <unk>  stands for any token the vocabulary does not contain.
+
+Fixing them (pad = 0 in particular) means a checkpoint, a batch and a mask all
+agree without having to pass the vocabulary around.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from collections.abc import Iterable, Sequence
+
+from .. import backend
+from ..errors import TokenIdError
+
+PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
+SPECIALS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
+PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
+
+# The visible stand-in for a space in character-level tokens. A plain " " token
+# would work for the model, but is invisible when a token list is printed; the
+# "lower one eighth block" is the marker SentencePiece uses for the same job.
+SPACE = "\u2581"  # "▁"
+
+LEVELS: tuple[str, ...] = ("char", "word")
+
+
+def _check_level(level: str) -> None:
+    if level not in LEVELS:
+        raise ValueError(f"tokenization level must be one of {LEVELS}, got {level!r}")
+
+
+def tokenize(text: str, level: str) -> list[str]:
+    """Split ``text`` into tokens.
+
+    level="char": one token per character; a space becomes the visible token
+        "▁" (``SPACE``) so that ``detokenize(tokenize(t, "char"), "char") == t``
+        exactly, spaces included. Text that already contains "▁" is refused,
+        since it would come back as a space.
+    level="word": ``text.split()``: runs of whitespace separate words and are
+        not kept, so detokenizing joins the words with single spaces.
+    """
+    _check_level(level)
+    if not isinstance(text, str):
+        raise TypeError(f"tokenize expects a str, got {type(text).__name__}")
+    if level == "word":
+        return text.split()
+    if SPACE in text:
+        raise ValueError(
+            f"character-level text may not contain {SPACE!r} (U+2581): it is the token "
+            "that stands for a space, so the text could not be detokenized exactly"
+        )
+    return [SPACE if ch == " " else ch for ch in text]
+
+
+def detokenize(tokens: Iterable[str], level: str) -> str:
+    """The inverse of :func:`tokenize`: tokens back to one string."""
+    _check_level(level)
+    tokens = list(tokens)
+    if level == "word":
+        return " ".join(tokens)
+    return "".join(" " if tok == SPACE else tok for tok in tokens)
+
+
+class Vocab:
+    """A fixed list of tokens; a token's id is its position in the list.
+
+    ``Vocab(tokens)`` puts the four specials first (ids 0..3), then ``tokens``
+    in the order given. Specials inside ``tokens`` and repeated tokens are
+    skipped (first occurrence wins), so ``Vocab(v.tokens) == v``.
+    """
+
+    def __init__(self, tokens: Iterable[str]):
+        if isinstance(tokens, str):
+            # list("abc") would quietly make a vocabulary of characters.
+            raise TypeError("Vocab expects a list of token strings, got one str")
+        self._itos: list[str] = list(SPECIALS)
+        self._stoi: dict[str, int] = {tok: i for i, tok in enumerate(SPECIALS)}
+        for tok in tokens:
+            if not isinstance(tok, str):
+                raise TypeError(f"Vocab tokens must be str, got {type(tok).__name__}: {tok!r}")
+            if tok not in self._stoi:
+                self._stoi[tok] = len(self._itos)
+                self._itos.append(tok)
+
+    @classmethod
+    def build(cls, token_lists: Iterable[Iterable[str]], min_freq: int = 1) -> "Vocab":
+        """Count tokens over a corpus (a list of token lists) and keep the frequent ones.
+
+        Order: most frequent first, ties broken alphabetically, so the same
+        corpus always gives the same ids (the checkpoint depends on it).
+        Tokens seen fewer than ``min_freq`` times are left out; at encode time
+        they become <unk>.
+        """
+        if isinstance(min_freq, bool) or not isinstance(min_freq, int) or min_freq < 1:
+            raise ValueError(f"min_freq must be an integer >= 1, got {min_freq!r}")
+        counts: Counter[str] = Counter()
+        for tokens in token_lists:
+            if isinstance(tokens, str):
+                raise TypeError(
+                    "Vocab.build expects a list of token *lists*; got a str "
+                    "(tokenize each sentence first)"
+                )
+            counts.update(tokens)
+        kept = [tok for tok, c in counts.items() if c >= min_freq and tok not in SPECIALS]
+        kept.sort(key=lambda tok: (-counts[tok], tok))
+        return cls(kept)
+
+    # -- sizes and the special ids ------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._itos)
+
+    def __contains__(self, token: object) -> bool:
+        return token in self._stoi
+
+    @property
+    def tokens(self) -> list[str]:
+        """All tokens, specials first; ``tokens[i]`` has id ``i`` (a copy)."""
+        return list(self._itos)
+
+    @property
+    def pad_id(self) -> int:
+        return PAD_ID
+
+    @property
+    def bos_id(self) -> int:
+        return BOS_ID
+
+    @property
+    def eos_id(self) -> int:
+        return EOS_ID
+
+    @property
+    def unk_id(self) -> int:
+        return UNK_ID
+
+    # -- single lookups -------------------------------------------------------------
+    def id(self, token: str) -> int:
+        """The id of ``token``; the <unk> id if the vocabulary does not have it."""
+        return self._stoi.get(token, UNK_ID)
+
+    def token(self, id: int) -> str:
+        """The token with id ``id``; TokenIdError if no token has that id."""
+        return self._itos[self._check_id(id)]
+
+    def _check_id(self, i) -> int:
+        try:
+            i = operator.index(i)  # accepts int and NumPy integers, refuses 2.0
+        except TypeError:
+            raise TypeError(f"token ids must be integers, got {type(i).__name__}: {i!r}") from None
+        # Check explicitly: Python would happily read _itos[-1].
+        if not 0 <= i < len(self._itos):
+            raise TokenIdError(
+                f"token id {i} is outside the vocabulary of size {len(self._itos)} "
+                f"(valid ids are 0..{len(self._itos) - 1})"
+            )
+        return i
+
+    # -- whole sequences ----------------------------------------------------------
+    def encode(self, tokens: Sequence[str], add_bos: bool = False, add_eos: bool = False) -> list[int]:
+        """Token strings -> ids. Unknown tokens become the <unk> id.
+
+        ``add_bos``/``add_eos`` wrap the ids in <bos> ... <eos>. (The batcher
+        adds them itself when it builds decoder inputs and targets, so the
+        usual call leaves both False.)
+        """
+        if isinstance(tokens, str):
+            raise TypeError(
+                "Vocab.encode expects a list of tokens, got a str; call tokenize(text, level) first"
+            )
+        ids = [self._stoi.get(tok, UNK_ID) for tok in tokens]
+        if add_bos:
+            ids.insert(0, BOS_ID)
+        if add_eos:
+            ids.append(EOS_ID)
+        return ids
+
+    def decode(self, ids, strip_special: bool = True) -> list[str]:
+        """Ids (a list or a 1-D array) -> token strings.
+
+        With ``strip_special`` (the default), reading stops at the first <eos>
+        (whatever the model produced after it is not part of the sentence), and
+        <pad> and <bos> are dropped. <unk> is kept: it *is* part of the output.
+        Every id is checked, even ones after <eos>; an id outside the
+        vocabulary raises TokenIdError.
+        """
+        if hasattr(ids, "shape"):  # a NumPy or CuPy array
+            if len(ids.shape) != 1:
+                raise ValueError(f"Vocab.decode expects a 1-D sequence of ids, got shape {tuple(ids.shape)}")
+            ids = backend.to_numpy(ids).tolist()
+        checked = [self._check_id(i) for i in ids]
+        if not strip_special:
+            return [self._itos[i] for i in checked]
+        out: list[str] = []
+        for i in checked:
+            if i == EOS_ID:
+                break
+            if i in (PAD_ID, BOS_ID):
+                continue
+            out.append(self._itos[i])
+        return out
+
+    # -- saving ---------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """A JSON-able description, stored in checkpoints next to the weights."""
+        return {"tokens": list(self._itos)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Vocab":
+        """Rebuild a Vocab saved by :meth:`to_dict`, checking it is one."""
+        tokens = d.get("tokens") if isinstance(d, dict) else None
+        if not isinstance(tokens, list):
+            raise ValueError("Vocab.from_dict expects a dict with a 'tokens' list (from Vocab.to_dict)")
+        if tuple(tokens[: len(SPECIALS)]) != SPECIALS:
+            raise ValueError(
+                f"Vocab.from_dict: the saved tokens must start with the specials {list(SPECIALS)}, "
+                f"got {tokens[: len(SPECIALS)]}"
+            )
+        if len(set(tokens)) != len(tokens):
+            raise ValueError("Vocab.from_dict: the saved tokens contain duplicates")
+        return cls(tokens[len(SPECIALS):])
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Vocab):
+            return NotImplemented
+        return self._itos == other._itos
+
+    __hash__ = None  # mutable-looking container with value equality: not hashable
+
+    def __repr__(self) -> str:
+        preview = ", ".join(repr(t) for t in self._itos[len(SPECIALS): len(SPECIALS) + 5])
+        more = ", ..." if len(self._itos) > len(SPECIALS) + 5 else ""
+        return f"Vocab(size={len(self)}, tokens=[{preview}{more}])"
