@@ -1,0 +1,318 @@
+"""Training: data for a task, the loop (§5), validation, logging and checkpoints.
+
+One training step (§5.3):
+    logits = model.forward(src, tgt_in)            # teacher forcing
+    loss   = label-smoothed cross-entropy (§5.4)
+    model.backward(dloss/dlogits)                    # fills every .grad
+    Adam step with lr = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
+
+Resuming is exact: the checkpoint stores the parameters, Adam's moments, the
+step, the dropout generator's state and the position in the epoch, and the
+batches of an epoch are a pure function of (seed, epoch). A resumed run
+therefore repeats, bit for bit, what the uninterrupted run would have done.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy
+
+from . import backend
+from .checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint
+from .data.batching import batch_iterator
+from .data.tasks import SYNTHETIC_TASKS, synthetic_vocab
+from .data.tsv import load_tsv
+from .data.vocab import Vocab, detokenize, tokenize
+from .layers.loss import LabelSmoothedCrossEntropy
+from .model import PRESETS, Transformer
+from .optim import Adam, NoamSchedule
+
+
+class NonFiniteLossError(RuntimeError):
+    """The loss became NaN or infinite; training stops instead of spreading NaNs."""
+
+
+# -- tasks and their data --------------------------------------------------------------
+
+
+@dataclass
+class TaskData:
+    """Token-level splits of one task and the shared source/target vocabulary."""
+
+    name: str
+    vocab: Vocab
+    train: list          # [(src_tokens, tgt_tokens)]
+    valid: list
+    test: list
+    src_level: str = "word"
+    tgt_level: str = "word"
+    bleu_tokenize: str = "13a"
+
+
+    @property
+    def levels(self) -> dict:
+        return {"src": self.src_level, "tgt": self.tgt_level, "bleu_tokenize": self.bleu_tokenize}
+
+
+@dataclass
+class Recipe:
+    """Default training settings for a task (each can be overridden on the command line)."""
+
+    preset: str
+    steps: int
+    batch_size: int
+    lr_factor: float = 1.0
+    warmup_steps: int | None = None   # None: the preset's
+    clip_norm: float | None = None
+    valid_every: int = 250
+    overrides: dict = field(default_factory=dict)
+
+
+RECIPES: dict[str, Recipe] = {
+    "copy": Recipe(preset="copy", steps=600, batch_size=64, lr_factor=2.0, valid_every=200),
+    "reverse": Recipe(preset="copy", steps=900, batch_size=64, lr_factor=2.0, valid_every=300),
+}
+SYNTHETIC_SIZES = {"train": 20000, "valid": 500, "test": 1000}
+
+
+def _translation_module():
+    from .data import translation  # noqa: PLC0415  (imports num2words, babel, emoji only when needed)
+    return translation
+
+
+def task_names() -> list[str]:
+    return list(SYNTHETIC_TASKS) + list(_translation_module().TASKS)
+
+
+def _tokenize_pairs(pairs, src_level, tgt_level):
+    return [(tokenize(s, src_level), tokenize(t, tgt_level)) for s, t in pairs]
+
+
+def load_task(name: str | None = None, data: str | None = None, level: str = "char", seed: int = 0,
+              valid_fraction: float = 0.05) -> TaskData:
+    """The splits and vocabulary of a named task, or of a user's TSV file (``data``)."""
+    if data is not None:
+        pairs = load_tsv(data)
+        order = numpy.random.default_rng(seed).permutation(len(pairs))
+        n_valid = max(1, int(len(pairs) * valid_fraction)) if len(pairs) > 1 else 0
+        valid = [pairs[i] for i in order[:n_valid]]
+        train = [pairs[i] for i in order[n_valid:]]
+        tok_train = _tokenize_pairs(train, level, level)
+        vocab = Vocab.build([s for s, _ in tok_train] + [t for _, t in tok_train])
+        tok_valid = _tokenize_pairs(valid, level, level)
+        return TaskData(os.path.basename(data), vocab, tok_train, tok_valid, tok_valid, level, level,
+                        "char" if level == "char" else "13a")
+    if name in SYNTHETIC_TASKS:
+        make = SYNTHETIC_TASKS[name]
+        splits = {split: make(n, numpy.random.default_rng([seed, i]))
+                  for i, (split, n) in enumerate(SYNTHETIC_SIZES.items())}
+        return TaskData(name, synthetic_vocab(10), splits["train"], splits["valid"], splits["test"],
+                        "word", "word", "none")
+    translation = _translation_module()
+    if name not in translation.TASKS:
+        raise ValueError(f"unknown task {name!r}; choose one of: {', '.join(task_names())}")
+    task = translation.TASKS[name]
+    splits = translation.load_splits(name, seed=seed)
+    tok = {k: _tokenize_pairs(v, task.src_level, task.tgt_level) for k, v in splits.items()}
+    vocab = Vocab.build([s for s, _ in tok["train"]] + [t for _, t in tok["train"]])
+    return TaskData(name, vocab, tok["train"], tok["valid"], tok["test"],
+                    task.src_level, task.tgt_level, task.bleu_tokenize)
+
+
+def encode_pairs(vocab: Vocab, pairs) -> list[tuple[list[int], list[int]]]:
+    return [(vocab.encode(s), vocab.encode(t)) for s, t in pairs]
+
+
+# -- the loop ------------------------------------------------------------------------
+
+
+@dataclass
+class TrainSettings:
+    steps: int = 600
+    batch_size: int | None = 64
+    max_tokens: int | None = None
+    lr_factor: float = 1.0
+    warmup_steps: int = 4000
+    clip_norm: float | None = None
+    seed: int = 0
+    valid_every: int = 250
+    log_every: int = 10
+    checkpoint_every: int | None = None    # None: only at the end
+    valid_decode: int = 200                # sentences decoded greedily at each validation
+
+
+class Trainer:
+    """Runs the training loop for a model on encoded sentence pairs."""
+
+    def __init__(self, model: Transformer, vocab: Vocab, train_pairs, valid_pairs, settings: TrainSettings,
+                 out_dir: str | None = None, levels: dict | None = None):
+        """levels: how the task tokenizes ({"src": "char", "tgt": "word", "bleu_tokenize": ...}),
+        saved in checkpoints so ``translate`` and ``evaluate`` tokenize the same way."""
+        self.model, self.vocab, self.settings, self.out_dir = model, vocab, settings, out_dir
+        self.levels = levels or {}
+        self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
+        self.criterion = LabelSmoothedCrossEntropy(vocab.pad_id, model.cfg.eps_ls)
+        self.schedule = NoamSchedule(model.cfg.d_model, settings.warmup_steps, settings.lr_factor)
+        self.optimizer = Adam(model.parameters(), lr=self.schedule, clip_norm=settings.clip_norm)
+        self.step = 0
+        self.epoch, self.batch_in_epoch = 0, 0
+        self.xp = backend.get_array_module(model.E.data)
+
+    # -- state for checkpoints --------------------------------------------------
+    def save(self, path: str) -> None:
+        extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+                 "settings": asdict(self.settings), "levels": self.levels}
+        save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra)
+
+    def restore(self, ckpt) -> None:
+        """Continue from a loaded Checkpoint (its model must be this trainer's model)."""
+        self.optimizer.load_state_dict(ckpt.optimizer_state)
+        self.step = ckpt.step
+        self.epoch = ckpt.extra.get("epoch", 0)
+        self.batch_in_epoch = ckpt.extra.get("batch_in_epoch", 0)
+
+    # -- batches --------------------------------------------------------------------
+    def _epoch_batches(self, epoch: int):
+        """The batches of one epoch, a pure function of (seed, epoch)."""
+        s = self.settings
+        rng = numpy.random.default_rng([s.seed, epoch])
+        return batch_iterator(self.train_pairs, s.batch_size, s.max_tokens, rng, shuffle=True,
+                              pad_id=self.vocab.pad_id, bos_id=self.vocab.bos_id, eos_id=self.vocab.eos_id,
+                              xp=self.xp)
+
+    def batches(self):
+        """Endless batches from the current (epoch, batch_in_epoch) position."""
+        while True:
+            for i, batch in enumerate(self._epoch_batches(self.epoch)):
+                if i < self.batch_in_epoch:
+                    continue                      # already trained on before a resume
+                self.batch_in_epoch = i + 1
+                yield batch
+            self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+
+    # -- one step ---------------------------------------------------------------------
+    def train_step(self, batch) -> float:
+        model = self.model.train()
+        logits = model.forward(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+        loss = self.criterion.forward(logits, batch.tgt_out)
+        if not math.isfinite(loss):
+            raise NonFiniteLossError(
+                f"the training loss became {loss} at step {self.step + 1}; stopping instead of "
+                "continuing with NaNs (try a smaller --lr-factor, or --clip-norm 1.0)"
+            )
+        self.optimizer.zero_grad()
+        model.backward(self.criterion.backward())
+        self.optimizer.step()
+        self.step += 1
+        return loss
+
+    # -- validation -------------------------------------------------------------------
+    def validate(self) -> dict:
+        model = self.model.eval()
+        v = self.vocab
+        total, n = 0.0, 0
+        for batch in batch_iterator(self.valid_pairs, 64, None, None, shuffle=False,
+                                    pad_id=v.pad_id, bos_id=v.bos_id, eos_id=v.eos_id, xp=self.xp):
+            logits = model.forward(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+            total += self.criterion.forward(logits, batch.tgt_out) * batch.n_tokens
+            n += batch.n_tokens
+        pairs = self.valid_pairs[: self.settings.valid_decode]
+        hyps = decode_id_lists(model, v, [s for s, _ in pairs])
+        acc = sum(h == t for h, (_, t) in zip(hyps, pairs)) / max(1, len(pairs))
+        model.train()
+        return {"valid_loss": total / max(1, n), "valid_exact_match": acc}
+
+    # -- the loop ---------------------------------------------------------------------
+    def run(self, progress: bool = True) -> list[dict]:
+        from tqdm.auto import tqdm  # noqa: PLC0415
+
+        s = self.settings
+        log_path = os.path.join(self.out_dir, "metrics.jsonl") if self.out_dir else None
+        if self.out_dir:
+            os.makedirs(self.out_dir, exist_ok=True)
+        history: list[dict] = []
+        bar = tqdm(total=s.steps, initial=self.step, disable=not progress, desc="train", unit="step",
+                   dynamic_ncols=True)
+        tokens, t0, losses = 0, time.perf_counter(), []
+        batches = self.batches()
+        while self.step < s.steps:
+            batch = next(batches)
+            losses.append(self.train_step(batch))
+            tokens += batch.n_tokens + int((batch.src != self.vocab.pad_id).sum())
+            bar.update(1)
+            record = None
+            if self.step % s.log_every == 0 or self.step == s.steps:
+                elapsed = time.perf_counter() - t0
+                record = {"step": self.step, "loss": float(numpy.mean(losses)), "lr": self.optimizer.last_lr,
+                          "tokens_per_s": tokens / max(elapsed, 1e-9), "grad_norm": self.optimizer.last_grad_norm}
+                bar.set_postfix(loss=f"{record['loss']:.3f}", tok_s=f"{record['tokens_per_s']:.0f}",
+                                lr=f"{record['lr']:.2e}")
+                tokens, t0, losses = 0, time.perf_counter(), []
+            if self.valid_pairs and (self.step % s.valid_every == 0 or self.step == s.steps):
+                record = (record or {"step": self.step}) | self.validate()
+                bar.write(f"step {self.step}: valid loss {record['valid_loss']:.4f}, "
+                          f"exact match {100 * record['valid_exact_match']:.1f}%")
+            if record is not None:
+                history.append(record)
+                if log_path:
+                    with open(log_path, "a", encoding="utf-8") as f:
+                        f.write(json.dumps(record) + "\n")
+            if self.out_dir and s.checkpoint_every and self.step % s.checkpoint_every == 0:
+                self.save(os.path.join(self.out_dir, "checkpoint.npz"))
+        bar.close()
+        if self.out_dir:
+            self.save(os.path.join(self.out_dir, "checkpoint.npz"))
+            if log_path and os.path.exists(log_path):
+                from .plot import plot_loss_curve  # noqa: PLC0415
+                plot_loss_curve(log_path, os.path.join(self.out_dir, "loss.png"))
+        return history
+
+
+# -- decoding helpers used by training and the command line ----------------------------
+
+
+def decode_id_lists(model, vocab: Vocab, sources: list[list[int]], beam_size: int = 1, batch_size: int = 100,
+                    alpha: float = 0.6) -> list[list[int]]:
+    """Decode source id lists in batches with greedy (beam_size 1) or beam search (§6.1)."""
+    from .data.batching import make_source_batch  # noqa: PLC0415
+    from .decoding import beam_search, greedy_decode  # noqa: PLC0415
+
+    xp = backend.get_array_module(model.E.data)
+    out: list[list[int]] = []
+    for i in range(0, len(sources), batch_size):
+        src, _ = make_source_batch(sources[i: i + batch_size], vocab.pad_id, xp)
+        if beam_size == 1:
+            out.extend(greedy_decode(model, src, vocab.bos_id, vocab.eos_id))
+        else:
+            out.extend(beam_search(model, src, vocab.bos_id, vocab.eos_id, beam_size=beam_size, alpha=alpha))
+    return out
+
+
+def decode_ids(model, vocab: Vocab, sources: list[list[str]], beam_size: int = 1, batch_size: int = 100,
+               alpha: float = 0.6) -> list[list[str]]:
+    """Translate token lists; returns token lists (specials stripped)."""
+    ids = decode_id_lists(model, vocab, [vocab.encode(s) for s in sources], beam_size, batch_size, alpha)
+    return [vocab.decode(seq) for seq in ids]
+
+
+def build_model(task: TaskData, preset: str = "copy", seed: int = 0, **overrides) -> Transformer:
+    if preset not in PRESETS:
+        raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+    cfg = PRESETS[preset].with_(vocab_size=len(task.vocab), pad_id=task.vocab.pad_id, **overrides)
+    longest = max(max(len(s), len(t) + 1) for s, t in task.train + task.valid + task.test)
+    if cfg.max_len < longest + 51:   # room for decoding input length + 50 (§6.1)
+        cfg = cfg.with_(max_len=longest + 51)
+    return Transformer(cfg, seed=seed)
+
+
+def write_json(path: str, obj) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+
+
+__all__ = ["NonFiniteLossError", "TaskData", "Recipe", "RECIPES", "TrainSettings", "Trainer", "load_task",
+           "encode_pairs", "decode_ids", "build_model", "task_names", "load_checkpoint", "detokenize"]
