@@ -126,14 +126,14 @@ def scatter_add(table, rows, values) -> None:
     ``table[rows] += values`` would keep only the last of repeated rows.
     """
     xp = get_array_module(table)
+    if rows.size == 0:
+        return
     if xp is numpy:
         # np.add.at is correct but slow; a sort + reduceat groups repeated rows
         # and sums each group in one vectorized pass.
         order = numpy.argsort(rows, kind="stable")
         sorted_rows = rows[order]
         starts = numpy.flatnonzero(numpy.r_[True, sorted_rows[1:] != sorted_rows[:-1]])
-        if starts.size == 0:
-            return
         sums = numpy.add.reduceat(values[order], starts, axis=0)
         table[sorted_rows[starts]] += sums
     else:  # pragma: no cover - needs a GPU

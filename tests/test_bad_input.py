@@ -1,0 +1,248 @@
+"""Bad inputs fail at once, with a message that names the problem.
+
+A wrong shape must not surface as a broadcasting traceback deep inside a matrix
+product (or, worse, broadcast silently into a wrong answer).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+from minitransformer.errors import ShapeError, TokenIdError
+from minitransformer.layers.attention import MultiHeadAttention
+from minitransformer.layers.dropout import Dropout
+from minitransformer.layers.embedding import Embedding, TiedOutputProjection
+from minitransformer.layers.feedforward import FeedForward
+from minitransformer.layers.layernorm import LayerNorm
+from minitransformer.layers.linear import Linear
+from minitransformer.layers.loss import LabelSmoothedCrossEntropy
+from minitransformer.layers.positional import PositionalEncoding
+from minitransformer.layers.residual import Residual
+
+D = 8
+
+
+def esc(s: str) -> str:
+    return re.escape(s)
+
+
+@pytest.fixture
+def x(rng):
+    return rng.standard_normal((2, 3, D)).astype(np.float32)
+
+
+# ---------------------------------------------------------------------------
+# Shapes: expected and actual both named
+# ---------------------------------------------------------------------------
+
+def test_linear_wrong_last_dim(rng):
+    lin = Linear(D, 4, rng, name="proj")
+    with pytest.raises(ShapeError, match=esc("'proj'") + ".*" + esc("d_in=8") + ".*" + esc("got (2, 3, 5)")):
+        lin.forward(np.zeros((2, 3, 5), np.float32))
+
+
+def test_shape_error_is_a_value_error():
+    assert issubclass(ShapeError, ValueError) and issubclass(TokenIdError, ValueError)
+
+
+def test_mha_query_wrong_d_model(rng):
+    mha = MultiHeadAttention(D, 2, rng)
+    with pytest.raises(ShapeError, match=r"query input.*d_model=8.*got \(2, 3, 6\)"):
+        mha.forward(np.zeros((2, 3, 6), np.float32))
+    with pytest.raises(ShapeError, match=r"query input must have shape \(B, S_q, d_model\), got \(3, 8\)"):
+        mha.forward(np.zeros((3, D), np.float32))
+
+
+def test_mha_memory_wrong_batch_or_width(rng, x):
+    mha = MultiHeadAttention(D, 2, rng)
+    with pytest.raises(ShapeError, match=esc("(B=2, S_k, d_model=8)") + ".*" + esc("got (3, 4, 8)")):
+        mha.forward(x, np.zeros((3, 4, D), np.float32))
+    with pytest.raises(ShapeError, match=r"memory.*d_model=8.*got \(2, 4, 7\)"):
+        mha.forward(x, np.zeros((2, 4, 7), np.float32))
+
+
+def test_layernorm_wrong_shape(x):
+    with pytest.raises(ShapeError, match=r"LayerNorm.*d_model=6.*got \(2, 3, 8\)"):
+        LayerNorm(6).forward(x)
+
+
+def test_feedforward_wrong_shape(rng, x):
+    with pytest.raises(ShapeError, match=r"FeedForward.*d_model=4.*got \(2, 3, 8\)"):
+        FeedForward(4, 16, rng).forward(x)
+
+
+def test_tied_projection_wrong_shape(rng):
+    proj = TiedOutputProjection(Embedding(10, 6, rng).E)
+    with pytest.raises(ShapeError, match=r"TiedOutputProjection.*d_model=6.*got \(2, 3, 8\)"):
+        proj.forward(np.zeros((2, 3, 8), np.float32))
+
+
+def test_tied_weight_of_wrong_shape(rng):
+    E = Embedding(10, 6, rng).E
+    with pytest.raises(ValueError, match=esc("(10, 8)") + ".*" + esc("got (10, 6)")):
+        Embedding(10, 8, weight=E)
+
+
+def test_positional_longer_than_max_len(x):
+    pe = PositionalEncoding(D, max_len=2)
+    with pytest.raises(ShapeError, match=r"up to 3 exceed max_len=2"):
+        pe.forward(x)
+    pe5 = PositionalEncoding(D, max_len=5)
+    with pytest.raises(ShapeError, match=r"up to 6 exceed max_len=5"):
+        pe5.forward(x, offset=3)
+    with pytest.raises(ShapeError, match=r"PositionalEncoding.*got \(3, 8\)"):
+        pe5.forward(np.zeros((3, D), np.float32))
+
+
+def test_dropout_mask_wrong_shape(x):
+    with pytest.raises(ShapeError, match=esc("(2, 3, 8)") + ".*" + esc("got (2, 3)")):
+        Dropout(0.1).forward(x, mask=np.ones((2, 3), np.float32))
+
+
+def test_dropout_bad_rate_and_missing_rng(x):
+    with pytest.raises(ValueError, match=r"P_drop.*\[0, 1\).*1\.0"):
+        Dropout(1.0)
+    with pytest.raises(RuntimeError, match="no rng"):
+        Dropout(0.1).forward(x)
+
+
+def test_loss_logits_targets_mismatch():
+    lossf = LabelSmoothedCrossEntropy(pad_id=0)
+    with pytest.raises(ShapeError, match=esc("(2, 3, 5)") + ".*" + esc("(2, 4)")):
+        lossf.forward(np.zeros((2, 3, 5)), np.ones((2, 4), np.int64))
+    with pytest.raises(ShapeError, match=esc("(6, 5)")):
+        lossf.forward(np.zeros((6, 5)), np.ones((6,), np.int64))
+
+
+def test_loss_bad_targets():
+    lossf = LabelSmoothedCrossEntropy(pad_id=0)
+    with pytest.raises(TokenIdError, match=r"token id 5 .*size 5"):
+        lossf.forward(np.zeros((1, 2, 5)), np.array([[1, 5]]))
+    with pytest.raises(ValueError, match=r"ε_ls.*1\.0"):
+        LabelSmoothedCrossEntropy(pad_id=0, eps_ls=1.0)
+
+
+# ---------------------------------------------------------------------------
+# Heads, token ids, masks
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("d_model, h", [(10, 3), (8, 0), (8, 3)])
+def test_d_model_not_divisible_by_h(rng, d_model, h):
+    with pytest.raises(ValueError, match=rf"d_model={d_model}.*divisible.*h={h}"):
+        MultiHeadAttention(d_model, h, rng)
+
+
+@pytest.mark.parametrize("bad", [-1, 10, 12])
+def test_token_id_outside_vocab(rng, bad):
+    emb = Embedding(10, D, rng, name="src")
+    ids = np.array([[1, 2, bad]])
+    with pytest.raises(TokenIdError, match=rf"'src'.*token id {bad} is outside the vocabulary of size 10"):
+        emb.forward(ids)
+
+
+def test_float_token_ids(rng):
+    with pytest.raises(TokenIdError, match=r"integer.*float64"):
+        Embedding(10, D, rng).forward(np.array([[1.0, 2.0]]))
+
+
+def test_token_ids_at_the_edges_are_fine(rng):
+    out = Embedding(10, D, rng).forward(np.array([[0, 9]], dtype=np.uint8))
+    assert out.shape == (1, 2, D)
+
+
+@pytest.mark.parametrize("shape", [(2, 1, 3, 4), (2, 3), (3, 1, 1, 3), (2, 1, 1, 3, 1)])
+def test_mask_wrong_shape(rng, x, shape):
+    mha = MultiHeadAttention(D, 2, rng)
+    with pytest.raises(ShapeError, match=esc(f"mask of shape {shape}") + ".*" + esc("(2, 2, 3, 3)")):
+        mha.forward(x, mask=np.ones(shape, bool))
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.float32, np.uint8])
+def test_mask_wrong_dtype(rng, x, dtype):
+    mha = MultiHeadAttention(D, 2, rng)
+    with pytest.raises(TypeError, match=rf"mask must be a boolean array.*{np.dtype(dtype).name}"):
+        mha.forward(x, mask=np.ones((2, 1, 1, 3), dtype))
+
+
+def test_good_masks_are_accepted(rng, x):
+    mha = MultiHeadAttention(D, 2, rng)
+    for shape in [(2, 1, 1, 3), (1, 1, 3, 3), (2, 2, 3, 3), (2, 1, 3, 3)]:
+        assert mha.forward(x, mask=np.ones(shape, bool)).shape == x.shape
+
+
+# ---------------------------------------------------------------------------
+# backward before forward, and twice for one forward
+# ---------------------------------------------------------------------------
+
+def _cases(rng):
+    """(class name, forward(), backward()) for every Layer class."""
+    x = rng.standard_normal((2, 3, D)).astype(np.float32)
+    dy = np.ones_like(x)
+    lin, mha, ffn = Linear(D, D, rng), MultiHeadAttention(D, 2, rng), FeedForward(D, 16, rng)
+    emb = Embedding(10, D, rng)
+    proj = TiedOutputProjection(emb.E)
+    ln, pe, drop = LayerNorm(D), PositionalEncoding(D, 10), Dropout(0.5, np.random.default_rng(0))
+    res = Residual(D, 0.1, np.random.default_rng(0))
+    ids = np.array([[1, 2, 3], [4, 5, 6]])
+    return [
+        ("Linear", lambda: lin.forward(x), lambda: lin.backward(dy)),
+        ("MultiHeadAttention", lambda: mha.forward(x), lambda: mha.backward(dy)),
+        ("FeedForward", lambda: ffn.forward(x), lambda: ffn.backward(dy)),
+        ("Embedding", lambda: emb.forward(ids), lambda: emb.backward(dy)),
+        ("TiedOutputProjection", lambda: proj.forward(x), lambda: proj.backward(np.ones((2, 3, 10), np.float32))),
+        ("LayerNorm", lambda: ln.forward(x), lambda: ln.backward(dy)),
+        ("PositionalEncoding", lambda: pe.forward(x), lambda: pe.backward(dy)),
+        ("Dropout", lambda: drop.forward(x), lambda: drop.backward(dy)),
+        ("Residual", lambda: res.forward(x, ffn.forward), lambda: res.backward(dy, ffn.backward)),
+    ]
+
+
+CLASSES = ["Linear", "MultiHeadAttention", "FeedForward", "Embedding", "TiedOutputProjection",
+           "LayerNorm", "PositionalEncoding", "Dropout", "Residual"]
+
+
+@pytest.mark.parametrize("index", range(len(CLASSES)), ids=CLASSES)
+def test_backward_before_forward(rng, index):
+    name, _, backward = _cases(rng)[index]
+    with pytest.raises(RuntimeError, match=rf"^{name}\.backward called before forward"):
+        backward()
+
+
+@pytest.mark.parametrize("index", range(len(CLASSES)), ids=CLASSES)
+def test_backward_twice(rng, index):
+    name, forward, backward = _cases(rng)[index]
+    forward()
+    backward()                                     # the first backward is fine
+    with pytest.raises(RuntimeError, match=rf"^{name}\.backward called before forward \(or twice"):
+        backward()
+    forward()                                      # a new forward makes backward legal again
+    backward()
+
+
+def test_dropout_eval_backward_twice(rng):
+    drop = Dropout(0.5, np.random.default_rng(0)).eval()
+    x = np.ones((2, 2), np.float32)
+    drop.forward(x)
+    drop.backward(x)
+    with pytest.raises(RuntimeError, match="Dropout.backward"):
+        drop.backward(x)
+
+
+def test_loss_backward_before_forward_and_twice():
+    lossf = LabelSmoothedCrossEntropy(pad_id=0)
+    with pytest.raises(RuntimeError, match="LabelSmoothedCrossEntropy.backward called before forward"):
+        lossf.backward()
+    lossf.forward(np.zeros((1, 2, 4)), np.array([[1, 2]]))
+    lossf.backward()
+    with pytest.raises(RuntimeError, match="LabelSmoothedCrossEntropy.backward"):
+        lossf.backward()
+
+
+def test_backward_with_wrong_gradient_shape(rng, x):
+    lin = Linear(D, 4, rng, name="out")
+    lin.forward(x)
+    with pytest.raises(ShapeError, match=r"'out'.backward.*d_out=4.*got \(2, 3, 8\)"):
+        lin.backward(x)

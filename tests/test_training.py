@@ -1,0 +1,123 @@
+"""The training loop: exact resume, non-finite loss, checkpoints, a short copy run."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from minitransformer import backend
+from minitransformer.checkpoint import load_checkpoint, save_checkpoint
+from minitransformer.train import (NonFiniteLossError, Trainer, TrainSettings, build_model, decode_ids,
+                                   encode_pairs, load_task)
+
+
+def small_trainer(tmp_path, steps, seed=0, **settings):
+    task = load_task("copy", seed=seed)
+    model = build_model(task, "tiny", seed=seed, P_drop=0.1)     # dropout on: its rng state must resume too
+    s = TrainSettings(steps=steps, batch_size=16, warmup_steps=20, lr_factor=1.0, seed=seed,
+                      valid_every=10**9, log_every=5, **settings)
+    train = encode_pairs(task.vocab, task.train[:400])
+    return task, Trainer(model, task.vocab, train, [], s, str(tmp_path))
+
+
+def test_resume_is_bit_identical(tmp_path):
+    # Uninterrupted: 12 steps.
+    _, full = small_trainer(tmp_path / "full", 12)
+    full.run(progress=False)
+    # Interrupted: 7 steps, checkpoint, then a *fresh process state* resumes to 12.
+    _, first = small_trainer(tmp_path / "part", 7)
+    first.run(progress=False)
+    ckpt = load_checkpoint(str(tmp_path / "part" / "checkpoint.npz"))
+    task = load_task("copy")
+    resumed = Trainer(ckpt.model, ckpt.vocab, encode_pairs(task.vocab, task.train[:400]), [],
+                      TrainSettings(**{**first.settings.__dict__, "steps": 12}), str(tmp_path / "part"))
+    resumed.restore(ckpt)
+    assert resumed.step == 7
+    resumed.run(progress=False)
+    for (name, p), (_, q) in zip(full.model.named_parameters(), resumed.model.named_parameters()):
+        assert np.array_equal(p.data, q.data), f"parameter {name} differs after resume"
+    for i, (m1, m2) in enumerate(zip(full.optimizer.m, resumed.optimizer.m)):
+        assert np.array_equal(m1, m2), f"Adam m.{i} differs after resume"
+    assert full.optimizer.step_count == resumed.optimizer.step_count == 12
+
+
+def test_resume_differs_without_rng_state(tmp_path):
+    """The resume test can fail: dropping the dropout generator's state changes the result."""
+    _, full = small_trainer(tmp_path / "full", 8)
+    full.run(progress=False)
+    _, first = small_trainer(tmp_path / "part", 4)
+    first.run(progress=False)
+    ckpt = load_checkpoint(str(tmp_path / "part" / "checkpoint.npz"))
+    ckpt.model.reseed_dropout(123)                                   # lose the saved state
+    task = load_task("copy")
+    resumed = Trainer(ckpt.model, ckpt.vocab, encode_pairs(task.vocab, task.train[:400]), [],
+                      TrainSettings(**{**first.settings.__dict__, "steps": 8}))
+    resumed.restore(ckpt)
+    resumed.run(progress=False)
+    assert not all(np.array_equal(p.data, q.data)
+                   for p, q in zip(full.model.parameters(), resumed.model.parameters()))
+
+
+def test_non_finite_loss_stops_with_the_step(tmp_path):
+    _, tr = small_trainer(tmp_path, 5)
+    tr.run(progress=False)
+    tr.settings.steps = 10
+    tr.model.E.data[...] = np.nan
+    with pytest.raises(NonFiniteLossError, match=r"at step 6"):
+        tr.run(progress=False)
+
+
+def test_metrics_log_and_loss_curve(tmp_path):
+    _, tr = small_trainer(tmp_path, 10)
+    tr.run(progress=False)
+    records = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [5, 10]
+    assert all(math.isfinite(r["loss"]) and r["tokens_per_s"] > 0 and r["lr"] > 0 for r in records)
+    png = (tmp_path / "loss.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_checkpoint_round_trip_and_atomic_write(tmp_path):
+    task = load_task("copy")
+    model = build_model(task, "tiny")
+    path = tmp_path / "ck.npz"
+    save_checkpoint(str(path), model, task.vocab, step=3, extra={"note": "x"})
+    first = path.read_bytes()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")], "temporary file left behind"
+    ck = load_checkpoint(str(path))
+    assert ck.step == 3 and ck.extra == {"note": "x"} and ck.vocab == task.vocab
+    for (n, p), (_, q) in zip(model.named_parameters(), ck.model.named_parameters()):
+        assert np.array_equal(p.data, q.data), n
+    # A failing save must leave the previous checkpoint intact.
+    class Boom:
+        def state_dict(self):
+            raise RuntimeError("disk full")
+        step_count = 0
+    with pytest.raises(RuntimeError):
+        save_checkpoint(str(path), model, task.vocab, optimizer=Boom(), step=4)
+    assert path.read_bytes() == first
+
+
+def test_bad_checkpoint_paths(tmp_path):
+    with pytest.raises(FileNotFoundError, match="checkpoint not found"):
+        load_checkpoint(str(tmp_path / "missing.npz"))
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(ValueError, match="junk.npz"):
+        load_checkpoint(str(tmp_path / "junk.npz"))
+
+
+@pytest.mark.slow
+def test_short_copy_run_learns(tmp_path):
+    """A fixed-seed copy run: the loss falls below a threshold and held-out accuracy ≥ 95%."""
+    task = load_task("copy", seed=0)
+    model = build_model(task, "copy", seed=0)
+    s = TrainSettings(steps=500, batch_size=64, warmup_steps=200, lr_factor=2.0, seed=0,
+                      valid_every=10**9, log_every=50)
+    tr = Trainer(model, task.vocab, encode_pairs(task.vocab, task.train), [], s)
+    history = tr.run(progress=False)
+    assert history[-1]["loss"] < 0.05, history[-1]
+    test = task.test[:300]
+    hyps = decode_ids(model.eval(), task.vocab, [s for s, _ in test])
+    acc = np.mean([h == t for h, (_, t) in zip(hyps, test)])
+    assert acc >= 0.95, f"exact match {acc:.3f}"
