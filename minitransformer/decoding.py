@@ -1,0 +1,457 @@
+"""Inference: greedy decoding and beam search (§6.1), with a key/value cache.
+
+The decoder is auto-regressive (§3.1): output token t is predicted from the
+source and the tokens 0..t-1 already produced. Decoding therefore runs one
+position at a time, and two ways of computing each step are given here:
+
+* ``decode_step_uncached`` re-runs the whole decoder on the prefix, with a
+  causal mask: simple and obviously right, but step t costs O(t) positions
+  through every layer, so a sentence of T tokens costs O(T^2) layer work
+  (and O(T^3) attention work).
+* ``decode_step_cached`` runs only the new position. Its keys and values are
+  written into a :class:`KVCache`; the query attends to the cached keys of
+  positions 0..t. Step t costs the work of one position plus O(t) attention,
+  so the whole sentence is O(T) layer work. The two give the same numbers up
+  to floating-point rounding (the tests check this).
+
+Greedy decoding takes the most probable token at every step. Beam search
+(§6.1: "beam search with a beam size of 4 and length penalty α = 0.6") keeps
+the k best partial hypotheses instead, and ranks finished ones with the
+length penalty of Wu et al. (2016, "Google's Neural Machine Translation
+System", Eq. 14):
+
+    lp(Y) = ((5 + |Y|) / 6) ** α,        score(Y) = log P(Y | X) / lp(Y)
+
+where |Y| counts the generated tokens, <eos> included. The maximum output
+length is the input length + 50 (§6.1), capped by the positional-encoding
+table (``model.cfg.max_len``); decoding stops early once it can.
+
+Everything is batched over sentences: B sentences (B·k hypotheses for beam
+search) advance together, one Python iteration per output position. The
+array module comes from the model's parameters, so the same code runs on
+NumPy and on CuPy.
+
+Conventions: token ids in and out are plain ints; returned sequences hold the
+generated tokens *without* <bos> and *without* <eos>. The pad id and the bos
+id are never chosen as output tokens (they are not words of a sentence; a
+pad in the decoder input would also be ambiguous), but their probability is
+left in the distribution: scores are true log-probabilities of the model.
+Pass ``eos_id=None`` to never stop at <eos> (every sentence then runs to its
+maximum length; the benchmark uses this to force a length).
+
+The model is put in evaluation mode (dropout off) for the duration of every
+function here, and each layer's previous mode is restored afterwards. Do not
+decode between a training forward and its backward: decoding overwrites the
+layers' forward caches.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from . import backend
+from .data.batching import causal_mask, padding_mask
+from .errors import ShapeError
+from .layers.loss import log_softmax
+
+NEG_INF = float("-inf")
+
+# §6.1: "We set the maximum output length during inference to input length + 50".
+EXTRA_OUTPUT_LEN = 50
+
+
+# -- small helpers -------------------------------------------------------------------------
+
+@contextmanager
+def eval_mode(model):
+    """Dropout off inside the block; every layer's own previous mode restored after."""
+    modes = [(layer, layer.training) for layer in model.modules()]
+    model.eval()
+    try:
+        yield model
+    finally:
+        for layer, mode in modes:
+            layer.training = mode
+
+
+def _xp(model):
+    """numpy or cupy: wherever the model's parameters live."""
+    return backend.get_array_module(model.E.data)
+
+
+def _as_ids(model, src):
+    """src as an integer (B, S) array on the model's device."""
+    xp = _xp(model)
+    src = backend.to_backend(src, xp)
+    if getattr(src, "ndim", None) != 2:
+        raise ShapeError(f"decoding: src must be token ids of shape (B, S), got {tuple(getattr(src, 'shape', ()))}")
+    if src.dtype.kind not in ("i", "u"):
+        raise TypeError(f"decoding: src must be an integer array, got dtype {src.dtype}")
+    return src
+
+
+def _length_limits(model, src, max_len):
+    """Per sentence, the most tokens to generate (<eos> included): host list of B ints.
+
+    Default: the sentence's own (unpadded) length + 50 (§6.1), so padding in a
+    batch does not change a sentence's result. Always capped by cfg.max_len,
+    the number of decoder positions the positional encoding covers.
+    """
+    cap = model.cfg.max_len
+    if max_len is not None:
+        if max_len < 1:
+            raise ValueError(f"decoding: max_len must be ≥ 1, got {max_len}")
+        return [min(int(max_len), cap)] * int(src.shape[0])
+    lengths = backend.to_numpy((src != model.cfg.pad_id).sum(axis=1)).tolist()
+    return [min(int(n) + EXTRA_OUTPUT_LEN, cap) for n in lengths]
+
+
+def _banned_ids(model, bos_id, eos_id):
+    """Ids never chosen as an output token: pad and bos (unless one is also eos)."""
+    return sorted({model.cfg.pad_id, bos_id} - {eos_id})
+
+
+def length_penalty(length, alpha: float):
+    """Wu et al. (2016), Eq. 14: lp(Y) = ((5 + |Y|) / 6) ** α. Works on ints or arrays."""
+    return ((5.0 + length) / 6.0) ** alpha
+
+
+def _topk(scores, k: int):
+    """The k largest entries of each row of ``scores`` (R, C), best first.
+
+    Found by k argmax passes, so ties go to the lowest index exactly as in
+    greedy's argmax (which is what makes beam size 1 identical to greedy).
+    Beam scores are accumulated in float64: adding a hypothesis' log P to two
+    different float32 log-probabilities then never rounds them to a tie.
+    Returns (indices (R, k), values (R, k)). ``scores`` is overwritten.
+    """
+    xp = backend.get_array_module(scores)
+    R = scores.shape[0]
+    rows = xp.arange(R)
+    idx = xp.empty((R, k), dtype=xp.int64)
+    val = xp.empty((R, k), dtype=scores.dtype)
+    for j in range(k):                       # a loop over beam slots, not over sentences
+        best = scores.argmax(axis=1)
+        idx[:, j] = best
+        val[:, j] = scores[rows, best]
+        scores[rows, best] = NEG_INF
+    return idx, val
+
+
+# -- the key/value cache ---------------------------------------------------------------------
+
+class KVCache:
+    """Keys and values kept between decoding steps, for every decoder layer.
+
+    self_kv[i]  = [K, V], each (B, h, T_max, d_k): layer i's self-attention
+                  keys/values, position t written at step t (preallocated, so a
+                  step never reallocates; only positions < ``length`` are valid).
+    cross_kv[i] = (K, V), each (B, h, S, d_k): layer i's encoder-decoder keys/
+                  values, i.e. ``cross_attn.project_kv(memory)``. The memory
+                  never changes while a sentence is decoded, so it is projected
+                  once per sentence instead of once per step.
+
+    With the cache, step t runs only the new position through the layers; its
+    query attends to the t+1 cached keys. Each new token therefore costs work
+    proportional to the current length t (the attention) plus a constant (the
+    projections and the FFN), instead of re-running all t+1 positions.
+    Memory: 2·N·B·h·T_max·d_k numbers for the self-attention buffers.
+    """
+
+    def __init__(self, model, memory, T_max: int):
+        """memory: (B, S, d_model) encoder output; T_max: decoder positions to allow."""
+        cfg = model.cfg
+        xp = backend.get_array_module(memory)
+        B = memory.shape[0]
+        if T_max < 1 or T_max > cfg.max_len:
+            raise ValueError(f"KVCache: T_max must be in 1..cfg.max_len={cfg.max_len}, got {T_max}")
+        self.T_max = int(T_max)
+        self.length = 0                       # positions 0..length-1 are filled
+        shape = (B, cfg.h, self.T_max, cfg.d_k)
+        self.self_kv = [[xp.empty(shape, dtype=memory.dtype), xp.empty(shape, dtype=memory.dtype)]
+                        for _ in model.decoder.layers]
+        with eval_mode(model):
+            self.cross_kv = [layer.cross_attn.project_kv(memory) for layer in model.decoder.layers]
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.self_kv[0][0].shape[0])
+
+    def reorder(self, index, cross: bool = True) -> None:
+        """Keep row ``index[r]`` as the new row r, for every buffer (beam search).
+
+        index: (R,) ints into the current batch axis; R may differ from B (to
+        copy each sentence k times, say). Only the filled positions are copied,
+        so this costs O(length), like a step. ``cross=False`` leaves the
+        encoder-decoder keys/values alone: correct whenever every index[r]
+        has the same source sentence as row r (beam search reordering within
+        a sentence's beam), and it saves copying them.
+        """
+        xp = backend.get_array_module(self.self_kv[0][0])
+        index = backend.to_backend(index, xp)
+        L = self.length
+        if int(index.shape[0]) == self.batch_size:
+            for kv in self.self_kv:
+                for buf in kv:
+                    buf[:, :, :L] = buf[index, :, :L]      # right side is a copy: safe in place
+        else:
+            for kv in self.self_kv:
+                for j, buf in enumerate(kv):
+                    new = xp.empty((int(index.shape[0]),) + buf.shape[1:], dtype=buf.dtype)
+                    new[:, :, :L] = buf[index, :, :L]
+                    kv[j] = new
+            cross = True                                   # the batch size changed: must follow
+        if cross:
+            self.cross_kv = [(K[index], V[index]) for K, V in self.cross_kv]
+
+
+# -- one step ----------------------------------------------------------------------------------
+
+def encode_source(model, src, src_mask=None):
+    """src: (B, S) ids -> memory (B, S, d_model). src_mask defaults to the padding mask."""
+    src = _as_ids(model, src)
+    if src_mask is None:
+        src_mask = padding_mask(src, model.cfg.pad_id)
+    with eval_mode(model):
+        return model.encode(src, src_mask)
+
+
+def _log_probs(model, y):
+    """Decoder output y: (B, d_model) -> log-probabilities (B, V) via the tied projection.
+
+    The B rows go in as one (1, B, d_model) matrix: NumPy runs a (B, 1, d) @ (d, V)
+    product as B separate vector products, several times slower for a large V.
+    """
+    return log_softmax(model.generator.forward(y[None])[0])
+
+
+def _step_cached(model, y_t, t, src_mask, cache):
+    if t != cache.length:
+        raise ValueError(f"decode_step_cached: positions must be fed in order; expected t={cache.length}, got {t}")
+    if t >= cache.T_max:
+        raise ValueError(f"decode_step_cached: t={t} is past the cache's T_max={cache.T_max}")
+    # Embedding · sqrt(d_model) + PE of position t (§3.4, §3.5).
+    y = model.tgt_dropout.forward(model.tgt_pos.forward(model.tgt_embed.forward(y_t), offset=t))
+    for layer, self_kv, cross_kv in zip(model.decoder.layers, cache.self_kv, cache.cross_kv):
+        y = layer.forward_step(y, cross_kv, src_mask, self_kv, t)
+    if model.decoder.final_norm is not None:
+        y = model.decoder.final_norm.forward(y)
+    cache.length = t + 1
+    return _log_probs(model, y[:, 0])
+
+
+def decode_step_cached(model, y_t_ids, t: int, memory, src_mask, cache: KVCache):
+    """One decoder position for every row, using and extending ``cache``.
+
+    y_t_ids: (B, 1) ids of the decoder input at position t (<bos> at t = 0);
+    memory: (B, S, d_model) or None: not read, its projections are in the cache
+    (kept as an argument so the cached and uncached steps look alike);
+    src_mask: (B, 1, 1, S); cache: filled for positions 0..t-1.
+    Returns log-probabilities (B, V) of the token at output position t.
+    """
+    if memory is not None and memory.shape[0] != cache.batch_size:
+        raise ShapeError(f"decode_step_cached: memory has {memory.shape[0]} rows, the cache {cache.batch_size}")
+    with eval_mode(model):
+        return _step_cached(model, y_t_ids, t, src_mask, cache)
+
+
+def _step_uncached(model, prefix, memory, src_mask):
+    xp = backend.get_array_module(memory)
+    out = model.decode(prefix, memory, src_mask, causal_mask(prefix.shape[1], xp))   # (B, t+1, d_model)
+    return _log_probs(model, out[:, -1])
+
+
+def decode_step_uncached(model, prefix_ids, memory, src_mask):
+    """The reference without a cache: re-run the decoder on the whole prefix.
+
+    prefix_ids: (B, t+1) ids (<bos> first); memory: (B, S, d_model);
+    src_mask: (B, 1, 1, S). Uses a causal mask only (every prefix token is real).
+    Returns log-probabilities (B, V) of the token after the prefix.
+    """
+    with eval_mode(model):
+        return _step_uncached(model, prefix_ids, memory, src_mask)
+
+
+# -- greedy decoding ---------------------------------------------------------------------------
+
+def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | None = None,
+                  use_cache: bool = True) -> list[list[int]]:
+    """Most probable token at every step, for B sentences at once.
+
+    src: (B, S) ids padded with cfg.pad_id. max_len: the most tokens to
+    generate per sentence, <eos> included (default: that sentence's length + 50,
+    §6.1); always capped by cfg.max_len. eos_id=None: never stop early.
+    Returns B lists of output ids, without <bos> and <eos>. A sentence that has
+    finished keeps being computed (the batch stays rectangular) but its tokens
+    are ignored; the loop ends once every sentence has finished.
+    """
+    src = _as_ids(model, src)
+    xp = _xp(model)
+    B = int(src.shape[0])
+    limits = _length_limits(model, src, max_len)
+    T = max(limits)
+    src_mask = padding_mask(src, model.cfg.pad_id)
+    banned = _banned_ids(model, bos_id, eos_id)
+    pad = model.cfg.pad_id
+    with eval_mode(model):
+        memory = model.encode(src, src_mask)
+        cache = KVCache(model, memory, T) if use_cache else None
+        tokens = xp.full((B, T + 1), pad, dtype=xp.int64)        # decoder inputs: <bos>, y_0, y_1, ...
+        tokens[:, 0] = bos_id
+        limit = xp.asarray(limits)
+        out_len = xp.asarray(limits)                             # returned length, if no <eos> comes
+        done = xp.zeros(B, dtype=bool)
+        for t in range(T):
+            if use_cache:
+                logp = _step_cached(model, tokens[:, t: t + 1], t, src_mask, cache)
+            else:
+                logp = _step_uncached(model, tokens[:, : t + 1], memory, src_mask)
+            logp[:, banned] = NEG_INF
+            y = logp.argmax(axis=1)                              # (B,)
+            y = xp.where(done, pad, y)                           # finished sentences emit pad
+            tokens[:, t + 1] = y
+            if eos_id is not None:
+                hit = (y == eos_id) & ~done
+                out_len = xp.where(hit, t, out_len)              # tokens before <eos>
+                done |= hit
+            done |= limit <= t + 1                               # reached its maximum length
+            if bool(done.all()):
+                break
+    tokens, out_len = backend.to_numpy(tokens), backend.to_numpy(out_len)
+    return [tokens[b, 1: 1 + int(out_len[b])].tolist() for b in range(B)]
+
+
+# -- beam search -------------------------------------------------------------------------------
+
+def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4, alpha: float = 0.6,
+                max_len: int | None = None, use_cache: bool = True, return_scores: bool = False,
+                n_best: int | None = None):
+    """Beam search with the length penalty of Wu et al. (2016), as in §6.1.
+
+    src: (B, S) ids padded with cfg.pad_id. The B sentences are searched
+    together: their B·k hypotheses are the rows of one batch (row b·k + j is
+    slot j of sentence b), and the cache is reordered after every step.
+
+    At step t every live hypothesis (length t) is extended by every token; of
+    these candidates the k most probable (all have length t+1, so log P ranks
+    them as the penalized score would) form the new beam. Candidates ending in
+    <eos> leave the beam for the sentence's *finished* set, scored
+    log P / lp(t+1); they are never extended again, and the next step extends
+    only the live ones (still choosing k candidates). Because <eos> candidates
+    compete for the k places instead of being set aside from 2k candidates
+    (as tensor2tensor does), beam size 1 is exactly greedy decoding. At step 0
+    only one slot is live (the others are at -inf), so no hypothesis appears twice.
+
+    A sentence stops when it has k finished hypotheses and no live one can
+    still beat the best of them (log P only falls as tokens are added, so a
+    live hypothesis can reach at most log P / max lp over the lengths left),
+    or when nothing is live, or at its maximum length (input length + 50 by
+    default, §6.1, capped by cfg.max_len), where the unfinished hypotheses are
+    scored as they stand (|Y| = their tokens, no <eos>).
+
+    Returns B lists of ids (the best hypothesis, without <bos>/<eos>);
+    with return_scores, B tuples (ids, score); with n_best=m (≤ k), B lists of
+    up to m tuples (ids, score), best first. Beam size 1 gives exactly the
+    output of :func:`greedy_decode`.
+    """
+    if beam_size < 1:
+        raise ValueError(f"beam_search: beam_size must be ≥ 1, got {beam_size}")
+    if n_best is not None and not 1 <= n_best <= beam_size:
+        raise ValueError(f"beam_search: n_best must be in 1..beam_size={beam_size}, got {n_best}")
+    src = _as_ids(model, src)
+    xp = _xp(model)
+    B, k = int(src.shape[0]), int(beam_size)
+    V = model.cfg.vocab_size
+    limits = _length_limits(model, src, max_len)
+    T = max(limits)
+    pad = model.cfg.pad_id
+    banned = _banned_ids(model, bos_id, eos_id)
+    f64 = xp.float64                       # scores accumulate in float64 (see _topk on exactness)
+    src_mask = padding_mask(src, pad)
+    expand = xp.repeat(xp.arange(B), k)    # row b·k + j <- sentence b
+    sent_rows = (xp.arange(B) * k)[:, None]                    # (B, 1): first row of each sentence
+    limit = xp.asarray(limits)
+    lp_limit = length_penalty(limit.astype(f64), alpha)        # (B,)
+
+    with eval_mode(model):
+        memory = model.encode(src, src_mask)
+        src_mask_k = src_mask[expand]                          # (B·k, 1, 1, S)
+        if use_cache:
+            cache = KVCache(model, memory, T)                  # memory projected once per sentence,
+            cache.reorder(expand)                              # then copied to its k rows
+            memory_k = None
+        else:
+            memory_k = memory[expand]                          # (B·k, S, d_model)
+        tokens = xp.full((B * k, T + 1), pad, dtype=xp.int64)  # decoder inputs of every hypothesis
+        tokens[:, 0] = bos_id
+        live = xp.full((B, k), NEG_INF, dtype=f64)             # log P of live hypotheses; -inf = empty
+        live[:, 0] = 0.0                                       # step 0: one live slot per sentence
+        fin_score = xp.full((B, k), NEG_INF, dtype=f64)        # finished set: penalized scores, best first
+        fin_tokens = xp.full((B, k, T), pad, dtype=xp.int64)
+        fin_len = xp.zeros((B, k), dtype=xp.int64)             # returned length (<eos> excluded)
+        done = xp.zeros(B, dtype=bool)
+
+        for t in range(T):
+            if use_cache:
+                logp = _step_cached(model, tokens[:, t: t + 1], t, src_mask_k, cache)
+            else:
+                logp = _step_uncached(model, tokens[:, : t + 1], memory_k, src_mask_k)
+            logp = logp.astype(f64)
+            logp[:, banned] = NEG_INF
+            cand = (live.reshape(B * k, 1) + logp).reshape(B, k * V)   # log P of every extension
+            top, top_logp = _topk(cand, k)                     # (B, k), best first
+            parent = top // V                                  # slot the candidate extends
+            tok = top % V                                      # its new token
+            valid = top_logp > NEG_INF
+            is_eos = valid & (tok == eos_id) if eos_id is not None else xp.zeros((B, k), dtype=bool)
+            at_limit = (limit <= t + 1)[:, None]               # (B, 1): no room for another token
+            finishing = is_eos | (valid & at_limit)
+            parent_rows = (sent_rows + parent).reshape(-1)     # (B·k,) rows of the parents
+
+            if bool(finishing.any()):
+                # Move finished hypotheses to the finished set (Wu et al. 2016 scoring):
+                # |Y| = t + 1 generated tokens, <eos> included when there is one.
+                new_score = xp.where(finishing, top_logp / length_penalty(t + 1, alpha), NEG_INF)
+                new_tokens = tokens[parent_rows, 1:].reshape(B, k, T)     # a copy (fancy index)
+                new_tokens[:, :, t] = tok
+                new_len = (t + 1) - is_eos.astype(xp.int64)           # <eos> not returned
+                all_score = xp.concatenate([fin_score, new_score], axis=1)   # (B, 2k)
+                keep, fin_score = _topk(all_score.copy(), k)                  # old ones win ties
+                all_tokens = xp.concatenate([fin_tokens, new_tokens], axis=1)
+                fin_tokens = xp.take_along_axis(all_tokens, keep[:, :, None], axis=1)
+                fin_len = xp.take_along_axis(xp.concatenate([fin_len, new_len], axis=1), keep, axis=1)
+
+            live = xp.where(valid & ~finishing, top_logp, NEG_INF)
+            # Stop test, per sentence. A live hypothesis (log P ≤ 0, length t+1)
+            # can at best keep its log P while growing to any length in
+            # t+2 .. limit; lp is monotonic in the length, so the best it can
+            # score is log P / max(lp(t+2), lp(limit)).
+            best_live = live.max(axis=1)
+            bound = best_live / xp.maximum(length_penalty(t + 2.0, alpha), lp_limit)
+            n_fin = (fin_score > NEG_INF).sum(axis=1)
+            done |= ((n_fin >= k) & (bound <= fin_score[:, 0])) | (best_live == NEG_INF)
+            live[done] = NEG_INF
+            if bool(done.all()) or t + 1 == T:
+                break
+            # The new beam: copy each parent's history (and cache rows) to its slot.
+            tokens = tokens[parent_rows]
+            tokens[:, t + 1] = tok.reshape(-1)
+            if use_cache:
+                cache.reorder(parent_rows, cross=False)        # same sentence: cross K/V unchanged
+
+    fin_score, fin_tokens, fin_len = (backend.to_numpy(a) for a in (fin_score, fin_tokens, fin_len))
+    results = []
+    for b in range(B):   # unpacking to Python lists, after the search
+        hyps = [(fin_tokens[b, j, : int(fin_len[b, j])].tolist(), float(fin_score[b, j]))
+                for j in range(k) if fin_score[b, j] > NEG_INF]
+        if n_best is not None:
+            results.append(hyps[:n_best])
+        elif return_scores:
+            results.append(hyps[0])
+        else:
+            results.append(hyps[0][0])
+    return results
+
+
+__all__ = ["KVCache", "eval_mode", "encode_source", "decode_step_cached", "decode_step_uncached",
+           "greedy_decode", "beam_search", "length_penalty"]
