@@ -1,0 +1,1659 @@
+"""Write lessons 0-3 as Jupyter notebooks and execute them, so they are committed
+with their outputs (and read well on the web).
+
+    python lessons/build_lessons_0_3.py                # write and execute all four
+    python lessons/build_lessons_0_3.py 01 03          # only lessons 1 and 3
+    python lessons/build_lessons_0_3.py --no-execute   # write without outputs
+
+The notebooks are generated: to change a lesson, edit its cells here and rerun.
+Each notebook runs in the ``lessons/`` folder on a fresh ``python3`` kernel,
+the same way ``pytest --nbmake lessons/`` runs it in CI.
+
+Cells are plain strings; ``md`` makes a markdown cell and ``code`` a code cell.
+Cell ids are fixed (lesson number + index) so rebuilding gives small diffs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+import time
+
+import nbformat
+from nbclient import NotebookClient
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def md(text: str):
+    return ("markdown", text.strip("\n"))
+
+
+def code(text: str):
+    return ("code", text.strip("\n"))
+
+
+SETUP = code(r"""
+import numpy as np
+import matplotlib.pyplot as plt
+
+from minitransformer import backend
+
+backend.set_default_dtype("float64")   # new parameters in float64: gradient checks need it (lesson 0)
+np.set_printoptions(precision=4, suppress=True, linewidth=100)
+plt.rcParams.update({"figure.dpi": 80, "axes.grid": True, "grid.alpha": 0.3})
+""")
+
+
+def exercises_intro(module="minitransformer.exercises.lessons_0_3"):
+    return md(rf"""
+## Exercises
+
+Each exercise has a cell with a stub to fill in and a checking cell below it. The
+checker runs your function on fixed random inputs and compares it with the
+package's answer **and** with a numerical gradient. While the stub still returns
+`None` it prints *not attempted yet*; a wrong answer raises an `AssertionError`
+that says what is wrong (a shape, or how far off the values are); a right one
+prints `correct` with the measured errors. The checkers live in `{module}`.
+Solutions are at the very end of the notebook, if you want to peek.
+""")
+
+
+# =====================================================================================
+# Lesson 0 — how to use these lessons
+# =====================================================================================
+
+def lesson_00():
+    return [
+        md(r"""
+# Lesson 0 — How to use these lessons
+
+These notebooks read *Attention Is All You Need* (Vaswani et al., 2017) one section at a
+time, next to the code of **`minitransformer`**: a Transformer whose every forward **and
+backward** pass is written by hand in NumPy (or CuPy, on a GPU). No autograd library is
+involved. Each backward pass is derived in a lesson, written out in the package, and then
+*proved* by comparing it with a numerical gradient.
+
+This lesson is about the tools rather than the paper:
+
+1. installing, and running the lessons and the tests;
+2. NumPy or CuPy: how one code base runs on both;
+3. the gradient checker `minitransformer.gradcheck`, and why it can be trusted;
+4. stepping through a layer's forward and backward in a debugger: `breakpoint()`, `%debug`, VS Code;
+5. how the exercises work, with two to try.
+
+Every later lesson has the same shape: the idea in our own words with the paper's section
+and equation numbers, the math, a small worked example, the derivation of the backward
+pass, a gradient check, a picture, and exercises with checking cells (solutions at the end).
+
+| lesson | paper | package |
+| --- | --- | --- |
+| 1 scaled dot-product attention | §3.2.1, Eq. (1) | `minitransformer.layers.attention.attention_forward`, `attention_backward` |
+| 2 multi-head attention | §3.2.2–3.2.3 | `minitransformer.layers.attention.MultiHeadAttention`, `split_heads`, `merge_heads` |
+| 3 position-wise feed-forward network | §3.3, Eq. (2) | `minitransformer.layers.feedforward.FeedForward` |
+
+The lessons after these continue through the rest of the paper in the same way.
+"""),
+        md(r"""
+## 1. Install, run, test
+
+From the root of the repository:
+
+```bash
+python -m venv .venv && source .venv/bin/activate
+pip install -r requirements.txt         # NumPy, matplotlib, pytest, nbmake, ... and the package itself (-e .)
+# only the package:            pip install -e .
+# on a machine with an NVIDIA GPU, add CuPy:   pip install -r requirements-gpu.txt
+```
+
+`pip install -e .` installs the package *editable*: Python imports it straight from
+`minitransformer/` in the repository, so a line you change there (a `print`, a
+`breakpoint()`) takes effect the next time the module is imported — in a notebook, after
+*Kernel → Restart*.
+
+* Open the lessons with `jupyter lab lessons/`, or open the `.ipynb` files in VS Code.
+  Each one runs top to bottom on a laptop CPU in well under a minute.
+* Run the tests with `pytest`, and every notebook top to bottom, as CI does, with
+  `pytest --nbmake lessons/`.
+* The notebooks are generated by `lessons/build_lessons_0_3.py` (lessons 0–3): to change a
+  lesson, edit that script and run it; it rewrites and re-executes the notebooks.
+"""),
+        SETUP,
+        code(r"""
+import sys
+import minitransformer
+
+print("minitransformer", minitransformer.__version__, "imported from", minitransformer.__file__)
+print("numpy", np.__version__, "| python", sys.version.split()[0])
+"""),
+        md(r"""
+## 2. NumPy or CuPy
+
+CuPy copies NumPy's interface on the GPU, so the same layer code can run on either if it
+never names `numpy` directly. Every compute function in the package asks its inputs which
+library they belong to, with CuPy's idiom `xp = backend.get_array_module(x)`, and then calls
+`xp.exp`, `xp.zeros_like`, ... Here is the softmax that attention uses:
+"""),
+        code(r"""
+import inspect
+from minitransformer.layers.attention import softmax_lastaxis
+
+print(inspect.getsource(softmax_lastaxis))
+"""),
+        md(r"""
+Only *new* arrays (parameters, dropout masks, tables) need a decision about where to live.
+`minitransformer.backend` makes it in one place:
+
+| what | how |
+| --- | --- |
+| where new parameters live | `backend.set_backend("numpy" or "cupy")`, or the environment variable `MINITRANSFORMER_BACKEND=cupy` |
+| their float type | `backend.set_default_dtype("float32" or "float64")`, or `MINITRANSFORMER_DTYPE=float64` |
+| which library an array uses | `backend.get_array_module(x)` |
+| back to the host for printing and plotting | `backend.to_numpy(x)` |
+
+float32 is the default (training); the gradient checks use float64, for the reason §3 below
+shows. On a GPU machine the only changes would be:
+
+```python
+backend.set_backend("cupy")          # parameters are created on the GPU from now on
+x = cupy.asarray(x_host)             # inputs too
+y = layer.forward(x)                 # the very same code; inside, xp is cupy
+plt.plot(backend.to_numpy(y)[0])     # matplotlib wants host arrays
+```
+"""),
+        code(r"""
+x = np.array([[1.0, 2.0, 3.0]])
+print("x lives in:", backend.get_array_module(x).__name__)
+print("new parameters go to:", backend.backend_name(), "as", backend.default_dtype())
+print("CuPy with a usable GPU here:", backend.cupy_available())
+"""),
+        md(r"""
+## 3. The gradient checker
+
+A backward pass is a claim: *this is $\partial L/\partial x$*. We test the claim against
+the definition of a derivative. For one entry $x_i$ of an input, Taylor's theorem gives
+
+$$f(x \pm h e_i) = f(x) \pm h\,\partial_i f + \tfrac{h^2}{2}\,\partial_i^2 f \pm \tfrac{h^3}{6}\,\partial_i^3 f + O(h^4).$$
+
+Subtracting the two expansions cancels the even terms:
+
+$$\frac{f(x + h e_i) - f(x - h e_i)}{2h} = \partial_i f + \tfrac{h^2}{6}\,\partial_i^3 f + O(h^4),$$
+
+so the **central difference** is off by $O(h^2)$, whereas the one-sided
+$\big(f(x+he_i) - f(x)\big)/h = \partial_i f + \tfrac{h}{2}\partial_i^2 f + \dots$ is off by
+$O(h)$. Making $h$ small is not free: each $f$ is computed with a relative rounding error
+$\varepsilon$ ($2.2\times 10^{-16}$ in float64, $1.2\times 10^{-7}$ in float32), and dividing
+by $h$ magnifies it to about $\varepsilon |f| / h$. The total error
+$\approx \tfrac{h^2}{6}|f'''| + \varepsilon|f|/h$ is smallest near $h \approx \varepsilon^{1/3}$:
+about $10^{-5}$ in float64, where the error is around $10^{-10}$. In float32 the best one can
+do is a few times $10^{-5}$ (at $h \approx 10^{-2}$) — too coarse to tell a right backward from
+a slightly wrong one.
+The picture shows both effects for $f = \sin$ at $x = 1$:
+"""),
+        code(r"""
+hs = np.logspace(-12, -0.5, 60)
+fig, ax = plt.subplots(figsize=(7, 3.6))
+for dtype, color in ((np.float32, "tab:red"), (np.float64, "tab:blue")):
+    x0 = dtype(1.0)
+    exact = np.cos(np.float64(1.0))
+    central, one_sided = [], []
+    for h in hs:
+        h = dtype(h)
+        central.append(abs(float((np.sin(x0 + h) - np.sin(x0 - h)) / (dtype(2) * h)) - exact) / exact)
+        one_sided.append(abs(float((np.sin(x0 + h) - np.sin(x0)) / h) - exact) / exact)
+    name = np.dtype(dtype).name
+    ax.loglog(hs, np.maximum(central, 1e-17), color=color, label=f"central, {name}")
+    ax.loglog(hs, np.maximum(one_sided, 1e-17), color=color, ls="--", label=f"one-sided, {name}")
+ax.axvline(1e-5, color="gray", lw=0.8)
+ax.text(1.3e-5, 1e-15, "h = 1e-5\n(the package's default)", fontsize=8, color="gray")
+ax.set(xlabel="step h", ylabel="relative error of d sin(x)/dx at x = 1", ylim=(1e-17, 10),
+       title="Finite differences: truncation error (right) vs rounding error (left)")
+ax.legend(fontsize=8, loc="lower left", ncol=2)
+plt.show()
+"""),
+        md(r"""
+`minitransformer.gradcheck` turns this into three small tools:
+
+* `numerical_gradient(f, x, h=1e-5)` — the central difference of a scalar `f()` with
+  respect to every entry of the float64 array `x` (it perturbs `x` in place and puts it back,
+  so `f` must read `x`). It refuses float32 arrays.
+* `rel_error(a, n)` $= \max_i |a_i - n_i| \,/\, \max_i \max(|a_i|, |n_i|)$: the largest
+  disagreement measured against the size of the gradient. A right backward in float64 gives
+  about $10^{-9}$ or less; a wrong one gives something near 1.
+* `gradcheck(f, wrt, analytic)` and `check_layer(layer, *inputs)` run the comparison for
+  several tensors and return a report, one line per tensor; `report.assert_ok()` raises
+  naming every tensor above the tolerance ($10^{-6}$).
+
+**Cost.** Every entry costs two forward passes, so checks use tiny shapes (tens to a few
+hundred entries); the shapes are small, but every code path is the same as at full size.
+"""),
+        code(r"""
+from minitransformer.gradcheck import check_layer, gradcheck, numerical_gradient, rel_error
+
+try:
+    numerical_gradient(lambda: 0.0, np.zeros(3, dtype=np.float32))
+except TypeError as err:
+    print("TypeError:", err)
+"""),
+        md(r"""
+### A first layer and its backward: `y = x W + b`
+
+The linear layer (`minitransformer.layers.linear.linear_forward` / `linear_backward`, class
+`Linear`) is used by every projection in the model. Fold the batch and position axes
+into one row index $n$ (there are $B \cdot S$ rows). Then
+$y_{nj} = \sum_i x_{ni} W_{ij} + b_j$ and, with $\delta y_{nj} = \partial L/\partial y_{nj}$
+given by the layer above, the chain rule gives
+
+$$\frac{\partial L}{\partial x_{ni}} = \sum_j \delta y_{nj} W_{ij} \;\Rightarrow\; \delta x = \delta y\, W^\top,\qquad
+\frac{\partial L}{\partial W_{ij}} = \sum_n x_{ni}\, \delta y_{nj} \;\Rightarrow\; \delta W = x^\top \delta y,\qquad
+\frac{\partial L}{\partial b_j} = \sum_n \delta y_{nj}.$$
+
+A useful habit: a gradient has the shape of the thing it is the gradient of, and that alone
+nearly fixes where the transposes go ($\delta W$ must be $d_\text{in} \times d_\text{out}$).
+`check_layer` builds the scalar $L = \sum y \odot G$ for a fixed random $G$ (so
+$\partial L/\partial y = G$), runs the layer's backward once, and compares every input and
+parameter gradient with central differences:
+"""),
+        code(r"""
+from minitransformer.layers.linear import Linear, linear_backward, linear_forward
+
+rng = np.random.default_rng(0)
+layer = Linear(4, 3, rng)                  # W: (4, 3), b: (3,), float64 (set above)
+x = rng.standard_normal((2, 5, 4))         # (B, S, d_in)
+report = check_layer(layer, x)             # 40 + 12 + 3 entries -> 110 forward passes
+print(report)
+report.assert_ok()
+"""),
+        md(r"""
+### What a bug looks like
+
+Below is a backward for the same layer with one mistake in it. It runs, it returns arrays of
+the right shapes, and nothing crashes — the kind of bug only a gradient check finds. The
+report points at the guilty tensor (exercise 2 asks you to fix it).
+"""),
+        code(r"""
+def buggy_linear_backward(dy, x, W, b):
+    d_in, d_out = W.shape
+    dx = dy @ W.T
+    dW = x.reshape(-1, d_in).T @ dy.reshape(-1, d_out)
+    db = dy.reshape(-1, d_out).mean(axis=0)
+    return dx, dW, db
+
+rng = np.random.default_rng(1)
+x, W, b = rng.standard_normal((2, 3, 4)), rng.standard_normal((4, 5)), rng.standard_normal(5)
+dy = rng.standard_normal((2, 3, 5))
+dx, dW, db = buggy_linear_backward(dy, x, W, b)
+
+def loss():                                   # L = sum(y * dy), so dL/dy = dy
+    return float((linear_forward(x, W, b)[0] * dy).sum())
+
+report = gradcheck(loss, {"x": x, "W": W, "b": b}, {"x": dx, "W": dW, "b": db})
+try:
+    report.assert_ok()
+except AssertionError as err:
+    print("AssertionError:", err)
+"""),
+        md(r"""
+## 4. Stepping through a forward and a backward in a debugger
+
+Reading a derivation is one thing; watching `dA`, `dS`, `dQ` appear one line at a time, with
+their shapes and values, is another. Three ways to do that, from the simplest.
+
+### 4a. A small script and `breakpoint()`
+
+`lessons/debug_attention.py` runs attention (lesson 1) on one sentence of three positions
+with $d_k = 2$, so every array fits on the screen: forward, backward, gradient check.
+Run as it is, it prints:
+"""),
+        code(r"""
+%run debug_attention.py
+"""),
+        md(r"""
+Python's built-in `breakpoint()` stops the program on that line and opens the debugger
+`pdb`. The script has one behind a flag (`python lessons/debug_attention.py --break`), just
+before the backward pass. You can also put one **inside the package** — the install is
+editable, so this takes effect at the next import:
+
+```python
+# minitransformer/layers/attention.py
+def attention_backward(dout, cache: AttentionCache):
+    Q, K, V, A, scale = cache
+    breakpoint()                       # temporary: stops here on every call
+    dA = dout @ V.swapaxes(-1, -2)
+```
+
+The commands you need:
+
+| command | does |
+| --- | --- |
+| `p expr` / `pp expr` | print (pretty-print) any expression: `p A.shape`, `p A.sum(-1)`, `pp cache._asdict().keys()` |
+| `n` | run the current line, stop at the next one in this function |
+| `s` | step *into* the function called on this line (e.g. into `attention_backward`) |
+| `r` | run to the end of the current function |
+| `u` / `d` | move up to the caller / back down |
+| `w` | where am I: the call stack |
+| `l` / `ll` | list source around the current line / the whole function |
+| `until N` | run on to line N |
+| `c` | continue to the next breakpoint (or the end) |
+| `q` | quit |
+| `interact` | a Python prompt with the current variables (Ctrl-D to return) |
+
+Here is a real session, made by feeding those commands to the script in a subprocess (so
+this notebook itself never stops). It stops before the backward pass, steps into
+`attention_backward`, runs four lines, and looks at the gradients made so far:
+"""),
+        code(r"""
+import os
+import pathlib
+import subprocess
+
+commands = ["p cache.A.sum(-1)", "s", "n", "n", "n", "n", "p dA.shape, dV.shape", "c"]
+env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
+run = subprocess.run([sys.executable, "debug_attention.py", "--break"], input="\n".join(commands) + "\n",
+                     capture_output=True, text=True, env=env, timeout=60)
+repo = str(pathlib.Path.cwd().resolve().parent)
+chunks = run.stdout.replace(repo, "<repo>").split("(Pdb) ")
+transcript = chunks[0] + "".join(f"(Pdb) {cmd}\n{out}" for cmd, out in zip(commands, chunks[1:]))
+print(transcript)
+"""),
+        md(r"""
+To switch every `breakpoint()` off without editing code, set the environment variable
+`PYTHONBREAKPOINT=0` (for example when a forgotten one would hang a test run). Python reads
+it at each call, so it works even inside a running kernel:
+"""),
+        code(r"""
+os.environ["PYTHONBREAKPOINT"] = "0"      # breakpoint() now does nothing
+%run debug_attention.py --break
+print("(ran straight through: the script's breakpoint() was switched off)")
+"""),
+        md(r"""
+### 4b. `%debug` in Jupyter
+
+In a notebook, `breakpoint()` in a cell (or in package code a cell calls) opens the same
+debugger right under the cell, as `ipdb>`. More often you want to look *after* something
+failed: when a cell raises, type `%debug` alone in the next cell and you land in the frame
+that raised, with every variable still there (`%pdb on` does this automatically for every
+error). For example, a multi-head attention layer fed the wrong width raises with a message
+that names the problem:
+"""),
+        code(r"""
+from minitransformer.layers.attention import MultiHeadAttention
+
+mha = MultiHeadAttention(d_model=8, h=2, rng=np.random.default_rng(0))
+x_wrong = np.zeros((2, 3, 6))              # last axis should be d_model = 8
+try:
+    mha.forward(x_wrong)
+except ValueError as err:                  # ShapeError is a ValueError
+    print(type(err).__name__ + ":", err)
+"""),
+        md(r"""
+Without the `try`, the cell would stop with that traceback, and this is what you would type
+(debuggers are interactive, so this notebook only shows it):
+
+```text
+In [ ]: %debug
+> <repo>/minitransformer/errors.py(…)check_last_dim()
+ipdb> p shape                      # what arrived
+(2, 3, 6)
+ipdb> u                            # up one frame: the layer's _check
+ipdb> u                            # up again: MultiHeadAttention.forward
+ipdb> p x_q.shape, self.d_model
+((2, 3, 6), 8)
+ipdb> q
+```
+
+The same post-mortem works in the terminal: `python -m pdb lessons/debug_attention.py`,
+or `pytest --pdb` to stop inside the first failing test (`pytest --trace` stops at the
+start of each test).
+
+### 4c. VS Code
+
+The repository has a ready `.vscode/launch.json`. Open the repository folder in VS Code
+(with the Python extension), choose *Run and Debug*, pick a configuration, and press F5.
+Click left of a line number for a breakpoint (a red dot) — in the script, in a test, or in
+the package — and use F10 (step over), F11 (step into) and the *Variables* panel, which shows
+a cache's fields by name. The configurations (`justMyCode` is off, so you can step into
+anything; they use the debugger type `"debugpy"` of the current Python Debugger extension —
+very old versions of the Python extension called it `"python"`):
+"""),
+        code(r"""
+import json
+
+launch = json.loads(pathlib.Path("../.vscode/launch.json").read_text())
+for cfg in launch["configurations"]:
+    target = cfg.get("program") or "python -m " + cfg["module"]
+    print(f"{cfg['name']:<66} {target} {' '.join(cfg.get('args', []))}")
+"""),
+        md(r"""
+In a notebook, VS Code also offers *Debug Cell* (the arrow next to *Run* on each cell).
+
+**A habit that pays:** every backward in the package reads its inputs from a small named
+cache (`AttentionCache`, `LinearCache`, ...). In a debugger, `p cache._asdict().keys()`, or
+the *Variables* panel, shows exactly what the backward pass has to work with.
+"""),
+        exercises_intro(),
+        md(r"""
+### Exercise 1 — a numerical gradient
+
+Write the central difference of §3 yourself. `f()` takes no arguments and reads `x`; return an
+array shaped like `x` whose entry `i` is $\big(f(x + h e_i) - f(x - h e_i)\big)/(2h)$.
+Change `x` in place one entry at a time, and put each entry back afterwards.
+(`np.ndindex(x.shape)` visits every index of an array of any shape.)
+"""),
+        code(r"""
+def my_numerical_gradient(f, x, h=1e-5):
+    # YOUR CODE HERE: return the central-difference gradient of f() with respect to x
+    return None
+"""),
+        code(r"""
+from minitransformer.exercises.lessons_0_3 import check_numerical_gradient
+
+check_numerical_gradient(my_numerical_gradient)
+"""),
+        md(r"""
+### Exercise 2 — find and fix the bug
+
+`buggy_linear_backward` in §3 has one mistake, and the gradient check named the tensor.
+Write a correct `my_linear_backward(dy, x, W, b)` returning `(dx, dW, db)` for $y = xW + b$
+with `x` of shape `(B, S, d_in)`. (Tip: the derivation in §3; if you are stuck, put a
+`breakpoint()` in your function and compare shapes and values in the debugger.)
+"""),
+        code(r"""
+def my_linear_backward(dy, x, W, b):
+    # YOUR CODE HERE: return (dx, dW, db)
+    return None
+"""),
+        code(r"""
+from minitransformer.exercises.lessons_0_3 import check_linear_backward
+
+check_linear_backward(my_linear_backward)
+"""),
+        md(r"""
+---
+## Solutions
+
+Try the exercises first. Each solution is followed by the checking cell that proves it.
+"""),
+        code(r"""
+def solution_numerical_gradient(f, x, h=1e-5):
+    grad = np.zeros_like(x)
+    for i in np.ndindex(x.shape):
+        old = x[i]
+        x[i] = old + h
+        f_plus = f()
+        x[i] = old - h
+        f_minus = f()
+        x[i] = old                           # put it back
+        grad[i] = (f_plus - f_minus) / (2 * h)
+    return grad
+
+check_numerical_gradient(solution_numerical_gradient)
+"""),
+        code(r"""
+def solution_linear_backward(dy, x, W, b):
+    d_in, d_out = W.shape
+    dx = dy @ W.T                                        # (B, S, d_in)
+    dW = x.reshape(-1, d_in).T @ dy.reshape(-1, d_out)   # (d_in, d_out)
+    db = dy.reshape(-1, d_out).sum(axis=0)               # the bug was .mean: L adds over every row
+    return dx, dW, db
+
+check_linear_backward(solution_linear_backward)
+"""),
+    ]
+
+
+# =====================================================================================
+# Lesson 1 — scaled dot-product attention (§3.2.1)
+# =====================================================================================
+
+def lesson_01():
+    return [
+        md(r"""
+# Lesson 1 — Scaled dot-product attention (§3.2.1, Eq. 1)
+
+Attention is how a Transformer lets each position gather information from the others.
+Every position issues a **query**: a vector saying what it is looking for. Every position
+also offers a **key**, a vector saying what it contains, and a **value**, what it will hand
+over if chosen. The query is compared with every key by a dot product; the scores are
+turned into weights that are positive and sum to one (a softmax); and the output is the
+weighted average of the values. Section 3.2.1 of the paper writes this, for all queries at
+once, as Equation (1):
+
+$$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V$$
+
+with $Q \in \mathbb{R}^{S_q \times d_k}$ (one query per row), $K \in \mathbb{R}^{S_k \times d_k}$,
+$V \in \mathbb{R}^{S_k \times d_v}$, and the softmax taken along each row. In three steps,
+with $c = 1/\sqrt{d_k}$:
+
+$$S = c\, Q K^\top \in \mathbb{R}^{S_q \times S_k},\qquad A = \mathrm{softmax}_\text{rows}(S),\qquad O = A V \in \mathbb{R}^{S_q \times d_v}.$$
+
+In the package the same code handles a batch of $B$ sentences and $h$ heads (lesson 2) at
+once: `Q` is `(B, h, S_q, d_k)` and the matrix products act on the last two axes.
+
+| in this lesson | package |
+| --- | --- |
+| Eq. (1), forward | `minitransformer.layers.attention.attention_forward` |
+| the row softmax | `minitransformer.layers.attention.softmax_lastaxis` |
+| backward (derived in §4) | `minitransformer.layers.attention.attention_backward` |
+| what forward saves for backward | `minitransformer.layers.attention.AttentionCache` |
+| masks | `minitransformer.data.batching.causal_mask`, `padding_mask`; `attention.MASK_FILL` |
+"""),
+        SETUP,
+        code(r"""
+from minitransformer.data.batching import causal_mask, padding_mask
+from minitransformer.gradcheck import gradcheck, numerical_gradient, rel_error
+from minitransformer.layers.attention import (MASK_FILL, attention_backward, attention_forward,
+                                              softmax_lastaxis)
+"""),
+        md(r"""
+## 1. A tiny example, by hand
+
+Two queries, three keys, $d_k = 4$ (so $\sqrt{d_k} = 2$), $d_v = 2$:
+
+$$Q = \begin{pmatrix} 1 & 0 & 1 & 0 \\ 0 & 2 & 0 & 0 \end{pmatrix},\quad
+K = \begin{pmatrix} 1 & 0 & 1 & 0 \\ 0 & 1 & 0 & 1 \\ 1 & 1 & 1 & 1 \end{pmatrix},\quad
+V = \begin{pmatrix} 1 & 0 \\ 0 & 1 \\ 1 & 1 \end{pmatrix}.$$
+
+**Scores.** $q_1 \cdot k_1 = 2$, $q_1 \cdot k_2 = 0$, $q_1 \cdot k_3 = 2$; $q_2 \cdot k_1 = 0$,
+$q_2 \cdot k_2 = 2$, $q_2 \cdot k_3 = 2$. Divided by $\sqrt{d_k} = 2$:
+$S = \begin{pmatrix} 1 & 0 & 1 \\ 0 & 1 & 1 \end{pmatrix}$.
+
+**Softmax of row 1.** $e^1, e^0, e^1 = 2.718, 1, 2.718$, which sum to $6.437$, so
+$a_1 = (0.4223,\ 0.1554,\ 0.4223)$. Row 2 has the same numbers in another order:
+$a_2 = (0.1554,\ 0.4223,\ 0.4223)$. Each row sums to 1.
+
+**Output.** $o_1 = 0.4223\,(1,0) + 0.1554\,(0,1) + 0.4223\,(1,1) = (0.8446,\ 0.5777)$ and
+$o_2 = 0.1554\,(1,0) + 0.4223\,(0,1) + 0.4223\,(1,1) = (0.5777,\ 0.8446)$.
+Query 1 resembles keys 1 and 3, so it takes mostly their values; query 2 mostly those of keys 2 and 3.
+
+The package, on the same numbers (with batch and head axes of size 1 in front):
+"""),
+        code(r"""
+Q = np.array([[1, 0, 1, 0], [0, 2, 0, 0]], dtype=float)
+K = np.array([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 1, 1]], dtype=float)
+V = np.array([[1, 0], [0, 1], [1, 1]], dtype=float)
+
+out, cache = attention_forward(Q[None, None], K[None, None], V[None, None])   # (1, 1, S, d) each
+print("scores / sqrt(d_k):\n", Q @ K.T / 2)
+print("A = softmax(rows):\n", cache.A[0, 0])
+print("output A V:\n", out[0, 0])
+
+by_hand = np.array([[0.8446, 0.5777], [0.5777, 0.8446]])
+print("matches the hand computation:", np.allclose(out[0, 0], by_hand, atol=1e-4))
+"""),
+        md(r"""
+The softmax subtracts each row's maximum before exponentiating: it changes nothing
+mathematically (the factor $e^{-\max}$ cancels between numerator and denominator) but keeps
+`exp` from overflowing for large scores. `softmax_lastaxis` works in place on the scores'
+buffer, which is why `attention_forward` computes a fresh score array first.
+
+## 2. Masking
+
+Sometimes a query must not look at some keys:
+
+* **padding** — sentences in a batch have different lengths and are padded to the longest;
+  the pad positions carry no information. A padding mask has shape `(B, 1, 1, S_k)`.
+* **the future** — in the decoder, position $i$ may look at positions $\le i$ only (§3.2.3,
+  lesson 2); at generation time the later words do not exist yet. The causal mask has shape
+  `(1, 1, S_q, S_k)`, lower-triangular.
+
+In the package a mask is boolean with **True = may attend**, and it broadcasts against the
+scores `(B, h, S_q, S_k)`. Before the softmax, `attention_forward` sets the masked scores to
+`MASK_FILL` $= -10^9$; `exp` of that is exactly 0, so masked keys get weight 0:
+
+$$A_{ij} = \frac{m_{ij}\, e^{S_{ij}}}{\sum_{l} m_{il}\, e^{S_{il}}},\qquad m_{ij} \in \{0, 1\}.$$
+
+Why not $-\infty$? If *every* key of a row is masked, $-\infty - (-\infty)$ is `nan`, and one
+`nan` spreads through the whole batch. With a large finite number the row stays finite, and
+the package then sets such a row's weights to 0 (its output is 0, its gradient is 0).
+"""),
+        code(r"""
+rng = np.random.default_rng(0)
+S, d_k = 6, 4
+Q, K, V = (rng.standard_normal((1, 1, S, d_k)) for _ in range(3))
+ids = np.array([[7, 3, 9, 4, 0, 0]])                  # one sentence of 4 tokens, then 2 pads (pad id 0)
+masks = {"no mask": None,
+         "padding mask (1, 1, 1, S)": padding_mask(ids, pad_id=0),
+         "causal mask (1, 1, S, S)": causal_mask(S, np)}
+
+fig, axes = plt.subplots(1, 3, figsize=(11, 3.4), layout="constrained")
+for ax, (title, mask) in zip(axes, masks.items()):
+    _, c = attention_forward(Q, K, V, mask)
+    im = ax.imshow(c.A[0, 0], vmin=0, vmax=1, cmap="viridis")
+    ax.set(title=title, xlabel="key position j")
+    ax.grid(False)
+axes[0].set_ylabel("query position i")
+fig.colorbar(im, ax=axes, shrink=0.8, label="weight $A_{ij}$")
+plt.show()
+
+print("causal mask:\n", causal_mask(S, np)[0, 0].astype(int))
+"""),
+        md(r"""
+A mask must really cut the dependence: with the causal mask, changing the **last** key and
+value cannot change any earlier output. And a row with nothing to attend to stays finite:
+"""),
+        code(r"""
+mask = causal_mask(S, np)
+out1, _ = attention_forward(Q, K, V, mask)
+K2, V2 = K.copy(), V.copy()
+K2[..., -1, :] += 5.0
+V2[..., -1, :] += 5.0
+out2, _ = attention_forward(Q, K2, V2, mask)
+print("largest change of outputs 0..4:", np.abs(out2[..., :-1, :] - out1[..., :-1, :]).max())
+print("change of the last output:     ", np.abs(out2[..., -1, :] - out1[..., -1, :]).max().round(3))
+
+with np.errstate(invalid="ignore"):                   # the naive softmax of an all -inf row
+    s = np.full(3, -np.inf)
+    print("naive softmax of [-inf, -inf, -inf]:", np.exp(s - s.max()) / np.exp(s - s.max()).sum())
+nothing = np.zeros((1, 1, S, S), dtype=bool)          # every key masked for every query
+out, c = attention_forward(Q, K, V, nothing)
+print("package, every key masked: finite =", np.isfinite(out).all(), "| row sums of A:", c.A[0, 0].sum(-1))
+"""),
+        md(r"""
+## 3. The softmax Jacobian
+
+For one row, $a = \mathrm{softmax}(s)$ with $a_i = e^{s_i} / \sum_k e^{s_k}$. Taking logs,
+$\log a_i = s_i - \log \sum_k e^{s_k}$, and differentiating with respect to $s_j$:
+
+$$\frac{\partial \log a_i}{\partial s_j} = \delta_{ij} - \frac{e^{s_j}}{\sum_k e^{s_k}} = \delta_{ij} - a_j
+\quad\Longrightarrow\quad
+J_{ij} = \frac{\partial a_i}{\partial s_j} = a_i(\delta_{ij} - a_j),\qquad J = \mathrm{diag}(a) - a a^\top.$$
+
+Every weight depends on every score of its row: raising one score lifts its own weight
+($J_{ii} = a_i(1-a_i) > 0$) and lowers all the others ($J_{ij} = -a_i a_j < 0$). Each row of $J$
+sums to zero, because adding the same constant to every score changes nothing.
+
+**Backward.** Given $\delta a = \partial L/\partial a$, the chain rule gives
+$\delta s_j = \sum_i \delta a_i\, J_{ij}$, that is $\delta s = J^\top \delta a$. Writing it out,
+
+$$\delta s_j = \sum_i \delta a_i\, a_i (\delta_{ij} - a_j) = a_j\Big(\delta a_j - \sum_i \delta a_i a_i\Big),
+\qquad\text{so}\qquad \delta s = a \odot \big(\delta a - (\delta a \cdot a)\,\mathbf{1}\big).$$
+
+The $S_k \times S_k$ matrix $J$ is never built: one dot product per row and an elementwise
+product give $\delta s$ in $O(S_k)$ work per row instead of $O(S_k^2)$. These are the two lines
+`dA -= (dA * A).sum(axis=-1, keepdims=True); dA *= A` in `attention_backward`.
+Checked here on one row, against $J$ built explicitly and against numerical derivatives of
+the package's `softmax_lastaxis`:
+"""),
+        code(r"""
+s = np.array([2.0, 1.0, 0.1, -1.0])
+a = softmax_lastaxis(s.copy())                        # in place, so give it a copy
+J = np.diag(a) - np.outer(a, a)
+J_numeric = np.stack([numerical_gradient(lambda: softmax_lastaxis(s.copy())[i], s) for i in range(4)])
+print("J =\n", J)
+print(f"rel error J vs numerical: {rel_error(J, J_numeric):.1e} | largest |row sum|: {np.abs(J.sum(axis=1)).max():.0e}")
+
+da = np.random.default_rng(1).standard_normal(4)
+print("J^T da                :", J.T @ da)
+print("a * (da - (da . a))   :", a * (da - da @ a))
+"""),
+        md(r"""
+When the softmax is sure of itself — one weight near 1, the rest near 0 — every entry of
+$J$ is near 0: $a_i(1 - a_i) \approx 0$ and $a_i a_j \approx 0$. **A saturated softmax passes
+almost no gradient back to its scores.** Here is $J$ for the scores above, and for the same
+scores multiplied by 4 and by 16 (sharper and sharper rows):
+"""),
+        code(r"""
+fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), layout="constrained")
+for ax, k in zip(axes, (1, 4, 16)):
+    a_k = softmax_lastaxis(k * s)
+    im = ax.imshow(np.diag(a_k) - np.outer(a_k, a_k), vmin=-0.25, vmax=0.25, cmap="RdBu_r")
+    ax.set(title=f"scores x {k}\nlargest weight {a_k.max():.3f}", xticks=range(4), yticks=range(4), xlabel="j")
+    ax.grid(False)
+axes[0].set_ylabel("i")
+fig.colorbar(im, ax=axes, shrink=0.8, label="$J_{ij}$")
+plt.show()
+"""),
+        md(r"""
+## 4. Why divide by $\sqrt{d_k}$
+
+The paper explains the scale (§3.2.1 and its footnote) with a variance argument. If the
+entries of $q$ and $k$ are independent with mean 0 and variance 1, then
+$q \cdot k = \sum_{l=1}^{d_k} q_l k_l$ is a sum of $d_k$ independent terms of variance 1: its
+variance is $d_k$, its typical size $\sqrt{d_k}$. With $d_k = 64$ the scores spread over
+roughly $\pm 8$, the softmax is nearly one-hot, and — by §3 — almost no gradient gets
+through. Dividing by $\sqrt{d_k}$ brings the variance back to 1 whatever $d_k$ is.
+
+A claim we can test. For $d_k$ from 2 to 1024 we draw random $Q, K, V$ (64 independent
+sentences of 16 positions each), run `attention_forward` as it is (scaled) and with the
+scale undone (passing $Q\sqrt{d_k}$, so the scores are the raw $QK^\top$), and measure:
+
+1. the spread of the scores;
+2. saturation: the largest weight in each row, on average (1 = one-hot);
+3. gradient size: for a random upstream $\delta A$, the fraction of it that reaches the
+   scores, $\|\delta S\| / \|\delta A\|$ per row (median over rows), with
+   $\delta S = J^\top \delta A$ from the Jacobian of §3, built explicitly.
+"""),
+        code(r"""
+rng = np.random.default_rng(0)
+n_sent, S, d_v = 64, 16, 8
+d_ks = 2 ** np.arange(1, 11)
+stats = {name: {"std": [], "max_w": [], "gain": []} for name in ("scaled (Eq. 1)", "unscaled")}
+for d_k in d_ks:
+    Q = rng.standard_normal((n_sent, 1, S, d_k))
+    K = rng.standard_normal((n_sent, 1, S, d_k))
+    V = rng.standard_normal((n_sent, 1, S, d_v))
+    dA = rng.standard_normal((n_sent, 1, S, S))
+    for name, q_factor in (("scaled (Eq. 1)", 1.0), ("unscaled", np.sqrt(d_k))):
+        _, c = attention_forward(Q * q_factor, K, V)
+        scores = (Q * q_factor) @ K.swapaxes(-1, -2) * c.scale
+        A = c.A
+        J = A[..., :, None] * np.eye(S) - A[..., :, None] * A[..., None, :]    # (.., S_q, S_k, S_k)
+        dS = np.einsum("...ij,...i->...j", J, dA)                               # J^T dA, row by row
+        stats[name]["std"].append(scores.std())
+        stats[name]["max_w"].append(A.max(axis=-1).mean())
+        stats[name]["gain"].append(np.median(np.linalg.norm(dS, axis=-1) / np.linalg.norm(dA, axis=-1)))
+
+fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+for name, st in stats.items():
+    axes[0].loglog(d_ks, st["std"], "o-", label=name)
+    axes[1].semilogx(d_ks, st["max_w"], "o-", label=name)
+    axes[2].loglog(d_ks, st["gain"], "o-", label=name)
+axes[0].loglog(d_ks, np.sqrt(d_ks), "k:", label=r"$\sqrt{d_k}$")
+axes[0].set(title="spread of the scores", ylabel="std of scores")
+axes[1].set(title="saturation", ylabel="mean of the largest weight per row", ylim=(0, 1.02))
+axes[2].set(title="gradient reaching the scores", ylabel=r"median $\|\delta S\| / \|\delta A\|$")
+for ax in axes:
+    ax.set_xlabel("$d_k$")
+    ax.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+for name, st in stats.items():
+    print(f"{name:15s} d_k = 64: std {st['std'][5]:5.2f}, max weight {st['max_w'][5]:.2f}, gradient fraction {st['gain'][5]:.1e}"
+          f" | d_k = 1024: {st['gain'][-1]:.1e}")
+"""),
+        md(r"""
+With the scale, nothing depends on $d_k$: the scores keep unit spread, the weights stay
+spread over several keys, and a steady fraction of the gradient reaches the scores. Without
+it, the spread grows like $\sqrt{d_k}$, the softmax becomes nearly one-hot, and the gradient
+through it collapses by orders of magnitude — the queries and keys would hardly learn.
+(Additive attention, the alternative the paper compares with, has no such dot product to
+blow up; the scale is what lets the faster dot-product form keep up at large $d_k$.)
+
+## 5. The backward pass of attention, step by step
+
+Forward, as three steps: $S = c\,QK^\top$, $A = \mathrm{softmax}_\text{rows}(S)$, $O = AV$.
+Backward receives $\delta O = \partial L / \partial O$ and undoes them in reverse order.
+
+**$O = AV$.** $O_{ik} = \sum_j A_{ij} V_{jk}$, so
+$\frac{\partial L}{\partial A_{ij}} = \sum_k \delta O_{ik} V_{jk}$ and
+$\frac{\partial L}{\partial V_{jk}} = \sum_i A_{ij}\, \delta O_{ik}$:
+
+$$\delta A = \delta O\, V^\top \quad (S_q \times S_k), \qquad \delta V = A^\top \delta O \quad (S_k \times d_v).$$
+
+**$A = \mathrm{softmax}(S)$**, each row on its own (§3):
+
+$$\delta S = A \odot \big(\delta A - \mathrm{rowsum}(\delta A \odot A)\big).$$
+
+**$S = c\,QK^\top$.** $S_{ij} = c \sum_l Q_{il} K_{jl}$, so
+$\frac{\partial L}{\partial Q_{il}} = c \sum_j \delta S_{ij} K_{jl}$ and
+$\frac{\partial L}{\partial K_{jl}} = c \sum_i \delta S_{ij} Q_{il}$:
+
+$$\delta Q = c\;\delta S\, K \quad (S_q \times d_k), \qquad \delta K = c\;\delta S^\top Q \quad (S_k \times d_k).$$
+
+**Masks.** A masked entry has $A_{ij} = 0$, so $\delta S_{ij} = 0$: no gradient reaches a
+masked score, and a key masked for every query gets $\delta K_j = 0$ and $\delta V_j = 0$. The
+mask itself needs no backward.
+
+The backward needs $Q$, $K$, $V$ and $A$ (not $S$: the softmax's backward is written in
+terms of its output), which is exactly what `AttentionCache` holds. Here is the package's
+code; each line is one of the equations above:
+"""),
+        code(r"""
+import inspect
+print(inspect.getsource(attention_backward))
+"""),
+        md(r"""
+## 6. Gradient check
+
+$L = \sum O \odot G$ for a fixed random $G$, so $\delta O = G$; every entry of $Q$, $K$ and
+$V$ is compared with its central difference. Two cases: a batch with a padded key (and
+$S_q \ne S_k$, $d_k \ne d_v$, so a transpose in the wrong place would not go unnoticed),
+and a causal mask with one query row masked entirely.
+"""),
+        code(r"""
+def check_attention(Q, K, V, mask, seed=0):
+    out, cache = attention_forward(Q, K, V, mask)
+    G = np.random.default_rng(seed).standard_normal(out.shape)
+    dQ, dK, dV = attention_backward(G, cache)
+
+    def loss():
+        return float((attention_forward(Q, K, V, mask)[0] * G).sum())
+
+    return gradcheck(loss, {"Q": Q, "K": K, "V": V}, {"Q": dQ, "K": dK, "V": dV}), (dQ, dK, dV)
+
+rng = np.random.default_rng(1)
+B, h, S_q, S_k, d_k, d_v = 2, 2, 3, 4, 5, 3
+Q = rng.standard_normal((B, h, S_q, d_k))
+K = rng.standard_normal((B, h, S_k, d_k))
+V = rng.standard_normal((B, h, S_k, d_v))
+pad = np.ones((B, 1, 1, S_k), dtype=bool)
+pad[1, ..., -1] = False                                   # sentence 1: last key is padding
+report, (dQ, dK, dV) = check_attention(Q, K, V, pad)
+print("padding mask:\n" + str(report))
+report.assert_ok()
+print("gradient reaching the padded key: dK", np.abs(dK[1, :, -1]).max(), " dV", np.abs(dV[1, :, -1]).max())
+
+S = 4
+Qc, Kc, Vc = (rng.standard_normal((1, 2, S, d_k)) for _ in range(3))
+causal = causal_mask(S, np).copy()
+causal[..., 0, :] = False                                 # query 0 may see nothing at all
+report, _ = check_attention(Qc, Kc, Vc, causal)
+print("\ncausal mask, one row fully masked:\n" + str(report))
+report.assert_ok()
+"""),
+        exercises_intro(),
+        md(r"""
+### Exercise 1 — softmax backward
+
+Given `A = softmax(S)` over the last axis and `dA` $= \partial L/\partial A$, both of shape
+`(B, h, S_q, S_k)`, return `dS` $= \partial L/\partial S$ without building the Jacobian (§3).
+"""),
+        code(r"""
+def my_softmax_backward(dA, A):
+    # YOUR CODE HERE: return dS given dA = dL/dA and A = softmax(S) (rows)
+    return None
+"""),
+        code(r"""
+from minitransformer.exercises.lessons_0_3 import check_softmax_backward
+
+check_softmax_backward(my_softmax_backward)
+"""),
+        md(r"""
+### Exercise 2 — a causal mask
+
+Return the decoder's mask for `T` positions: a boolean array of shape `(1, 1, T, T)` that is
+True where query `i` may attend to key `j`, i.e. where `j <= i`. (`np.tril` helps.) The
+checker also confirms that, with your mask, the last token cannot change earlier outputs.
+"""),
+        code(r"""
+def my_causal_mask(T):
+    # YOUR CODE HERE: return a (1, 1, T, T) boolean array, True where j <= i
+    return None
+"""),
+        code(r"""
+from minitransformer.exercises.lessons_0_3 import check_causal_mask
+
+check_causal_mask(my_causal_mask)
+"""),
+        md(r"""
+### Exercise 3 — attention backward, from the cache
+
+Write the whole backward pass of §5. `cache` is the `AttentionCache` that
+`attention_forward` returned: `cache.Q`, `cache.K`, `cache.V`, `cache.A` (the weights,
+already masked) and `cache.scale` $= 1/\sqrt{d_k}$. Return `(dQ, dK, dV)` for
+`dout` $= \partial L/\partial O$ of shape `(B, h, S_q, d_v)`. For a batched transpose of the
+last two axes use `x.swapaxes(-1, -2)` (`.T` would reverse all four axes).
+"""),
+        code(r"""
+def my_attention_backward(dout, cache):
+    Q, K, V, A, scale = cache
+    # YOUR CODE HERE: return (dQ, dK, dV)
+    return None
+"""),
+        code(r"""
+from minitransformer.exercises.lessons_0_3 import check_attention_backward
+
+check_attention_backward(my_attention_backward)
+"""),
+        md(r"""
+---
+## Solutions
+
+Try the exercises first. Each solution is followed by the checking cell that proves it.
+"""),
+        code(r"""
+def solution_softmax_backward(dA, A):
+    return A * (dA - (dA * A).sum(axis=-1, keepdims=True))     # a ⊙ (da − (da·a)) per row
+
+check_softmax_backward(solution_softmax_backward)
+"""),
+        code(r"""
+def solution_causal_mask(T):
+    return np.tril(np.ones((T, T), dtype=bool))[None, None, :, :]
+
+check_causal_mask(solution_causal_mask)
+"""),
+        code(r"""
+def solution_attention_backward(dout, cache):
+    Q, K, V, A, scale = cache
+    dV = A.swapaxes(-1, -2) @ dout                              # O = A V
+    dA = dout @ V.swapaxes(-1, -2)
+    dS = A * (dA - (dA * A).sum(axis=-1, keepdims=True))        # A = softmax(S)
+    dQ = scale * (dS @ K)                                       # S = scale · Q Kᵀ
+    dK = scale * (dS.swapaxes(-1, -2) @ Q)
+    return dQ, dK, dV
+
+check_attention_backward(solution_attention_backward)
+"""),
+    ]
+
+
+# =====================================================================================
+# Lesson 2 — multi-head attention (§3.2.2–3.2.3)
+# =====================================================================================
+
+def lesson_02():
+    return [
+        md(r"""
+# Lesson 2 — Multi-head attention (§3.2.2–3.2.3)
+
+One attention (lesson 1) gives each query one set of weights over the keys: one way of
+deciding what is relevant. Section 3.2.2 runs **$h$ attentions side by side**, each in its own
+smaller space. Each head projects the model-width vectors (size $d_\text{model}$) down to
+$d_k = d_\text{model}/h$ dimensions with its own learned matrices, attends there, and the $h$
+results are concatenated and mixed by one more matrix $W^O$:
+
+$$\mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\, W^O,
+\qquad \mathrm{head}_i = \mathrm{Attention}(Q W_i^Q,\ K W_i^K,\ V W_i^V)$$
+
+with $W_i^Q, W_i^K \in \mathbb{R}^{d_\text{model} \times d_k}$,
+$W_i^V \in \mathbb{R}^{d_\text{model} \times d_v}$ and
+$W^O \in \mathbb{R}^{h d_v \times d_\text{model}}$. The base model uses $h = 8$ and
+$d_k = d_v = 512/8 = 64$. Different heads can follow different relations (the previous word,
+the verb of this subject, ...), and because each head is $h$ times narrower, the cost stays
+that of a single full-width head (§3 below counts it).
+
+Section 3.2.3 then lists the three places the model uses this layer; §4 below builds the mask
+each one needs.
+
+| in this lesson | package |
+| --- | --- |
+| the layer, forward and backward | `minitransformer.layers.attention.MultiHeadAttention` |
+| splitting into heads, and Concat | `minitransformer.layers.attention.split_heads`, `merge_heads` |
+| Eq. (1) inside each head | `minitransformer.layers.attention.attention_forward`, `attention_backward` |
+| the masks of §3.2.3 | `minitransformer.data.batching.causal_mask`, `padding_mask` |
+
+The package, like most implementations, also adds a bias after each projection (the paper's
+equations have none); the check in §1 shows it.
+"""),
+        code(r"""
+import os
+
+# §3 times matrix products on one core: one BLAS thread gives steadier timings on a shared
+# machine. This only works before NumPy is first imported (restart the kernel otherwise).
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+"""),
+        SETUP,
+        code(r"""
+import time
+
+from minitransformer.data.batching import causal_mask, padding_mask
+from minitransformer.gradcheck import check_layer, gradcheck, rel_error
+from minitransformer.layers.attention import (MultiHeadAttention, attention_backward, attention_forward,
+                                              merge_heads, split_heads)
+"""),
+        md(r"""
+## 1. Split and concat are reshapes and transposes
+
+The $h$ matrices $W_1^Q, \dots, W_h^Q$ (each $d_\text{model} \times d_k$) placed side by side
+form one $d_\text{model} \times d_\text{model}$ matrix $W^Q$. So one product $X W^Q$ computes
+every head's queries at once: head $i$'s are columns $i\,d_k$ to $(i+1)\,d_k$ of the result.
+Giving the heads their own axis is then only a matter of bookkeeping:
+
+$$(B, S, d_\text{model}) \xrightarrow{\text{reshape}} (B, S, h, d_k) \xrightarrow{\text{swap axes 1, 2}} (B, h, S, d_k).$$
+
+That is `split_heads`. `merge_heads` is the reverse — swap back to `(B, S, h, d_k)`, then
+reshape to `(B, S, h·d_k)` — and it *is* the Concat of the equation. The reshape only
+regroups the last axis ($d_\text{model} = h \times d_k$, heads outermost), so neither
+computes anything. With a tiny array whose entries are their own column numbers:
+"""),
+        code(r"""
+x = np.tile(np.arange(8), (1, 3, 1))                 # (B=1, S=3, d_model=8): entry = column index
+heads = split_heads(x, h=2)                          # (1, 2, 3, 4)
+print("x[0]:\n", x[0])
+print("head 0:\n", heads[0, 0], "\nhead 1:\n", heads[0, 1])
+print("split_heads is a view (no copy):", np.shares_memory(x, heads))
+back = merge_heads(heads)
+print("merge_heads(split_heads(x)) == x:", np.array_equal(back, x), "| a copy:", not np.shares_memory(back, x))
+"""),
+        md(r"""
+The package stores $W^Q, W^K, W^V$ side by side in one matrix `W_qkv` of shape
+$(d_\text{model}, 3 d_\text{model})$, so self-attention makes all three projections with a
+single product. Is the layer really the paper's equation? Compute every head *literally*,
+one at a time with its own slice of the weights, concatenate, multiply by $W^O$, and compare:
+"""),
+        code(r"""
+rng = np.random.default_rng(0)
+d_model, h = 8, 2
+d_k = d_model // h
+mha = MultiHeadAttention(d_model, h, rng)
+mha.b_qkv.data[:] = 0.1 * rng.standard_normal(3 * d_model)   # non-zero biases, so they are tested too
+x = rng.standard_normal((2, 5, d_model))                       # (B, S, d_model)
+
+W, b = mha.W_qkv.data, mha.b_qkv.data
+W_Q, W_K, W_V = W[:, :d_model], W[:, d_model:2 * d_model], W[:, 2 * d_model:]
+b_Q, b_K, b_V = b[:d_model], b[d_model:2 * d_model], b[2 * d_model:]
+head_outputs = []
+for i in range(h):
+    cols = slice(i * d_k, (i + 1) * d_k)                       # head i's columns
+    q = x @ W_Q[:, cols] + b_Q[cols]                           # (B, S, d_k)
+    k = x @ W_K[:, cols] + b_K[cols]
+    v = x @ W_V[:, cols] + b_V[cols]
+    o, _ = attention_forward(q[:, None], k[:, None], v[:, None])   # one head: (B, 1, S, d_k)
+    head_outputs.append(o[:, 0])
+literal = np.concatenate(head_outputs, axis=-1) @ mha.W_o.data + mha.b_o.data
+
+print("max |layer - literal Eq.|:", np.abs(mha.forward(x) - literal).max())
+"""),
+        md(r"""
+## 2. The backward of split and concat
+
+Both functions only move entries around: $y = P x$ for a permutation $P$ of the entries. The
+backward of a linear map is its transpose, $\delta x = P^\top \delta y$, and the transpose of
+a permutation is its inverse. So
+
+* the backward of `merge_heads` (Concat) is `split_heads`, and
+* the backward of `split_heads` is `merge_heads`.
+
+The gradient is routed back to where each entry came from, unchanged. In
+`MultiHeadAttention.backward` you can see this in the line
+
+```python
+dheads = split_heads(dy @ self.W_o.data.T, h)        # backward of: concat = merge_heads(heads)
+```
+
+and in the lines that write `dQ`, `dK`, `dV` side by side into one `(B, S, 3·d_model)` array:
+the backward of the fused `W_qkv` product and its reshape/transpose into three heads' worth
+of Q, K and V. A gradient check on `merge_heads` alone:
+"""),
+        code(r"""
+rng = np.random.default_rng(1)
+heads = rng.standard_normal((2, 3, 4, 2))             # (B, h, S, d_k)
+G = rng.standard_normal((2, 4, 6))                    # dL/d(concat): (B, S, h*d_k)
+report = gradcheck(lambda: float((merge_heads(heads) * G).sum()),
+                   {"heads": heads}, {"heads": split_heads(G, 3)})
+print(report)
+report.assert_ok()
+"""),
+        md(r"""
+## 3. $h$ heads of size $d_\text{model}/h$ cost what one head of size $d_\text{model}$ costs
+
+Count the floating-point operations (a multiply-add is 2 FLOPs) of the two products inside
+Eq. (1). For one head of width $d_k$ on one sentence:
+$QK^\top$ is $(S_q \times d_k)(d_k \times S_k)$: $2 S_q S_k d_k$ FLOPs, and $AV$ is
+$(S_q \times S_k)(S_k \times d_k)$: another $2 S_q S_k d_k$. For $h$ heads of width
+$d_k = d_\text{model}/h$ and a batch of $B$:
+
+$$h \cdot B \cdot 4\, S_q S_k \frac{d_\text{model}}{h} = 4\, B\, S_q S_k\, d_\text{model}\qquad\text{— no } h \text{ left.}$$
+
+The projections $W^Q, W^K, W^V, W^O$ are $d_\text{model} \times d_\text{model}$ whatever $h$ is,
+so they do not depend on $h$ either (exercise 2 counts the whole layer). What does grow with
+$h$ is everything done *per score*: there are $B \cdot h \cdot S_q \cdot S_k$ scores, each
+scaled, masked, exponentiated, summed and divided (a handful of operations each), and each
+stored — $h$ times the memory of one head.
+
+Counted, then timed: the package's `attention_forward` + `attention_backward` for
+$B = 2$, $S = 128$, $d_\text{model} = 512$, float32, on one CPU core, and $h$ from 1 to 128.
+Each setting is timed several times, interleaved with the others, and the fastest run kept
+(the fastest is the one least disturbed by whatever else the machine is doing).
+"""),
+        code(r"""
+B, S, d_model = 2, 128, 512
+hs = [1, 2, 4, 8, 16, 32, 64, 128]
+rng = np.random.default_rng(0)
+inputs = {}
+for h in hs:
+    shape = (B, h, S, d_model // h)
+    inputs[h] = [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]   # Q, K, V, dout
+
+best = {h: np.inf for h in hs}
+for _ in range(7):
+    for h in hs:
+        Q, K, V, dout = inputs[h]
+        t0 = time.perf_counter()
+        out, cache = attention_forward(Q, K, V)
+        attention_backward(dout, cache)
+        best[h] = min(best[h], time.perf_counter() - t0)
+
+matmul_flops = {h: 3 * 4 * B * S * S * d_model for h in hs}   # forward 2 products, backward 4: 3x the forward's
+score_ops = {h: 10 * B * h * S * S for h in hs}                # ~10 elementwise ops per score, forward + backward
+print(" h   d_k   matmul GFLOP   per-score Mops   scores (MB)   time (ms)")
+for h in hs:
+    print(f"{h:3d} {d_model // h:5d}   {matmul_flops[h] / 1e9:9.3f}   {score_ops[h] / 1e6:11.1f}   "
+          f"{B * h * S * S * 4 / 2**20:10.1f}   {best[h] * 1e3:9.2f}")
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+axes[0].loglog(hs, [matmul_flops[h] for h in hs], "o-", label="matrix products (counted)")
+axes[0].loglog(hs, [score_ops[h] for h in hs], "s--", label="per-score work (estimated)")
+axes[0].set(xlabel="heads h  (d_k = 512 / h)", ylabel="operations, forward + backward",
+            title="What is counted")
+axes[1].semilogx(hs, [best[h] * 1e3 for h in hs], "o-", color="tab:green")
+axes[1].set(xlabel="heads h  (d_k = 512 / h)", ylabel="ms (fastest of 7)", ylim=(0, None),
+            title="Measured: attention_forward + backward")
+for ax in axes:
+    ax.set_xticks(hs, [str(h) for h in hs])
+axes[0].legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+"""),
+        md(r"""
+The matrix-product FLOPs are the same for every $h$. For moderate numbers of heads the time
+is about flat too, as the count predicts. When the heads get narrow (a few tens of
+dimensions or fewer; where exactly depends on the machine), the time climbs: the per-score
+work and memory grow with $h$, and many tiny matrix products run far below a CPU's peak speed. The paper's $h = 8$,
+$d_k = 64$ (its Table 3 also shows quality dropping with too many heads) sits in the flat part.
+
+## 4. The three uses of attention and their masks (§3.2.3)
+
+The same layer appears three times in the model; what changes is where the queries, keys
+and values come from and which mask applies. With `src` the source sentence (length $S$) and
+`tgt` the target sentence so far (length $T$), both padded:
+
+| use | queries | keys, values | mask (True = may attend) | mask shape |
+| --- | --- | --- | --- | --- |
+| encoder self-attention | encoder | encoder (same positions) | source padding | `(B, 1, 1, S)` |
+| decoder masked self-attention | decoder | decoder | causal AND target padding | `(B, 1, T, T)` |
+| encoder–decoder attention | decoder | encoder output ("memory") | source padding | `(B, 1, 1, S)` |
+
+* In the **encoder** every position may look at every real position, before or after it.
+* In the **decoder's self-attention** position $i$ must not look at positions after $i$: the
+  model is trained to predict word $i+1$ from words up to $i$, and during generation the later
+  words do not exist. The paper describes this as setting the illegal scores to $-\infty$
+  before the softmax.
+* In **encoder–decoder attention** every target position may look at every real source word:
+  this is where the translation reads the input sentence. The queries come from the decoder
+  layer below; the keys and values from the encoder's final output.
+
+In code, `forward(x, mask=...)` is self-attention and `forward(x_dec, memory, mask=...)` is
+encoder–decoder attention. The masks for a batch of two sentences (pad id 0):
+"""),
+        code(r"""
+pad = 0
+src = np.array([[5, 8, 3, 9, 4], [6, 2, 7, 0, 0]])     # (B, S): sentence 1 has two pads
+tgt = np.array([[1, 4, 4, 7], [1, 3, 0, 0]])           # (B, T): sentence 1 has two pads
+S_len, T_len = src.shape[1], tgt.shape[1]
+enc_mask = padding_mask(src, pad)                              # (B, 1, 1, S)
+dec_mask = causal_mask(T_len, np) & padding_mask(tgt, pad)     # (B, 1, T, T)
+cross_mask = padding_mask(src, pad)                            # (B, 1, 1, S), queries from tgt
+
+rng = np.random.default_rng(0)
+d_model, h = 8, 2
+enc_x = rng.standard_normal((2, S_len, d_model))       # stand-ins for the embedded sentences
+dec_x = rng.standard_normal((2, T_len, d_model))
+uses = {
+    "encoder self-attention": (MultiHeadAttention(d_model, h, rng), (enc_x,), enc_mask),
+    "decoder masked self-attention": (MultiHeadAttention(d_model, h, rng), (dec_x,), dec_mask),
+    "encoder-decoder attention": (MultiHeadAttention(d_model, h, rng), (dec_x, enc_x), cross_mask),
+}
+weights = {}
+for name, (layer, args, mask) in uses.items():
+    y = layer.forward(*args, mask=mask)
+    weights[name] = layer._cache.attn.A               # (B, h, S_q, S_k), kept for the backward
+    print(f"{name:31s} mask {str(mask.shape):14s} -> output {y.shape}, weights {weights[name].shape}")
+
+def tokens(ids):
+    return ["pad" if t == pad else str(t) for t in ids]
+
+b = 1                                                  # sentence 1, the padded one; head 0
+axis_tokens = {"encoder self-attention": (tokens(src[b]), tokens(src[b])),
+               "decoder masked self-attention": (tokens(tgt[b]), tokens(tgt[b])),
+               "encoder-decoder attention": (tokens(tgt[b]), tokens(src[b]))}
+fig, axes = plt.subplots(2, 3, figsize=(12, 6.6), layout="constrained")
+for col, (name, (_, _, mask)) in enumerate(uses.items()):
+    A = weights[name][b, 0]
+    q_tok, k_tok = axis_tokens[name]
+    axes[0, col].imshow(np.broadcast_to(mask[b, 0], A.shape), cmap="gray", vmin=0, vmax=1)
+    im = axes[1, col].imshow(A, cmap="viridis", vmin=0, vmax=1)
+    axes[0, col].set_title(f"{name}\nmask (white = may attend)")
+    axes[1, col].set_title("weights A, head 0")
+    for ax in axes[:, col]:
+        ax.set_xticks(range(len(k_tok)), k_tok)
+        ax.set_yticks(range(len(q_tok)), q_tok)
+        ax.set(xlabel="key token", ylabel="query token")
+        ax.grid(False)
+fig.colorbar(im, ax=axes[1, :], shrink=0.8, label="weight")
+plt.show()
+"""),
+        md(r"""
+In the middle column the last two *rows* are padded target positions: the mask hides pad
+**keys** only, so those rows still attend to the real positions; their outputs are simply
+ignored by the loss. Masking rows too would make them attend to nothing at all, which the
+package handles (lesson 1) but does not need.
+
+## 5. Gradient check of the whole layer
+
+`check_layer` compares the gradients of the layer's input(s) and of all four parameters
+(`W_qkv`, `b_qkv`, `W_o`, `b_o`) with central differences, for masked self-attention and for
+encoder–decoder attention (which returns two input gradients: for the decoder states and for
+the memory). The extra positional arguments are passed on to `forward(x_q, x_kv, mask)`;
+gradients are checked for the float inputs that backward returns a gradient for.
+"""),
+        code(r"""
+rng = np.random.default_rng(2)
+d_model, h, B, T, S_src = 8, 2, 2, 3, 4
+x = rng.standard_normal((B, T, d_model))
+memory = rng.standard_normal((B, S_src, d_model))
+src_pad = np.ones((B, 1, 1, S_src), dtype=bool)
+src_pad[1, ..., -1] = False
+
+mha = MultiHeadAttention(d_model, h, rng)
+report = check_layer(mha, x, None, causal_mask(T, np), names=["x", "x_kv", "mask"])
+print("masked self-attention\n" + str(report))
+report.assert_ok()
+
+mha = MultiHeadAttention(d_model, h, rng)
+report = check_layer(mha, x, memory, src_pad, names=["x_q", "memory", "mask"])
+print("\nencoder-decoder attention\n" + str(report))
+report.assert_ok()
+"""),
+        exercises_intro(),
+        md(r"""
+### Exercise 1 — the backward of Concat
+
+`merge_heads` maps `heads` of shape `(B, h, S, d_k)` to `concat` of shape `(B, S, h·d_k)`.
+Given `dconcat` $= \partial L / \partial\,\mathrm{concat}$ and `h`, return `dheads`, using only
+`reshape` and `transpose` (not the package's `split_heads`).
+"""),
+        code(r"""
+def my_merge_heads_backward(dconcat, h):
+    # YOUR CODE HERE: return dheads of shape (B, h, S, d_model // h)
+    return None
+"""),
+        code(r"""
+from minitransformer.exercises.lessons_0_3 import check_merge_heads_backward
+
+check_merge_heads_backward(my_merge_heads_backward)
+"""),
+        md(r"""
+### Exercise 2 — FLOPs of the whole layer
+
+Return the FLOPs of the matrix products in one forward pass of `MultiHeadAttention` with
+`B` sentences, `S_q` query positions, `S_k` key/value positions (encoder–decoder attention:
+they differ), width `d_model` and `h` heads. Count the projections to $Q$, $K$, $V$, the
+two products of Eq. (1) in every head, and the output projection $W^O$; a multiply-add is
+2 FLOPs; leave out biases, the scaling and the softmax. (An $(m \times n)(n \times p)$ product
+is $2mnp$ FLOPs.)
+"""),
+        code(r"""
+def my_attention_flops(B, S_q, S_k, d_model, h):
+    # YOUR CODE HERE: return the number of FLOPs (an int)
+    return None
+"""),
+        code(r"""
+from minitransformer.exercises.lessons_0_3 import check_attention_flops
+
+check_attention_flops(my_attention_flops)
+"""),
+        md(r"""
+### Exercise 3 — the decoder's self-attention mask
+
+Given target token ids `tgt_ids` of shape `(B, T)` and the padding id, return the boolean
+mask of shape `(B, 1, T, T)` for the decoder's masked self-attention: query `i` may attend to
+key `j` if `j <= i` **and** token `j` is not padding. Build it yourself with NumPy (without
+the package's `causal_mask`/`padding_mask`).
+"""),
+        code(r"""
+def my_decoder_mask(tgt_ids, pad_id):
+    # YOUR CODE HERE: return a (B, 1, T, T) boolean array
+    return None
+"""),
+        code(r"""
+from minitransformer.exercises.lessons_0_3 import check_decoder_mask
+
+check_decoder_mask(my_decoder_mask)
+"""),
+        md(r"""
+---
+## Solutions
+
+Try the exercises first. Each solution is followed by the checking cell that proves it.
+"""),
+        code(r"""
+def solution_merge_heads_backward(dconcat, h):
+    B, S, d_model = dconcat.shape
+    return dconcat.reshape(B, S, h, d_model // h).transpose(0, 2, 1, 3)   # = split_heads
+
+check_merge_heads_backward(solution_merge_heads_backward)
+"""),
+        code(r"""
+def solution_attention_flops(B, S_q, S_k, d_model, h):
+    d_k = d_model // h
+    q_proj = 2 * B * S_q * d_model * d_model           # x_q W^Q (all heads at once)
+    kv_proj = 2 * 2 * B * S_k * d_model * d_model      # x_kv W^K and x_kv W^V
+    scores = h * 2 * B * S_q * S_k * d_k               # Q Kᵀ in every head
+    mix = h * 2 * B * S_q * S_k * d_k                  # A V in every head
+    out_proj = 2 * B * S_q * d_model * d_model         # Concat(heads) W^O
+    return q_proj + kv_proj + scores + mix + out_proj  # = 4 B d² (S_q + S_k) + 4 B S_q S_k d: no h
+
+check_attention_flops(solution_attention_flops)
+"""),
+        code(r"""
+def solution_decoder_mask(tgt_ids, pad_id):
+    T = tgt_ids.shape[1]
+    causal = np.tril(np.ones((T, T), dtype=bool))[None, None, :, :]   # (1, 1, T, T)
+    keys_ok = (tgt_ids != pad_id)[:, None, None, :]                  # (B, 1, 1, T): padding on the key axis
+    return causal & keys_ok                                          # broadcasts to (B, 1, T, T)
+
+check_decoder_mask(solution_decoder_mask)
+"""),
+    ]
+
+
+# =====================================================================================
+# Lesson 3 — position-wise feed-forward network (§3.3)
+# =====================================================================================
+
+def lesson_03():
+    return [
+        md(r"""
+# Lesson 3 — Position-wise feed-forward network (§3.3, Eq. 2)
+
+Attention (lessons 1–2) moves information *between* positions. Each encoder and decoder layer
+then processes every position *on its own* with a small two-layer network, the same one for
+every position (§3.3). In the paper's Equation (2), for the vector $x$ at one position:
+
+$$\mathrm{FFN}(x) = \max(0,\ x W_1 + b_1)\, W_2 + b_2$$
+
+with $W_1 \in \mathbb{R}^{d_\text{model} \times d_\text{ff}}$ and
+$W_2 \in \mathbb{R}^{d_\text{ff} \times d_\text{model}}$: widen to $d_\text{ff}$, apply a ReLU,
+narrow back. The base model has $d_\text{model} = 512$ and $d_\text{ff} = 2048$. Within one
+layer every position uses the same $W_1, b_1, W_2, b_2$; different layers have their own. The
+paper offers another view of the same thing: two convolutions whose kernel covers a single
+position.
+
+| in this lesson | package |
+| --- | --- |
+| Eq. (2), forward and backward | `minitransformer.layers.feedforward.FeedForward` |
+| each of the two affine maps | `minitransformer.layers.linear.Linear`, `linear_forward`, `linear_backward` |
+"""),
+        SETUP,
+        code(r"""
+from minitransformer.gradcheck import check_layer, rel_error
+from minitransformer.layers.attention import MultiHeadAttention
+from minitransformer.layers.feedforward import FeedForward
+from minitransformer.layers.linear import linear_backward, linear_forward
+"""),
+        md(r"""
+Most of a layer's parameters are here: $2\, d_\text{model} d_\text{ff} + d_\text{ff} + d_\text{model}$
+for the FFN against about $4\, d_\text{model}^2$ for attention's four projections.
+"""),
+        code(r"""
+rng = np.random.default_rng(0)
+n_ffn = FeedForward(512, 2048, rng).num_parameters()
+n_att = MultiHeadAttention(512, 8, rng).num_parameters()
+print(f"FFN {n_ffn:,} parameters, multi-head attention {n_att:,}")
+print(f"the FFN holds {n_ffn / (n_ffn + n_att):.0%} of an encoder layer's parameters (its two LayerNorms add only 2,048)")
+"""),
+        md(r"""
+## 1. A tiny example, by hand
+
+$d_\text{model} = 2$, $d_\text{ff} = 3$, one position $x = (2,\ 1)$, and
+
+$$W_1 = \begin{pmatrix} 1 & -1 & 0.5 \\ 0.5 & 1 & -1 \end{pmatrix},\ b_1 = (0,\ 0,\ 0.5),\qquad
+W_2 = \begin{pmatrix} 1 & 0 \\ 1 & 1 \\ 0 & -2 \end{pmatrix},\ b_2 = (0.1,\ 0).$$
+
+* $z = xW_1 + b_1 = (2 + 0.5,\ -2 + 1,\ 1 - 1) + (0, 0, 0.5) = (2.5,\ -1,\ 0.5)$
+* $\mathrm{ReLU}$: $u = (2.5,\ 0,\ 0.5)$ — the second hidden unit is off
+* $y = uW_2 + b_2 = (2.5,\ 0 - 1) + (0.1,\ 0) = (2.6,\ -1)$
+
+**Backward** with $\delta y = (1,\ 0)$ (the gradient of $L = y_1$):
+
+* $\delta u = \delta y\, W_2^\top = (1,\ 1,\ 0)$; $\ \delta W_2 = u^\top \delta y$, whose first column is $u$; $\ \delta b_2 = (1,\ 0)$
+* ReLU: $\delta z = \delta u \odot \mathbb{1}[z > 0] = (1,\ 0,\ 0)$ — the gradient is blocked at the off unit
+* $\delta W_1 = x^\top \delta z = \begin{pmatrix} 2 & 0 & 0 \\ 1 & 0 & 0 \end{pmatrix}$, $\ \delta b_1 = (1,\ 0,\ 0)$, $\ \delta x = \delta z\, W_1^\top = (1,\ 0.5)$
+
+The package on the same numbers:
+"""),
+        code(r"""
+ffn = FeedForward(d_model=2, d_ff=3, rng=np.random.default_rng(0))
+ffn.linear1.W.data[:] = [[1, -1, 0.5], [0.5, 1, -1]]
+ffn.linear1.b.data[:] = [0, 0, 0.5]
+ffn.linear2.W.data[:] = [[1, 0], [1, 1], [0, -2]]
+ffn.linear2.b.data[:] = [0.1, 0]
+
+x = np.array([[[2.0, 1.0]]])                     # (B=1, S=1, d_model=2)
+y = ffn.forward(x)
+print("y  =", y[0, 0])
+ffn.zero_grad()
+dx = ffn.backward(np.array([[[1.0, 0.0]]]))
+print("dx =", dx[0, 0])
+print("dW1 =\n", ffn.linear1.W.grad, "\ndb1 =", ffn.linear1.b.grad)
+print("dW2 =\n", ffn.linear2.W.grad, "\ndb2 =", ffn.linear2.b.grad)
+"""),
+        md(r"""
+## 2. ReLU and its backward
+
+$\mathrm{ReLU}(z) = \max(0, z)$ elementwise. Its derivative is 1 where $z > 0$ and 0 where
+$z < 0$; so, elementwise,
+
+$$\delta z = \delta u \odot \mathbb{1}[z > 0].$$
+
+At exactly $z = 0$ there is no derivative (the two sides disagree); any value in $[0, 1]$ is a
+valid "subgradient", and like most code the package uses 0. In practice an exact 0 almost
+never happens with real-valued inputs, and numerical gradient checks avoid it by keeping
+inputs away from the kink.
+
+Two details of `FeedForward`:
+
+* The mask can be computed from the **output**: $u > 0$ exactly when $z > 0$. So the forward
+  caches only $u$ (and applies the ReLU in place, `hidden *= hidden > 0`), saving a second
+  $(B, S, d_\text{ff})$ array.
+* A unit whose $z$ is negative for *every* input passes no gradient to its weights at all and
+  stops learning (a "dead" unit). Below, the pattern of active units for a random input: about
+  half are on at each position, and which half differs from position to position.
+"""),
+        code(r"""
+z = np.linspace(-3, 3, 601)
+rng = np.random.default_rng(0)
+ffn = FeedForward(d_model=16, d_ff=48, rng=rng)
+x = rng.standard_normal((1, 12, 16))               # one sentence, 12 positions
+hidden = linear_forward(x, ffn.linear1.W.data, ffn.linear1.b.data)[0][0]    # z: (12, 48)
+
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw={"width_ratios": [1, 2]})
+axes[0].plot(z, np.maximum(z, 0), label=r"ReLU$(z) = \max(0, z)$")
+axes[0].plot(z[z < 0], 0 * z[z < 0], "--", color="tab:orange", label=r"derivative $\mathbb{1}[z > 0]$")
+axes[0].plot(z[z > 0], 1 + 0 * z[z > 0], "--", color="tab:orange")
+axes[0].plot([0], [0], "o", color="tab:orange")                   # the package's choice at z = 0
+axes[0].plot([0], [1], "o", mfc="white", color="tab:orange")
+axes[0].set(xlabel="z", title="ReLU and its derivative")
+axes[0].legend(fontsize=8)
+axes[1].imshow(hidden > 0, cmap="Greys", aspect="auto", interpolation="nearest")
+axes[1].set(xlabel="hidden unit (d_ff = 48)", ylabel="position",
+            title=f"active units (black): {np.mean(hidden > 0):.0%} on; gradient flows only through these")
+axes[1].grid(False)
+fig.tight_layout()
+plt.show()
+"""),
+        md(r"""
+## 3. The same weights at every position
+
+**Forward.** Because the same weights act on each position separately, running the FFN on a
+whole `(B, S, d_model)` batch is the same as running it position by position — and shuffling
+the positions just shuffles the outputs. The FFN cannot move information between
+positions; that is attention's job. It is also why the package can fold the batch and
+position axes into one axis of $B \cdot S$ rows and do each layer as one matrix product.
+"""),
+        code(r"""
+rng = np.random.default_rng(1)
+ffn = FeedForward(d_model=4, d_ff=8, rng=rng)
+x = rng.standard_normal((2, 5, 4))
+y_all = ffn.forward(x)
+y_each = np.concatenate([ffn.forward(x[:, s:s + 1]) for s in range(5)], axis=1)
+perm = rng.permutation(5)
+print("whole batch == one position at a time:", np.allclose(y_all, y_each))
+print("FFN(shuffled x) == shuffled FFN(x):    ", np.allclose(ffn.forward(x[:, perm]), y_all[:, perm]))
+"""),
+        md(r"""
+**Backward.** Every position used the same $W_1$, so $W_1$'s gradient collects a
+contribution from every position — the sum of what each position alone would give:
+
+$$\delta W_1 = \sum_{b,s} x_{b,s}^\top\, \delta z_{b,s} = X^\top \delta Z \quad\text{with } X, \delta Z \text{ the } (B\cdot S)\text{-row matrices},$$
+
+and likewise for $b_1$, $W_2$, $b_2$. This is the same rule that makes a parameter used in several
+places (the tied embeddings of a later lesson) receive the sum of its gradients, and why the
+package's backward passes *add* into `Parameter.grad`. Checked: one backward over the whole
+batch against one backward per position, added up:
+"""),
+        code(r"""
+dy = rng.standard_normal(x.shape)
+ffn.zero_grad()
+ffn.forward(x)
+ffn.backward(dy)
+whole = {name: p.grad.copy() for name, p in ffn.named_parameters()}
+
+ffn.zero_grad()                                   # backward adds into .grad: accumulate position by position
+for s in range(5):
+    ffn.forward(x[:, s:s + 1])
+    ffn.backward(dy[:, s:s + 1])
+for name, p in ffn.named_parameters():
+    print(f"{name:10s} whole batch vs sum over positions: rel error {rel_error(whole[name], p.grad):.1e}")
+"""),
+        md(r"""
+## 4. The backward pass of the FFN
+
+Forward, in the package's steps, for the $(B \cdot S) \times d_\text{model}$ rows $X$:
+
+$$Z = X W_1 + b_1,\qquad U = \max(0, Z),\qquad Y = U W_2 + b_2.$$
+
+Backward from $\delta Y$, in reverse, each line an instance of the linear layer's rule from
+lesson 0 ($\delta x = \delta y W^\top$, $\delta W = x^\top \delta y$, $\delta b = \sum_\text{rows}\delta y$):
+
+$$\delta U = \delta Y\, W_2^\top,\quad \delta W_2 = U^\top \delta Y,\quad \delta b_2 = \textstyle\sum_\text{rows} \delta Y$$
+$$\delta Z = \delta U \odot \mathbb{1}[U > 0]$$
+$$\delta X = \delta Z\, W_1^\top,\quad \delta W_1 = X^\top \delta Z,\quad \delta b_1 = \textstyle\sum_\text{rows} \delta Z$$
+
+`FeedForward.backward` is exactly this: `linear2.backward`, the ReLU mask, `linear1.backward`
+(each `Linear` calls `linear_backward` and adds into its parameters' `.grad`).
+"""),
+        code(r"""
+import inspect
+print(inspect.getsource(FeedForward.forward))
+print(inspect.getsource(FeedForward.backward))
+"""),
+        md(r"""
+## 5. Gradient check
+
+Every entry of the input and of $W_1, b_1, W_2, b_2$, against central differences. A kink of
+the ReLU within $h = 10^{-5}$ of some $z$ would spoil the numerical derivative there, so the
+cell also prints the smallest $|z|$ (it is far from $10^{-5}$).
+"""),
+        code(r"""
+rng = np.random.default_rng(3)
+ffn = FeedForward(d_model=4, d_ff=8, rng=rng)
+ffn.linear1.b.data[:] = 0.1 * rng.standard_normal(8)       # non-zero biases, so they are tested too
+ffn.linear2.b.data[:] = 0.1 * rng.standard_normal(4)
+x = rng.standard_normal((2, 3, 4))
+z = linear_forward(x, ffn.linear1.W.data, ffn.linear1.b.data)[0]
+print(f"smallest |z|: {np.abs(z).min():.1e};  active units: {np.mean(z > 0):.0%}")
+
+report = check_layer(ffn, x)
+print(report)
+report.assert_ok()
+"""),
+        exercises_intro(),
+        md(r"""
+### Exercise 1 — ReLU backward
+
+Given `dh` $= \partial L / \partial u$ for $u = \max(0, z)$ and the pre-activation `z`, return
+`dz` $= \partial L / \partial z$ (same shape).
+"""),
+        code(r"""
+def my_relu_backward(dh, z):
+    # YOUR CODE HERE: return dz
+    return None
+"""),
+        code(r"""
+from minitransformer.exercises.lessons_0_3 import check_relu_backward
+
+check_relu_backward(my_relu_backward)
+"""),
+        md(r"""
+### Exercise 2 — FFN backward
+
+Write the whole backward of Eq. (2) from §4, given the input `x` of shape `(B, S, d_model)`,
+the parameters `W1 (d_model, d_ff)`, `b1 (d_ff,)`, `W2 (d_ff, d_model)`, `b2 (d_model,)` and
+`dy` $= \partial L / \partial y$ of shape `(B, S, d_model)`. Recompute the forward values
+you need, and return `(dx, dW1, db1, dW2, db2)`. Remember that every position shares the
+weights (§3): fold `B` and `S` into one axis with `reshape(-1, ...)`.
+"""),
+        code(r"""
+def my_ffn_backward(dy, x, W1, b1, W2, b2):
+    # YOUR CODE HERE: return (dx, dW1, db1, dW2, db2)
+    return None
+"""),
+        code(r"""
+from minitransformer.exercises.lessons_0_3 import check_ffn_backward
+
+check_ffn_backward(my_ffn_backward)
+"""),
+        md(r"""
+---
+## Solutions
+
+Try the exercises first. Each solution is followed by the checking cell that proves it.
+"""),
+        code(r"""
+def solution_relu_backward(dh, z):
+    return dh * (z > 0)
+
+check_relu_backward(solution_relu_backward)
+"""),
+        code(r"""
+def solution_ffn_backward(dy, x, W1, b1, W2, b2):
+    d_model, d_ff = W1.shape
+    z = x @ W1 + b1                                            # forward again: (B, S, d_ff)
+    u = np.maximum(z, 0)
+    du = dy @ W2.T                                             # Y = U W2 + b2
+    dW2 = u.reshape(-1, d_ff).T @ dy.reshape(-1, d_model)
+    db2 = dy.reshape(-1, d_model).sum(axis=0)
+    dz = du * (z > 0)                                          # U = max(0, Z)
+    dx = dz @ W1.T                                             # Z = X W1 + b1
+    dW1 = x.reshape(-1, d_model).T @ dz.reshape(-1, d_ff)
+    db1 = dz.reshape(-1, d_ff).sum(axis=0)
+    return dx, dW1, db1, dW2, db2
+
+check_ffn_backward(solution_ffn_backward)
+"""),
+    ]
+
+
+LESSONS = {
+    "00_how_to_use": lesson_00,
+    "01_scaled_dot_product_attention": lesson_01,
+    "02_multi_head_attention": lesson_02,
+    "03_feed_forward": lesson_03,
+}
+
+
+def build(stem: str, cells) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    for i, (kind, source) in enumerate(cells):
+        cell = nbformat.v4.new_markdown_cell(source) if kind == "markdown" else nbformat.v4.new_code_cell(source)
+        cell.id = f"l{stem[:2]}-{i:02d}"
+        nb.cells.append(cell)
+    nbformat.validate(nb)
+    return nb
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("lessons", nargs="*", help="lesson numbers or names (default: all of 00-03)")
+    parser.add_argument("--no-execute", action="store_true", help="write the notebooks without running them")
+    args = parser.parse_args(argv)
+    chosen = [s for s in LESSONS if not args.lessons or any(s.startswith(a) for a in args.lessons)]
+    if not chosen:
+        parser.error(f"no lesson matches {args.lessons}; choose from {list(LESSONS)}")
+    for stem in chosen:
+        nb = build(stem, LESSONS[stem]())
+        path = HERE / f"{stem}.ipynb"
+        if not args.no_execute:
+            t0 = time.perf_counter()
+            NotebookClient(nb, timeout=600, kernel_name="python3",
+                           resources={"metadata": {"path": str(HERE)}}).execute()
+            print(f"{path.name}: executed in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+        for cell in nb.cells:                      # keep the committed files small and stable
+            cell.metadata.pop("execution", None)
+        nbformat.write(nb, path)
+        print(f"{path.name}: {path.stat().st_size / 1024:.0f} KB", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
