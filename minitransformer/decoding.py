@@ -15,8 +15,8 @@ position at a time, and two ways of computing each step are given here:
   to floating-point rounding (the tests check this).
 
 Greedy decoding takes the most probable token at every step. Beam search
-(§6.1: "beam search with a beam size of 4 and length penalty α = 0.6") keeps
-the k best partial hypotheses instead, and ranks finished ones with the
+(§6.1 uses 4 beams and a length penalty with α = 0.6) keeps the k best
+partial hypotheses instead, and ranks finished ones with the
 length penalty of Wu et al. (2016, "Google's Neural Machine Translation
 System", Eq. 14):
 
@@ -56,7 +56,7 @@ from .layers.loss import log_softmax
 
 NEG_INF = float("-inf")
 
-# §6.1: "We set the maximum output length during inference to input length + 50".
+# §6.1: at inference the output may be at most 50 tokens longer than the input.
 EXTRA_OUTPUT_LEN = 50
 
 

@@ -75,7 +75,9 @@ PRESETS: dict[str, TransformerConfig] = {
     "base": TransformerConfig(),
     "big": TransformerConfig(d_model=1024, h=16, d_ff=4096, P_drop=0.3),
     # Toy presets sized to train in well under a minute on a laptop CPU.
-    "copy": TransformerConfig(vocab_size=14, d_model=64, h=4, N=2, d_ff=256, P_drop=0.0,
+    # 8 heads of d_k = 8: copying needs sharp position-to-position attention,
+    # and more heads reached 100% held-out exact match in fewer steps than 4.
+    "copy": TransformerConfig(vocab_size=14, d_model=64, h=8, N=2, d_ff=256, P_drop=0.0,
                               eps_ls=0.0, max_len=64, warmup_steps=200),
     "tiny": TransformerConfig(vocab_size=14, d_model=32, h=2, N=1, d_ff=64, P_drop=0.0,
                               eps_ls=0.0, max_len=64, warmup_steps=100),

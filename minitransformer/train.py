@@ -74,8 +74,10 @@ class Recipe:
 
 
 RECIPES: dict[str, Recipe] = {
-    "copy": Recipe(preset="copy", steps=600, batch_size=64, lr_factor=2.0, valid_every=200),
-    "reverse": Recipe(preset="copy", steps=900, batch_size=64, lr_factor=2.0, valid_every=300),
+    # Measured on the copy task: factor 0.25 with clipping trains smoothly; 0.5
+    # and above spike and stall below 100% held-out exact match.
+    "copy": Recipe(preset="copy", steps=3000, batch_size=64, lr_factor=0.25, clip_norm=1.0, valid_every=500),
+    "reverse": Recipe(preset="copy", steps=3000, batch_size=64, lr_factor=0.25, clip_norm=1.0, valid_every=500),
 }
 SYNTHETIC_SIZES = {"train": 20000, "valid": 500, "test": 1000}
 
@@ -124,8 +126,17 @@ def load_task(name: str | None = None, data: str | None = None, level: str = "ch
                     task.src_level, task.tgt_level, task.bleu_tokenize)
 
 
+def encode_source(vocab: Vocab, tokens) -> list[int]:
+    """Source ids end with <eos>: it marks where the sentence stops, a key the
+    decoder's encoder-decoder attention can find when deciding to stop too.
+    (Without it the end of a source is only the absence of keys, since padding
+    is masked, and a copy model miscounts runs of repeated final symbols.)"""
+    return vocab.encode(tokens, add_eos=True)
+
+
 def encode_pairs(vocab: Vocab, pairs) -> list[tuple[list[int], list[int]]]:
-    return [(vocab.encode(s), vocab.encode(t)) for s, t in pairs]
+    """Token pairs -> (source ids + <eos>, target ids); batching adds <bos>/<eos> to targets."""
+    return [(encode_source(vocab, s), vocab.encode(t)) for s, t in pairs]
 
 
 # -- the loop ------------------------------------------------------------------------
@@ -296,7 +307,7 @@ def decode_id_lists(model, vocab: Vocab, sources: list[list[int]], beam_size: in
 def decode_ids(model, vocab: Vocab, sources: list[list[str]], beam_size: int = 1, batch_size: int = 100,
                alpha: float = 0.6) -> list[list[str]]:
     """Translate token lists; returns token lists (specials stripped)."""
-    ids = decode_id_lists(model, vocab, [vocab.encode(s) for s in sources], beam_size, batch_size, alpha)
+    ids = decode_id_lists(model, vocab, [encode_source(vocab, s) for s in sources], beam_size, batch_size, alpha)
     return [vocab.decode(seq) for seq in ids]
 
 
@@ -304,7 +315,7 @@ def build_model(task: TaskData, preset: str = "copy", seed: int = 0, **overrides
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
     cfg = PRESETS[preset].with_(vocab_size=len(task.vocab), pad_id=task.vocab.pad_id, **overrides)
-    longest = max(max(len(s), len(t) + 1) for s, t in task.train + task.valid + task.test)
+    longest = max(max(len(s), len(t)) + 1 for s, t in task.train + task.valid + task.test)
     if cfg.max_len < longest + 51:   # room for decoding input length + 50 (§6.1)
         cfg = cfg.with_(max_len=longest + 51)
     return Transformer(cfg, seed=seed)
