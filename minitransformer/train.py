@@ -239,6 +239,15 @@ class Trainer:
         return {"valid_loss": total / max(1, n), "valid_exact_match": acc}
 
     # -- the loop ---------------------------------------------------------------------
+    def _trim_log(self, log_path: str) -> None:
+        """Keep only the records up to the current step: a fresh run starts an empty
+        log, a resumed run continues its own (dropping what came after the checkpoint)."""
+        if not os.path.exists(log_path):
+            return
+        with open(log_path, encoding="utf-8") as f:
+            kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= self.step]
+        atomic_write_bytes(log_path, "".join(kept).encode("utf-8"))
+
     def run(self, progress: bool = True) -> list[dict]:
         from tqdm.auto import tqdm  # noqa: PLC0415
 
@@ -246,6 +255,8 @@ class Trainer:
         log_path = os.path.join(self.out_dir, "metrics.jsonl") if self.out_dir else None
         if self.out_dir:
             os.makedirs(self.out_dir, exist_ok=True)
+        if log_path:
+            self._trim_log(log_path)
         history: list[dict] = []
         bar = tqdm(total=s.steps, initial=self.step, disable=not progress, desc="train", unit="step",
                    dynamic_ncols=True)

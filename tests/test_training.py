@@ -122,3 +122,20 @@ def test_short_copy_run_learns(tmp_path):
     hyps = decode_ids(model.eval(), task.vocab, [s for s, _ in test])
     acc = np.mean([h == t for h, (_, t) in zip(hyps, test)])
     assert acc >= 0.95, f"exact match {acc:.3f}"
+
+
+def test_fresh_run_starts_a_new_log_and_resume_continues_it(tmp_path):
+    _, tr = small_trainer(tmp_path, 10)
+    tr.run(progress=False)
+    _, again = small_trainer(tmp_path, 5)                # a new run in the same directory
+    again.run(progress=False)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [5], steps
+    ckpt = load_checkpoint(str(tmp_path / "checkpoint.npz"))
+    task = load_task("copy")
+    resumed = Trainer(ckpt.model, ckpt.vocab, encode_pairs(task.vocab, task.train[:400]), [],
+                      TrainSettings(**{**again.settings.__dict__, "steps": 10}), str(tmp_path))
+    resumed.restore(ckpt)
+    resumed.run(progress=False)
+    steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [5, 10], steps
