@@ -8,6 +8,7 @@ import sys
 import time
 
 from . import backend
+from .model import PRESETS
 
 
 def _add_backend(p: argparse.ArgumentParser) -> None:
@@ -21,11 +22,13 @@ def _set_backend(args) -> None:
         backend.set_backend(args.backend)
 
 
-def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=sys.stdout) -> dict:
+def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None) -> dict:
     """Decode ``pairs`` (token lists), print samples and scores; return the scores."""
     from .data.vocab import detokenize  # noqa: PLC0415
     from .metrics import corpus_bleu, corpus_chrf, exact_match  # noqa: PLC0415
     from .train import decode_ids  # noqa: PLC0415
+
+    stream = stream or sys.stdout   # looked up now: a default of sys.stdout would miss redirections
 
     srcs = [s for s, _ in pairs]
     refs = [detokenize(t, task.tgt_level) for _, t in pairs]
@@ -35,7 +38,7 @@ def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=sys.
         hyps = [detokenize(h, task.tgt_level) for h in decode_ids(model, vocab, srcs, beam_size=beam)]
         seconds = time.perf_counter() - t0
         name = "greedy" if beam == 1 else f"beam {beam}"
-        if beam == beam_sizes[0]:
+        if beam == beam_sizes[0] and n_samples > 0:
             print("sample decodes:", file=stream)
             for src, hyp, ref in list(zip(srcs, hyps, refs))[:n_samples]:
                 mark = "✓" if hyp == ref else "✗"
@@ -56,12 +59,17 @@ def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=sys.
 def cmd_train(args) -> int:
     from .train import RECIPES, Recipe, Trainer, TrainSettings, build_model, encode_pairs, load_task  # noqa: PLC0415
     from .checkpoint import load_checkpoint  # noqa: PLC0415
+    from .data.tsv import DataError  # noqa: PLC0415
 
     _set_backend(args)
     if (args.task is None) == (args.data is None):
         print("error: give exactly one of --task NAME or --data pairs.tsv", file=sys.stderr)
         return 2
-    task = load_task(args.task, args.data, level=args.level, seed=args.seed)
+    try:
+        task = load_task(args.task, args.data, level=args.level, seed=args.seed)
+    except (DataError, FileNotFoundError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     recipe = RECIPES.get(task.name, Recipe(preset="translate", steps=2000, batch_size=64))
     preset = args.preset or recipe.preset
     out_dir = args.out or os.path.join("runs", task.name)
@@ -85,7 +93,7 @@ def cmd_train(args) -> int:
             return 2
         settings.warmup_steps = settings.warmup_steps or model.cfg.warmup_steps
     else:
-        model = build_model(task, preset, seed=args.seed, **recipe.overrides)
+        model = build_model(task, preset, seed=args.seed)
         vocab = task.vocab
         settings.warmup_steps = settings.warmup_steps or model.cfg.warmup_steps
     cfg = model.cfg
@@ -151,7 +159,7 @@ def cmd_translate(args) -> int:
 
 def cmd_evaluate(args) -> int:
     from .checkpoint import load_checkpoint  # noqa: PLC0415
-    from .data.tsv import load_tsv  # noqa: PLC0415
+    from .data.tsv import DataError, load_tsv  # noqa: PLC0415
     from .data.vocab import tokenize  # noqa: PLC0415
     from .train import TaskData, load_task  # noqa: PLC0415
 
@@ -164,7 +172,11 @@ def cmd_evaluate(args) -> int:
     if args.data:
         src_level = args.level or levels.get("src", "word")
         tgt_level = levels.get("tgt", src_level)
-        pairs = [(tokenize(s, src_level), tokenize(t, tgt_level)) for s, t in load_tsv(args.data)]
+        try:
+            pairs = [(tokenize(s, src_level), tokenize(t, tgt_level)) for s, t in load_tsv(args.data)]
+        except (DataError, FileNotFoundError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
         task = TaskData(os.path.basename(args.data), ckpt.vocab, [], [], pairs, src_level, tgt_level,
                         levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"))
     else:
@@ -191,6 +203,14 @@ def cmd_tasks(args) -> int:
     return 0
 
 
+def _task_names_help() -> str:
+    """The task names for --help (the data modules import only numpy, not the data packages)."""
+    from .data.tasks import SYNTHETIC_TASKS  # noqa: PLC0415
+    from .data.translation import TASKS  # noqa: PLC0415
+
+    return ", ".join([*SYNTHETIC_TASKS, *TASKS])
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minitransformer",
                                      description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.")
@@ -199,11 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a model on a task or a TSV file",
                        description="Train a Transformer. Tasks: copy, reverse, and the offline translation "
                                    "tasks listed by `python -m minitransformer tasks`.")
-    p.add_argument("--task", help="a named task (copy, reverse, numbers-en-fr, ...; see the 'tasks' command)")
+    p.add_argument("--task", help=f"a named task: {_task_names_help()} (see the 'tasks' command)")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task)")
     p.add_argument("--level", choices=["char", "word"], default="char",
                    help="tokenization of --data files (default: char)")
-    p.add_argument("--preset", help="model size preset (copy, tiny, translate, base, big); default: the task's")
+    p.add_argument("--preset", choices=list(PRESETS), help="model size preset; default: the task's")
     p.add_argument("--steps", type=int, help="optimizer steps (default: the task's)")
     p.add_argument("--batch-size", type=int, help="sentence pairs per batch")
     p.add_argument("--max-tokens", type=int, help="cap on padded tokens per batch")

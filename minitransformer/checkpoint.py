@@ -36,6 +36,9 @@ def atomic_write_bytes(path: str, data: bytes) -> None:
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes files private (0600); give the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
