@@ -100,6 +100,29 @@ def clip_grad_norm(params: Sequence[Parameter], max_norm: float) -> float:
     return norm
 
 
+# Adam updates each parameter in blocks of this many elements. A block of p, grad,
+# m, v and one scratch array (5 × 256 KiB) stays in the 1-2 MiB L2 cache through
+# all the passes of one update; on the benchmark machine this made Adam about
+# 1.5x faster than whole-array passes at the base size (32k to 256k all within 5%).
+# On a GPU, blocks would only multiply kernel launches: there each array is one block.
+ADAM_BLOCK = 1 << 16
+
+
+def _blocks(*arrays):
+    """Yield matching flat blocks of same-shaped arrays (views: writes go to the arrays).
+
+    A non-contiguous array cannot be flattened without a copy, and GPU arrays gain
+    nothing from blocks: those are yielded whole.
+    """
+    if not (backend.on_cpu(arrays[0]) and all(a.flags.c_contiguous for a in arrays)):
+        yield arrays
+        return
+    flat = [a.reshape(-1) for a in arrays]
+    n = flat[0].size
+    for start in range(0, n, ADAM_BLOCK):
+        yield tuple(a[start: start + ADAM_BLOCK] for a in flat)
+
+
 class _Constant:
     """A learning rate that does not depend on the step (a plain float given as lr)."""
 
@@ -187,40 +210,59 @@ class Adam:
         self.step_count += 1  # once per call, however many parameters: the schedule's clock
         t = self.step_count
         lr = float(self.schedule(t))
+        self.last_lr = lr
 
-        # The norm is measured every step (for logging), clipped only if asked.
+        # The norm is measured every step (for logging), clipped only if asked. Without
+        # clipping it is summed inside the update below from the g^2 computed there
+        # (saves a pass over every gradient).
         if self.clip_norm is not None:
             self.last_grad_norm = clip_grad_norm(self.params, self.clip_norm)
-        else:
-            self.last_grad_norm = global_grad_norm(self.params)
-        self.last_lr = lr
 
         beta1, beta2 = self.betas
         # The bias corrections are the same for every parameter: compute once.
         correction1 = 1.0 - beta1**t
         sqrt_correction2 = math.sqrt(1.0 - beta2**t)
-        for p, m, v in zip(self.params, self.m, self.v):
-            xp = backend.get_array_module(p.data)
-            g = p.grad
-            buf = xp.empty_like(p.data)  # the one scratch array, reused for every term
+        # p -= lr · m_hat / (sqrt(v_hat) + eps), with m_hat = m / correction1 and
+        # sqrt(v_hat) = sqrt(v) / sqrt_correction2, is the same as
+        # p -= step_size · m / (sqrt(v) + eps_hat) with:
+        step_size = lr * sqrt_correction2 / correction1
+        eps_hat = self.eps * sqrt_correction2
 
-            # m = beta1 * m + (1 - beta1) * g
-            m *= beta1
-            xp.multiply(g, 1.0 - beta1, out=buf)
-            m += buf
-            # v = beta2 * v + (1 - beta2) * g^2
-            v *= beta2
-            xp.multiply(g, g, out=buf)
-            buf *= 1.0 - beta2
-            v += buf
-            # p -= lr * m_hat / (sqrt(v_hat) + eps), with m_hat = m / correction1 and
-            # sqrt(v_hat) = sqrt(v) / sqrt_correction2.
-            xp.sqrt(v, out=buf)
-            buf /= sqrt_correction2
-            buf += self.eps
-            xp.divide(m, buf, out=buf)
-            buf *= lr / correction1
-            p.data -= buf
+        def update(blocks) -> float:
+            """Adam on a list of (p, grad, m, v) blocks; returns their sum of grad^2."""
+            sum_sq = 0.0
+            scratch = None                               # one work array, reused for every block
+            for p, g, m, v in blocks:
+                xp = backend.get_array_module(p)
+                if scratch is None or scratch.size < g.size or scratch.dtype != g.dtype:
+                    scratch = xp.empty(max(g.size, ADAM_BLOCK), dtype=g.dtype)
+                buf = scratch[: g.size].reshape(g.shape)
+                # m = beta1 * m + (1 - beta1) * g
+                m *= beta1
+                xp.multiply(g, 1.0 - beta1, out=buf)
+                m += buf
+                # v = beta2 * v + (1 - beta2) * g^2
+                v *= beta2
+                xp.multiply(g, g, out=buf)
+                if self.clip_norm is None:
+                    sum_sq += float(buf.sum())           # the norm's sum of g^2, from the g^2 at hand
+                buf *= 1.0 - beta2
+                v += buf
+                # p -= step_size * m / (sqrt(v) + eps_hat)
+                xp.sqrt(v, out=buf)
+                buf += eps_hat
+                xp.divide(m, buf, out=buf)
+                buf *= step_size
+                p -= buf
+            return sum_sq
+
+        # Block by block (see ADAM_BLOCK): the ~12 passes of the update then run on data in
+        # cache instead of streaming every parameter through memory each time. The blocks
+        # are independent, so they are also spread over the CPU threads.
+        blocks = [b for p, m, v in zip(self.params, self.m, self.v) for b in _blocks(p.data, p.grad, m, v)]
+        sum_sq = sum(backend.run_in_threads(update, blocks, backend.get_array_module(self.params[0].data)))
+        if self.clip_norm is None:
+            self.last_grad_norm = math.sqrt(sum_sq)
 
     # -- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict:

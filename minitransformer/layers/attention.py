@@ -55,7 +55,7 @@ def attention_forward(Q, K, V, mask=None):
     xp = backend.get_array_module(Q)
     d_k = Q.shape[-1]
     scale = 1.0 / math.sqrt(d_k)
-    scores = Q @ K.swapaxes(-1, -2)                 # (B, h, S_q, S_k); swapaxes is a view, not a copy
+    scores = backend.matmul(Q, K.swapaxes(-1, -2))  # (B, h, S_q, S_k); swapaxes is a view, not a copy
     scores *= scale                                  # the 1/sqrt(d_k) of §3.2.1
     if mask is not None:
         xp.copyto(scores, MASK_FILL, where=~mask)   # in place; ~mask is small, it broadcasts
@@ -64,7 +64,7 @@ def attention_forward(Q, K, V, mask=None):
         # Some query row may attend to nothing: its softmax is uniform over
         # masked keys; zeroing it gives an output of 0 (and a gradient of 0).
         A *= mask
-    out = A @ V                                      # (B, h, S_q, d_v)
+    out = backend.matmul(A, V)                       # (B, h, S_q, d_v)
     return out, AttentionCache(Q, K, V, A, scale)
 
 
@@ -79,13 +79,13 @@ def attention_backward(dout, cache: AttentionCache):
     Masked entries have A = 0, so their dS is 0: no gradient leaks through a mask.
     """
     Q, K, V, A, scale = cache
-    dA = dout @ V.swapaxes(-1, -2)                   # (B, h, S_q, S_k)
-    dV = A.swapaxes(-1, -2) @ dout                   # (B, h, S_k, d_v)
-    dA -= (dA * A).sum(axis=-1, keepdims=True)       # in place: dA becomes dS/A
+    dA = backend.matmul(dout, V.swapaxes(-1, -2))    # (B, h, S_q, S_k)
+    dV = backend.matmul(A.swapaxes(-1, -2), dout)    # (B, h, S_k, d_v)
+    dA -= backend.rowdot(dA, A)                      # rowsum(dA ⊙ A), in place: dA becomes dS/A
     dA *= A                                          # dS, still in dA's buffer
     dA *= scale
-    dQ = dA @ K                                      # (B, h, S_q, d_k)
-    dK = dA.swapaxes(-1, -2) @ Q                     # (B, h, S_k, d_k)
+    dQ = backend.matmul(dA, K)                       # (B, h, S_q, d_k)
+    dK = backend.matmul(dA.swapaxes(-1, -2), Q)      # (B, h, S_k, d_k)
     return dQ, dK, dV
 
 
@@ -147,26 +147,32 @@ class MultiHeadAttention(Layer):
     def project_qkv(self, x):
         """Self-attention: x (B, S, d_model) -> Q, K, V each (B, h, S, d_k), one matmul."""
         B, S, _ = x.shape
-        qkv = x @ self.W_qkv.data + self.b_qkv.data                      # (B, S, 3·d_model)
+        qkv = backend.matmul(x, self.W_qkv.data)                        # (B, S, 3·d_model)
+        qkv += self.b_qkv.data                                           # in place: no second array
         qkv = qkv.reshape(B, S, 3, self.h, self.d_k).transpose(2, 0, 3, 1, 4)  # (3, B, h, S, d_k) view
         return qkv[0], qkv[1], qkv[2]
 
     def project_q(self, x):
         """x (B, S_q, d_model) -> Q (B, h, S_q, d_k)."""
         d = self.d_model
-        return split_heads(x @ self.W_qkv.data[:, :d] + self.b_qkv.data[:d], self.h)
+        q = backend.matmul(x, self.W_qkv.data[:, :d])                  # (B, S_q, d_model)
+        q += self.b_qkv.data[:d]                                        # in place: no second array
+        return split_heads(q, self.h)
 
     def project_kv(self, memory):
         """memory (B, S_k, d_model) -> K, V each (B, h, S_k, d_k)."""
         B, S, _ = memory.shape
         d = self.d_model
-        kv = memory @ self.W_qkv.data[:, d:] + self.b_qkv.data[d:]        # (B, S_k, 2·d_model)
+        kv = backend.matmul(memory, self.W_qkv.data[:, d:])             # (B, S_k, 2·d_model)
+        kv += self.b_qkv.data[d:]                                       # in place: no second array
         kv = kv.reshape(B, S, 2, self.h, self.d_k).transpose(2, 0, 3, 1, 4)
         return kv[0], kv[1]
 
     def output(self, heads):
         """heads (B, h, S_q, d_k) -> Concat(head_1..head_h) W^O + b: (B, S_q, d_model)."""
-        return merge_heads(heads) @ self.W_o.data + self.b_o.data
+        y = backend.matmul(merge_heads(heads), self.W_o.data)
+        y += self.b_o.data                                               # in place: no second array
+        return y
 
     # -- checks -----------------------------------------------------------------
     def _check(self, x_q, x_kv, mask):
@@ -198,7 +204,9 @@ class MultiHeadAttention(Layer):
         heads, attn_cache = attention_forward(Q, K, V, mask)             # (B, h, S_q, d_k)
         concat = merge_heads(heads)                                      # (B, S_q, d_model)
         self._cache = MHACache(x_q, x_kv, concat, attn_cache)
-        return concat @ self.W_o.data + self.b_o.data
+        y = backend.matmul(concat, self.W_o.data)                        # Concat(heads) W^O
+        y += self.b_o.data                                               # + b_o, in place
+        return y
 
     def backward(self, dy):
         """dy: (B, S_q, d_model).
@@ -212,9 +220,9 @@ class MultiHeadAttention(Layer):
         d, h, d_k = self.d_model, self.h, self.d_k
         B, S_q, _ = dy.shape
         # output projection: y = concat W^O + b_o
-        self.W_o.grad += concat.reshape(-1, d).T @ dy.reshape(-1, d)
+        self.W_o.grad += backend.matmul(concat.reshape(-1, d).T, dy.reshape(-1, d))
         self.b_o.grad += dy.reshape(-1, d).sum(axis=0)
-        dheads = split_heads(dy @ self.W_o.data.T, h)                    # (B, h, S_q, d_k)
+        dheads = split_heads(backend.matmul(dy, self.W_o.data.T), h)     # (B, h, S_q, d_k)
         dQ, dK, dV = attention_backward(dheads, attn_cache)
         if x_kv is None:
             # Undo the fused projection: write dQ, dK, dV side by side as (B, S, 3·d_model).
@@ -223,9 +231,9 @@ class MultiHeadAttention(Layer):
             dqkv[:, :, 1] = dK.transpose(0, 2, 1, 3)
             dqkv[:, :, 2] = dV.transpose(0, 2, 1, 3)
             dqkv = dqkv.reshape(B, S_q, 3 * d)
-            self.W_qkv.grad += x_q.reshape(-1, d).T @ dqkv.reshape(-1, 3 * d)
+            self.W_qkv.grad += backend.matmul(x_q.reshape(-1, d).T, dqkv.reshape(-1, 3 * d))
             self.b_qkv.grad += dqkv.reshape(-1, 3 * d).sum(axis=0)
-            return dqkv @ self.W_qkv.data.T                             # (B, S_q, d_model)
+            return backend.matmul(dqkv, self.W_qkv.data.T)              # (B, S_q, d_model)
         # encoder-decoder attention: Q from x_q, K and V from x_kv
         S_k = x_kv.shape[1]
         dq = merge_heads(dQ)                                             # (B, S_q, d_model)
@@ -233,10 +241,10 @@ class MultiHeadAttention(Layer):
         dkv[:, :, 0] = dK.transpose(0, 2, 1, 3)
         dkv[:, :, 1] = dV.transpose(0, 2, 1, 3)
         dkv = dkv.reshape(B, S_k, 2 * d)
-        self.W_qkv.grad[:, :d] += x_q.reshape(-1, d).T @ dq.reshape(-1, d)
+        self.W_qkv.grad[:, :d] += backend.matmul(x_q.reshape(-1, d).T, dq.reshape(-1, d))
         self.b_qkv.grad[:d] += dq.reshape(-1, d).sum(axis=0)
-        self.W_qkv.grad[:, d:] += x_kv.reshape(-1, d).T @ dkv.reshape(-1, 2 * d)
+        self.W_qkv.grad[:, d:] += backend.matmul(x_kv.reshape(-1, d).T, dkv.reshape(-1, 2 * d))
         self.b_qkv.grad[d:] += dkv.reshape(-1, 2 * d).sum(axis=0)
-        dx_q = dq @ self.W_qkv.data[:, :d].T
-        dx_kv = dkv @ self.W_qkv.data[:, d:].T
+        dx_q = backend.matmul(dq, self.W_qkv.data[:, :d].T)
+        dx_kv = backend.matmul(dkv, self.W_qkv.data[:, d:].T)
         return dx_q, dx_kv

@@ -10,14 +10,19 @@ nothing needs rescaling at evaluation time, when dropout is the identity.
 
 from __future__ import annotations
 
+from .. import backend
 from ..errors import ShapeError
 from .parameter import Layer
 
 
 def dropout_mask(shape, P_drop: float, rng, dtype):
     """A mask of 0 and 1/(1-P_drop), each unit kept with probability 1 - P_drop."""
-    keep = rng.random(shape, dtype=dtype) >= P_drop
-    return keep.astype(dtype) * (1.0 / (1.0 - P_drop))
+    u = rng.random(shape, dtype=dtype)               # uniform in [0, 1)
+    xp = backend.get_array_module(u)
+    # keep = (u >= P_drop) as 0/1, then times 1/(1-P_drop), written over u: one new array, not three
+    xp.copyto(u, u >= P_drop)
+    u *= 1.0 / (1.0 - P_drop)
+    return u
 
 
 class Dropout(Layer):

@@ -99,7 +99,7 @@ class TiedOutputProjection(Layer):
     def forward(self, x):
         check_last_dim("TiedOutputProjection", "x", x, self.d_model)
         self._cache = x
-        return x @ self.E.data.T                    # (B, T, V)
+        return backend.matmul(x, self.E.data.T)     # (B, T, V); E.T is a view, not a copy
 
     def backward(self, dlogits):
         """dlogits: (B, T, V) -> dx: (B, T, d_model); adds dlogits^T x into E.grad."""
@@ -107,5 +107,5 @@ class TiedOutputProjection(Layer):
         check_last_dim("TiedOutputProjection.backward", "dlogits", dlogits, self.vocab_size, "V")
         V, d = self.E.shape
         # logits = x E^T  =>  dE = dlogits^T x (summed over batch and position), dx = dlogits E
-        self.E.grad += dlogits.reshape(-1, V).T @ x.reshape(-1, d)
-        return dlogits @ self.E.data
+        backend.add_matmul(self.E.grad, dlogits.reshape(-1, V).T, x.reshape(-1, d))   # E.grad += dlogits^T x
+        return backend.matmul(dlogits, self.E.data)

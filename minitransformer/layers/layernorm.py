@@ -25,12 +25,16 @@ class LayerNormCache(NamedTuple):
 def layernorm_forward(x, gamma, beta, eps):
     """x: (..., d_model) -> y: (..., d_model)."""
     xp = backend.get_array_module(x)
+    d = x.shape[-1]
     mu = x.mean(axis=-1, keepdims=True)
     xc = x - mu
-    var = (xc * xc).mean(axis=-1, keepdims=True)
+    var = backend.rowdot(xc, xc) / d                 # mean((x - mu)^2), without a (..., d) temporary
     rstd = 1.0 / xp.sqrt(var + eps)
-    x_hat = xc * rstd
-    return x_hat * gamma + beta, LayerNormCache(x_hat, rstd, gamma)
+    x_hat = xc                                       # normalize in place: xc is not needed again
+    x_hat *= rstd
+    y = x_hat * gamma
+    y += beta                                        # in place: one new array for y, not two
+    return y, LayerNormCache(x_hat, rstd, gamma)
 
 
 def layernorm_backward(dy, cache: LayerNormCache):
@@ -47,8 +51,13 @@ def layernorm_backward(dy, cache: LayerNormCache):
     dgamma = (dy * x_hat).reshape(-1, d).sum(axis=0)
     dbeta = dy.reshape(-1, d).sum(axis=0)
     g = dy * gamma
-    dx = g - g.mean(axis=-1, keepdims=True) - x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
-    dx *= rstd
+    mean_g = g.mean(axis=-1, keepdims=True)
+    mean_g_xhat = backend.rowdot(g, x_hat) / d       # mean(g ⊙ x_hat) without a (..., d) temporary
+    # dx = rstd · (g - mean(g) - x_hat ⊙ mean(g ⊙ x_hat)), built in one buffer (in-place ops)
+    dx = x_hat * mean_g_xhat
+    dx -= g
+    dx += mean_g
+    dx *= -rstd
     return dx, dgamma, dbeta
 
 

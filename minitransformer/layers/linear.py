@@ -22,7 +22,8 @@ class LinearCache(NamedTuple):
 
 def linear_forward(x, W, b):
     """x: (..., d_in), W: (d_in, d_out), b: (d_out,) -> y: (..., d_out)."""
-    y = x @ W + b
+    y = backend.matmul(x, W)      # x W: one (B·S, d_in) @ (d_in, d_out) product (see backend.matmul)
+    y += b                        # + b in place: no second (..., d_out) array
     return y, LinearCache(x, W)
 
 
@@ -36,8 +37,8 @@ def linear_backward(dy, cache: LinearCache):
     d_in, d_out = W.shape
     x2 = x.reshape(-1, d_in)      # (B·S, d_in): fold batch and position into one axis
     dy2 = dy.reshape(-1, d_out)   # (B·S, d_out)
-    dx = dy @ W.T                 # (..., d_in)
-    dW = x2.T @ dy2               # (d_in, d_out)
+    dx = backend.matmul(dy, W.T)  # (..., d_in); W.T is a view: BLAS reads W transposed, no copy
+    dW = backend.matmul(x2.T, dy2)  # (d_in, d_out)
     db = dy2.sum(axis=0)          # (d_out,)
     return dx, dW, db
 

@@ -36,33 +36,47 @@ def log_softmax(logits):
 
 
 def cross_entropy_forward(logits, targets, pad_id: int, eps_ls: float = 0.0):
-    """logits: (B, T, V), targets: (B, T) ints -> (loss: float, cache)."""
+    """logits: (B, T, V), targets: (B, T) ints -> (loss: float, cache).
+
+    With logZ = log Σ_v exp(z_v) per position, log p_v = z_v - logZ, so
+        -log p_y                 = logZ - z_y
+        -(1/V) Σ_v log p_v       = logZ - mean_v(z_v)
+    and no (B, T, V) array of log-probabilities is needed: the only large
+    array built is p = softmax(z), which the backward needs anyway.
+    """
     xp = backend.get_array_module(logits)
-    V = logits.shape[-1]
-    logp = log_softmax(logits)                                           # (B, T, V)
-    nll = -xp.take_along_axis(logp, targets[..., None], axis=-1)[..., 0]   # (B, T): -log p_y
-    smooth = -logp.mean(axis=-1)                                         # (B, T): -(1/V) Σ_v log p_v
+    z_max = logits.max(axis=-1, keepdims=True)                           # (B, T, 1)
+    probs = logits - z_max                                               # the one new (B, T, V) array
+    xp.exp(probs, out=probs)                                             # exp(z - max): never overflows
+    sum_exp = probs.sum(axis=-1, keepdims=True)
+    probs /= sum_exp                                                     # p = softmax(z)
+    logZ = (z_max + xp.log(sum_exp))[..., 0]                             # (B, T)
+    nll = logZ - xp.take_along_axis(logits, targets[..., None], axis=-1)[..., 0]   # (B, T): -log p_y
+    smooth = logZ - logits.mean(axis=-1)                                 # (B, T): -(1/V) Σ_v log p_v
     per_token = (1.0 - eps_ls) * nll + eps_ls * smooth
     valid = targets != pad_id
     n_tokens = int(valid.sum())
     if n_tokens == 0:
         raise ValueError("cross_entropy: every target is padding; the mean over non-pad tokens is undefined")
     loss = float((per_token * valid).sum()) / n_tokens
-    probs = xp.exp(logp, out=logp)                                       # reuse the buffer
     return loss, LossCache(probs, targets, valid, n_tokens, eps_ls)
 
 
-def cross_entropy_backward(cache: LossCache):
+def cross_entropy_backward(cache: LossCache, overwrite_cache: bool = False):
     """-> dlogits: (B, T, V).
 
     d/dz of -Σ_v q_v log softmax(z)_v is p - q: softmax minus the smoothed
     target, put at the target index by index (not found by value). Pad
     positions get 0; the 1/n_tokens comes from the mean.
+
+    overwrite_cache=True builds dlogits in the cached probabilities' buffer
+    (saves one (B, T, V) array; the cache is unusable afterwards).
     """
     xp = backend.get_array_module(cache.probs)
     probs, targets, valid, n_tokens, eps_ls = cache
     V = probs.shape[-1]
-    dlogits = probs - eps_ls / V                                         # p - ε/V everywhere ...
+    dlogits = probs if overwrite_cache else probs.copy()
+    dlogits -= eps_ls / V                                                # p - ε/V everywhere ...
     flat = dlogits.reshape(-1, V)                                        # (B·T, V) view
     flat[xp.arange(flat.shape[0]), targets.reshape(-1)] -= 1.0 - eps_ls  # ... and -(1-ε) more at y
     dlogits *= (valid / n_tokens)[..., None].astype(dlogits.dtype)
@@ -92,4 +106,4 @@ class LabelSmoothedCrossEntropy:
         if self._cache is None:
             raise RuntimeError("LabelSmoothedCrossEntropy.backward called before forward")
         cache, self._cache = self._cache, None
-        return cross_entropy_backward(cache)
+        return cross_entropy_backward(cache, overwrite_cache=True)      # the cache is spent: reuse its buffer
