@@ -320,7 +320,7 @@ editable, so this takes effect at the next import:
 def attention_backward(dout, cache: AttentionCache):
     Q, K, V, A, scale = cache
     breakpoint()                       # temporary: stops here on every call
-    dA = dout @ V.swapaxes(-1, -2)
+    dA = backend.matmul(dout, V.swapaxes(-1, -2))
 ```
 
 The commands you need:
@@ -672,7 +672,8 @@ $$\delta s_j = \sum_i \delta a_i\, a_i (\delta_{ij} - a_j) = a_j\Big(\delta a_j 
 
 The $S_k \times S_k$ matrix $J$ is never built: one dot product per row and an elementwise
 product give $\delta s$ in $O(S_k)$ work per row instead of $O(S_k^2)$. These are the two lines
-`dA -= (dA * A).sum(axis=-1, keepdims=True); dA *= A` in `attention_backward`.
+`dA -= backend.rowdot(dA, A); dA *= A` in `attention_backward` (`rowdot(dA, A)` is the row sum
+of `dA * A`, computed without building `dA * A`).
 Checked here on one row, against $J$ built explicitly and against numerical derivatives of
 the package's `softmax_lastaxis`:
 """),
@@ -1052,7 +1053,7 @@ The gradient is routed back to where each entry came from, unchanged. In
 `MultiHeadAttention.backward` you can see this in the line
 
 ```python
-dheads = split_heads(dy @ self.W_o.data.T, h)        # backward of: concat = merge_heads(heads)
+dheads = split_heads(backend.matmul(dy, self.W_o.data.T), h)   # backward of: concat = merge_heads(heads)
 ```
 
 and in the lines that write `dQ`, `dK`, `dV` side by side into one `(B, S, 3·d_model)` array:
