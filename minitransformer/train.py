@@ -23,11 +23,11 @@ from dataclasses import asdict, dataclass
 import numpy
 
 from . import backend
-from .checkpoint import atomic_write_bytes, load_checkpoint, save_checkpoint
+from .checkpoint import atomic_write_bytes, save_checkpoint
 from .data.batching import batch_iterator
 from .data.tasks import SYNTHETIC_TASKS, synthetic_vocab
 from .data.tsv import load_tsv
-from .data.vocab import Vocab, detokenize, tokenize
+from .data.vocab import Vocab, tokenize
 from .layers.loss import LabelSmoothedCrossEntropy
 from .model import PRESETS, Transformer
 from .optim import Adam, NoamSchedule
@@ -349,9 +349,5 @@ def build_model(task: TaskData, preset: str = "copy", seed: int = 0, **overrides
     return Transformer(cfg, seed=seed)
 
 
-def write_json(path: str, obj) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
-
-
 __all__ = ["NonFiniteLossError", "TaskData", "Recipe", "RECIPES", "TrainSettings", "Trainer", "load_task",
-           "encode_pairs", "decode_ids", "build_model", "task_names", "load_checkpoint", "detokenize"]
+           "encode_pairs", "encode_source", "decode_ids", "decode_id_lists", "build_model", "task_names"]
