@@ -48,18 +48,36 @@ def softmax_lastaxis(scores):
     return scores
 
 
+def attention_scores(Q, K, mask=None):
+    """The scaled, masked scores S = Q K^T / sqrt(d_k) of Eq. (1), before the softmax.
+
+    Q: (B, h, S_q, d_k), K: (B, h, S_k, d_k), mask: bool broadcastable to
+    (B, h, S_q, S_k), True = may attend. Returns S: (B, h, S_q, S_k), a new array,
+    with masked entries set to MASK_FILL. ``attention_forward`` computes the
+    softmax in S's own buffer, so S is gone after it; call this to look at S.
+    """
+    xp = backend.get_array_module(Q)
+    S = backend.matmul(Q, K.swapaxes(-1, -2))       # (B, h, S_q, S_k); swapaxes is a view, not a copy
+    S *= 1.0 / math.sqrt(Q.shape[-1])               # the 1/sqrt(d_k) of §3.2.1
+    if mask is not None:
+        xp.copyto(S, MASK_FILL, where=~mask)        # in place; ~mask is small, it broadcasts
+    return S
+
+
 def attention_forward(Q, K, V, mask=None):
     """Eq. (1). Q: (B, h, S_q, d_k), K: (B, h, S_k, d_k), V: (B, h, S_k, d_v),
     mask: bool, broadcastable to (B, h, S_q, S_k), True = may attend.
-    Returns out: (B, h, S_q, d_v) and the cache for the backward."""
-    xp = backend.get_array_module(Q)
-    d_k = Q.shape[-1]
-    scale = 1.0 / math.sqrt(d_k)
-    scores = backend.matmul(Q, K.swapaxes(-1, -2))  # (B, h, S_q, S_k); swapaxes is a view, not a copy
-    scores *= scale                                  # the 1/sqrt(d_k) of §3.2.1
-    if mask is not None:
-        xp.copyto(scores, MASK_FILL, where=~mask)   # in place; ~mask is small, it broadcasts
-    A = softmax_lastaxis(scores)                     # (B, h, S_q, S_k)
+    Returns out: (B, h, S_q, d_v) and the cache for the backward.
+
+    Names, as a debugger shows them: S the scaled, masked scores; A = softmax(S)
+    the attention weights; out = A V.
+    """
+    scale = 1.0 / math.sqrt(Q.shape[-1])
+    S = attention_scores(Q, K, mask)                 # (B, h, S_q, S_k)
+    # The softmax runs in S's buffer (saves one (B, h, S_q, S_k) array): after the
+    # next line S and A are the same array, and S's values are gone. To see the
+    # scores, `p S.copy()` before this line, or call attention_scores(Q, K, mask).
+    A = softmax_lastaxis(S)                          # (B, h, S_q, S_k)
     if mask is not None and not bool(mask.any(axis=-1).all()):
         # Some query row may attend to nothing: its softmax is uniform over
         # masked keys; zeroing it gives an output of 0 (and a gradient of 0).
@@ -77,15 +95,23 @@ def attention_backward(dout, cache: AttentionCache):
         dS = A ⊙ (dA - rowsum(dA ⊙ A))                        (softmax Jacobian)
         dQ = dS K · scale,   dK = dS^T Q · scale               (S = Q K^T · scale)
     Masked entries have A = 0, so their dS is 0: no gradient leaks through a mask.
+
+    Returns:
+        dQ: (B, h, S_q, d_k), dK: (B, h, S_k, d_k), dV: (B, h, S_k, d_v)
     """
     Q, K, V, A, scale = cache
     dA = backend.matmul(dout, V.swapaxes(-1, -2))    # (B, h, S_q, S_k)
     dV = backend.matmul(A.swapaxes(-1, -2), dout)    # (B, h, S_k, d_v)
-    dA -= backend.rowdot(dA, A)                      # rowsum(dA ⊙ A), in place: dA becomes dS/A
-    dA *= A                                          # dS, still in dA's buffer
-    dA *= scale
-    dQ = backend.matmul(dA, K)                       # (B, h, S_q, d_k)
-    dK = backend.matmul(dA.swapaxes(-1, -2), Q)      # (B, h, S_k, d_k)
+    # The softmax backward runs in dA's buffer (saves one (B, h, S_q, S_k) array):
+    # once the next two lines have run, the buffer holds dS and `dA` no longer
+    # holds dA. To keep dA, `p dA.copy()` before them.
+    dA -= backend.rowdot(dA, A)                      # dA - rowsum(dA ⊙ A); rowdot builds no dA ⊙ A
+    dA *= A
+    dS = dA                                          # the same buffer, now holding dS: `p dS` from here
+    dQ = backend.matmul(dS, K)                       # (B, h, S_q, d_k)
+    dQ *= scale                                      # the scale on the small arrays, so dS stays dS
+    dK = backend.matmul(dS.swapaxes(-1, -2), Q)      # (B, h, S_k, d_k)
+    dK *= scale
     return dQ, dK, dV
 
 
