@@ -2,7 +2,7 @@
 
 Without a cache, output step t re-runs the decoder on all t+1 prefix positions,
 so T tokens cost O(T^2) position-passes through the decoder; with the cache
-(minitransformer.decoding.KVCache) each step runs one position and attends to
+(minitransformer.model.KVCache, Transformer.decode_step) each step runs one position and attends to
 the t+1 cached keys, O(T) in all. The speed-up should therefore grow roughly
 linearly with the output length.
 

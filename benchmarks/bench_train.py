@@ -195,6 +195,7 @@ def build_numpy_side(c: dict, batch, xp_name: str = "numpy"):
     """minitransformer's model, loss and optimizer; returns (model, step function)."""
     from minitransformer import backend  # noqa: PLC0415
     from minitransformer.layers.loss import LabelSmoothedCrossEntropy  # noqa: PLC0415
+    from minitransformer.layers.masks import decoder_mask, padding_mask  # noqa: PLC0415
     from minitransformer.model import Transformer, TransformerConfig  # noqa: PLC0415
     from minitransformer.optim import Adam, NoamSchedule  # noqa: PLC0415
 
@@ -205,7 +206,7 @@ def build_numpy_side(c: dict, batch, xp_name: str = "numpy"):
     model = Transformer(cfg, seed=0)
     xp = backend.xp_default()
     src, tgt_in, tgt_out = (backend.to_backend(a, xp) for a in batch)
-    src_mask, tgt_mask = model.masks(src, tgt_in)        # a Batch carries these, built once
+    src_mask, tgt_mask = padding_mask(src, PAD), decoder_mask(tgt_in, PAD)   # a Batch carries these, built once
     criterion = LabelSmoothedCrossEntropy(PAD, EPS_LS)
     optimizer = Adam(model.parameters(), lr=NoamSchedule(cfg.d_model, 4000))
 

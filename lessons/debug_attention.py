@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 
 from minitransformer import backend
-from minitransformer.data.batching import causal_mask
+from minitransformer.layers.masks import causal_mask
 from minitransformer.gradcheck import gradcheck
 from minitransformer.layers.attention import attention_backward, attention_forward
 

@@ -25,31 +25,22 @@ def _set_backend(args) -> None:
 def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None) -> dict:
     """Decode ``pairs`` (token lists), print samples and scores; return the scores."""
     from .data.vocab import detokenize  # noqa: PLC0415
-    from .metrics import corpus_bleu, corpus_chrf, exact_match  # noqa: PLC0415
-    from .train import decode_ids  # noqa: PLC0415
+    from .translate import score_translations  # noqa: PLC0415
 
     stream = stream or sys.stdout   # looked up now: a default of sys.stdout would miss redirections
-
-    srcs = [s for s, _ in pairs]
-    refs = [detokenize(t, task.tgt_level) for _, t in pairs]
     results = {}
     for beam in beam_sizes:
-        t0 = time.perf_counter()
-        hyps = [detokenize(h, task.tgt_level) for h in decode_ids(model, vocab, srcs, beam_size=beam)]
-        seconds = time.perf_counter() - t0
+        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, beam_size=beam)
         name = "greedy" if beam == 1 else f"beam {beam}"
         if beam == beam_sizes[0] and n_samples > 0:
             print("sample decodes:", file=stream)
-            for src, hyp, ref in list(zip(srcs, hyps, refs))[:n_samples]:
+            for (src, _), hyp, ref in list(zip(pairs, r["hyps"], r["refs"]))[:n_samples]:
                 mark = "✓" if hyp == ref else "✗"
                 print(f"  {mark} {detokenize(src, task.src_level)!r} -> {hyp!r}"
                       + ("" if hyp == ref else f"  (expected {ref!r})"), file=stream)
-        em = exact_match(hyps, refs)
-        bleu = corpus_bleu(hyps, refs, tokenize=task.bleu_tokenize)
-        chrf = corpus_chrf(hyps, refs)
-        results[name] = {"exact_match": em, "bleu": bleu.score, "chrf": chrf, "seconds": seconds}
-        print(f"{name:>7}: exact match {100 * em:.2f}% ({len(refs)} sentences), BLEU {bleu.score:.2f}, "
-              f"chrF {chrf:.2f}  [{seconds:.1f}s]", file=stream)
+        results[name] = {k: r[k] for k in ("exact_match", "bleu", "chrf", "seconds")}
+        print(f"{name:>7}: exact match {100 * r['exact_match']:.2f}% ({len(pairs)} sentences), "
+              f"BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}  [{r['seconds']:.1f}s]", file=stream)
     return results
 
 
@@ -57,9 +48,9 @@ def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None
 
 
 def cmd_train(args) -> int:
-    from .train import RECIPES, Recipe, Trainer, TrainSettings, build_model, encode_pairs, load_task  # noqa: PLC0415
     from .checkpoint import load_checkpoint  # noqa: PLC0415
     from .data.tsv import DataError  # noqa: PLC0415
+    from .train import NonFiniteLossError, TrainSettings, load_task, make_trainer, settings_for  # noqa: PLC0415
 
     _set_backend(args)
     if (args.task is None) == (args.data is None):
@@ -70,44 +61,30 @@ def cmd_train(args) -> int:
     except (DataError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    recipe = RECIPES.get(task.name, Recipe(preset="translate", steps=2000, batch_size=64))
-    preset = args.preset or recipe.preset
-    out_dir = args.out or os.path.join("runs", task.name)
-    settings = TrainSettings(
-        steps=args.steps or recipe.steps,
-        batch_size=args.batch_size or recipe.batch_size,
-        max_tokens=args.max_tokens,
-        lr_factor=args.lr_factor or recipe.lr_factor,
-        warmup_steps=args.warmup or recipe.warmup_steps or 0,
-        clip_norm=args.clip_norm if args.clip_norm is not None else recipe.clip_norm,
-        seed=args.seed,
-        valid_every=args.valid_every or recipe.valid_every,
-        checkpoint_every=args.checkpoint_every,
-    )
+    overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                     lr_factor=args.lr_factor, warmup_steps=args.warmup, clip_norm=args.clip_norm,
+                     seed=args.seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
+    preset, settings = settings_for(task.name, preset=args.preset, **overrides)
+    ckpt = None
     if args.resume:
         ckpt = load_checkpoint(args.resume)
-        model, vocab = ckpt.model, ckpt.vocab
-        if vocab != task.vocab:
-            print(f"error: {args.resume} was trained with a different vocabulary than task {task.name!r}",
-                  file=sys.stderr)
-            return 2
-        settings.warmup_steps = settings.warmup_steps or model.cfg.warmup_steps
-    else:
-        model = build_model(task, preset, seed=args.seed)
-        vocab = task.vocab
-        settings.warmup_steps = settings.warmup_steps or model.cfg.warmup_steps
-    cfg = model.cfg
+        # A resumed run continues with its own settings; flags given now override them.
+        saved = TrainSettings(**ckpt.extra.get("settings", {}))
+        settings = TrainSettings(**{**vars(saved), **{k: v for k, v in overrides.items() if v is not None}})
+    out_dir = args.out or os.path.join("runs", task.name)
+    try:
+        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt)
+    except ValueError as exc:
+        print(f"error: {args.resume}: {exc}", file=sys.stderr)
+        return 2
+    model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
           f"vocabulary {len(vocab)}")
     print(f"model: preset {preset}, d_model={cfg.d_model} h={cfg.h} N={cfg.N} d_ff={cfg.d_ff} "
           f"P_drop={cfg.P_drop} ε_ls={cfg.eps_ls}, {model.num_parameters():,} parameters, "
           f"backend {backend.backend_name()}")
-    trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
-                      settings, out_dir, levels=task.levels)
-    if args.resume:
-        trainer.restore(ckpt)
+    if ckpt is not None:
         print(f"resuming from {args.resume} at step {trainer.step}")
-    from .train import NonFiniteLossError  # noqa: PLC0415
     t0 = time.perf_counter()
     try:
         trainer.run(progress=not args.no_progress)
@@ -128,7 +105,7 @@ def cmd_train(args) -> int:
 def cmd_translate(args) -> int:
     from .checkpoint import load_checkpoint  # noqa: PLC0415
     from .data.vocab import detokenize, tokenize  # noqa: PLC0415
-    from .train import decode_ids  # noqa: PLC0415
+    from .translate import translate_tokens  # noqa: PLC0415
 
     _set_backend(args)
     ckpt = load_checkpoint(args.checkpoint)
@@ -144,10 +121,10 @@ def cmd_translate(args) -> int:
     unknown = sorted({t for src in sources for t in src if t not in ckpt.vocab})
     if unknown:
         print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
-    for sentence, hyp in zip(sentences, decode_ids(model, ckpt.vocab, sources, beam_size=args.beam)):
+    for sentence, hyp in zip(sentences, translate_tokens(model, ckpt.vocab, sources, beam_size=args.beam)):
         print(detokenize(hyp, tgt_level))
     if args.attention:
-        from .plot import save_attention_maps  # noqa: PLC0415
+        from .translate import save_attention_maps  # noqa: PLC0415
         paths = save_attention_maps(model, ckpt.vocab, sources[0], args.attention, src_level, tgt_level,
                                     beam_size=args.beam)
         print(f"wrote {len(paths)} attention heatmaps to {args.attention}", file=sys.stderr)
@@ -199,7 +176,7 @@ def cmd_tasks(args) -> int:
             print(f"{name:<16} {t.description}  [{t.source}; {t.license}]")
         else:
             print(f"{name:<16} synthetic: {name} a random sequence of 10 symbols, lengths 1-10 "
-                  f"(default {RECIPES[name].steps} steps)")
+                  f"(default {RECIPES[name].settings.steps} steps)")
     return 0
 
 

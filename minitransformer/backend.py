@@ -20,9 +20,14 @@ from __future__ import annotations
 
 import os
 import types
+from typing import Any
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy
+
+# For type hints: a numpy.ndarray or a cupy.ndarray (CuPy is optional, so it is
+# not named). Shapes are given in docstrings, in the paper's letters.
+Array = Any
 
 _BACKENDS = ("numpy", "cupy")
 _DTYPES = ("float32", "float64")

@@ -9,9 +9,8 @@ and the other way round):
     meta             a JSON string: model config, vocabulary, step, training
                      settings, and the random-generator states for an exact resume
 
-The file is written atomically: to a temporary file in the same directory,
-flushed to disk, then renamed over the target. A crash mid-save leaves the old
-checkpoint intact, never a half-written one.
+The file is written atomically (``files.atomic_write_bytes``): a crash
+mid-save leaves the old checkpoint intact, never a half-written one.
 """
 
 from __future__ import annotations
@@ -19,35 +18,15 @@ from __future__ import annotations
 import io
 import json
 import os
-import tempfile
 
 import numpy
 
 from . import backend
 from .data.vocab import Vocab
+from .files import atomic_write_bytes
 from .model import Transformer, TransformerConfig
 
 FORMAT_VERSION = 1
-
-
-def atomic_write_bytes(path: str, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the new one, never half."""
-    directory = os.path.dirname(os.path.abspath(path))
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=os.path.basename(path), dir=directory)
-    try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes files private (0600); give the usual permissions
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)          # atomic on POSIX and Windows
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def save_checkpoint(path: str, model: Transformer, vocab: Vocab, optimizer=None, step: int = 0,
@@ -99,7 +78,10 @@ def load_checkpoint(path: str, backend_name: str | None = None) -> Checkpoint:
         if meta.get("format_version") != FORMAT_VERSION:
             raise ValueError(f"{path}: checkpoint format {meta.get('format_version')} is not {FORMAT_VERSION}")
         arrays = {k: npz[k] for k in npz.files if k != "meta"}
-    cfg = TransformerConfig(**meta["config"])
+    try:
+        cfg = TransformerConfig.from_json(json.dumps(meta["config"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"{path}: bad model config in the checkpoint ({exc})") from None
     xp = backend.module_for(backend_name or backend.backend_name())
     model = Transformer(cfg, seed=0)
     for name, p in model.named_parameters():

@@ -1,18 +1,13 @@
-"""Inference: greedy decoding and beam search (§6.1), with a key/value cache.
+"""Search: greedy decoding and beam search (§6.1), on the model's public decode step.
 
 The decoder is auto-regressive (§3.1): output token t is predicted from the
-source and the tokens 0..t-1 already produced. Decoding therefore runs one
-position at a time, and two ways of computing each step are given here:
-
-* ``decode_step_uncached`` re-runs the whole decoder on the prefix, with a
-  causal mask: simple and obviously right, but step t costs O(t) positions
-  through every layer, so a sentence of T tokens costs O(T^2) layer work
-  (and O(T^3) attention work).
-* ``decode_step_cached`` runs only the new position. Its keys and values are
-  written into a :class:`KVCache`; the query attends to the cached keys of
-  positions 0..t. Step t costs the work of one position plus O(t) attention,
-  so the whole sentence is O(T) layer work. The two give the same numbers up
-  to floating-point rounding (the tests check this).
+source and the tokens 0..t-1 already produced, so decoding runs one position
+at a time. The model owns that one position (``Transformer.decode_step``, with
+a ``KVCache``: step t runs only the new position and attends to the cached
+keys, O(t) work instead of re-running the prefix). This module only decides
+which token to feed next. ``use_cache=False`` re-runs ``Transformer.decode``
+on the whole prefix instead: simple and obviously right, O(T^2) layer work for
+T tokens; the tests check that both give the same numbers.
 
 Greedy decoding takes the most probable token at every step. Beam search
 (§6.1 uses 4 beams and a length penalty with α = 0.6) keeps the k best
@@ -42,17 +37,17 @@ maximum length; the benchmark uses this to force a length).
 The model is put in evaluation mode (dropout off) for the duration of every
 function here, and each layer's previous mode is restored afterwards. Do not
 decode between a training forward and its backward: decoding overwrites the
-layers' forward caches.
+layers' forward caches (the backward would then refuse the gradient's shape).
 """
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from . import backend
-from .data.batching import causal_mask, padding_mask
 from .errors import ShapeError
 from .layers.loss import log_softmax
+from .layers.masks import padding_mask
+from .layers.parameter import eval_mode
+from .model import KVCache, Transformer
 
 NEG_INF = float("-inf")
 
@@ -62,26 +57,9 @@ EXTRA_OUTPUT_LEN = 50
 
 # -- small helpers -------------------------------------------------------------------------
 
-@contextmanager
-def eval_mode(model):
-    """Dropout off inside the block; every layer's own previous mode restored after."""
-    modes = [(layer, layer.training) for layer in model.modules()]
-    model.eval()
-    try:
-        yield model
-    finally:
-        for layer, mode in modes:
-            layer.training = mode
-
-
-def _xp(model):
-    """numpy or cupy: wherever the model's parameters live."""
-    return backend.get_array_module(model.E.data)
-
-
 def _as_ids(model, src):
     """src as an integer (B, S) array on the model's device."""
-    xp = _xp(model)
+    xp = model.xp
     src = backend.to_backend(src, xp)
     if getattr(src, "ndim", None) != 2:
         raise ShapeError(f"decoding: src must be token ids of shape (B, S), got {tuple(getattr(src, 'shape', ()))}")
@@ -138,138 +116,20 @@ def _topk(scores, k: int):
     return idx, val
 
 
-# -- the key/value cache ---------------------------------------------------------------------
+# -- the next token's log-probabilities ----------------------------------------------------
 
-class KVCache:
-    """Keys and values kept between decoding steps, for every decoder layer.
+def _next_log_probs(model: Transformer, tokens, t: int, cache: KVCache | None, memory, src_mask):
+    """log P(token at position t | source, tokens[:, :t+1]) for every row: (B, V).
 
-    self_kv[i]  = [K, V], each (B, h, T_max, d_k): layer i's self-attention
-                  keys/values, position t written at step t (preallocated, so a
-                  step never reallocates; only positions < ``length`` are valid).
-    cross_kv[i] = (K, V), each (B, h, S, d_k): layer i's encoder-decoder keys/
-                  values, i.e. ``cross_attn.project_kv(memory)``. The memory
-                  never changes while a sentence is decoded, so it is projected
-                  once per sentence instead of once per step.
-
-    With the cache, step t runs only the new position through the layers; its
-    query attends to the t+1 cached keys. Each new token therefore costs work
-    proportional to the current length t (the attention) plus a constant (the
-    projections and the FFN), instead of re-running all t+1 positions.
-    Memory: 2·N·B·h·T_max·d_k numbers for the self-attention buffers.
+    tokens: (B, T+1) decoder inputs, <bos> first. With a cache, only position t
+    runs (``decode_step``); without, the whole prefix is re-decoded and its last
+    row kept: the reference the cache is tested against.
     """
-
-    def __init__(self, model, memory, T_max: int):
-        """memory: (B, S, d_model) encoder output; T_max: decoder positions to allow."""
-        cfg = model.cfg
-        xp = backend.get_array_module(memory)
-        B = memory.shape[0]
-        if T_max < 1 or T_max > cfg.max_len:
-            raise ValueError(f"KVCache: T_max must be in 1..cfg.max_len={cfg.max_len}, got {T_max}")
-        self.T_max = int(T_max)
-        self.length = 0                       # positions 0..length-1 are filled
-        shape = (B, cfg.h, self.T_max, cfg.d_k)
-        self.self_kv = [[xp.empty(shape, dtype=memory.dtype), xp.empty(shape, dtype=memory.dtype)]
-                        for _ in model.decoder.layers]
-        with eval_mode(model):
-            self.cross_kv = [layer.cross_attn.project_kv(memory) for layer in model.decoder.layers]
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.self_kv[0][0].shape[0])
-
-    def reorder(self, index, cross: bool = True) -> None:
-        """Keep row ``index[r]`` as the new row r, for every buffer (beam search).
-
-        index: (R,) ints into the current batch axis; R may differ from B (to
-        copy each sentence k times, say). Only the filled positions are copied,
-        so this costs O(length), like a step. ``cross=False`` leaves the
-        encoder-decoder keys/values alone: correct whenever every index[r]
-        has the same source sentence as row r (beam search reordering within
-        a sentence's beam), and it saves copying them.
-        """
-        xp = backend.get_array_module(self.self_kv[0][0])
-        index = backend.to_backend(index, xp)
-        L = self.length
-        if int(index.shape[0]) == self.batch_size:
-            for kv in self.self_kv:
-                for buf in kv:
-                    buf[:, :, :L] = buf[index, :, :L]      # right side is a copy: safe in place
-        else:
-            for kv in self.self_kv:
-                for j, buf in enumerate(kv):
-                    new = xp.empty((int(index.shape[0]),) + buf.shape[1:], dtype=buf.dtype)
-                    new[:, :, :L] = buf[index, :, :L]
-                    kv[j] = new
-            cross = True                                   # the batch size changed: must follow
-        if cross:
-            self.cross_kv = [(K[index], V[index]) for K, V in self.cross_kv]
-
-
-# -- one step ----------------------------------------------------------------------------------
-
-def encode_source(model, src, src_mask=None):
-    """src: (B, S) ids -> memory (B, S, d_model). src_mask defaults to the padding mask."""
-    src = _as_ids(model, src)
-    if src_mask is None:
-        src_mask = padding_mask(src, model.cfg.pad_id)
-    with eval_mode(model):
-        return model.encode(src, src_mask)
-
-
-def _log_probs(model, y):
-    """Decoder output y: (B, d_model) -> log-probabilities (B, V) via the tied projection.
-
-    The B rows go in as one (1, B, d_model) matrix: NumPy runs a (B, 1, d) @ (d, V)
-    product as B separate vector products, several times slower for a large V.
-    """
-    return log_softmax(model.generator.forward(y[None])[0])
-
-
-def _step_cached(model, y_t, t, src_mask, cache):
-    if t != cache.length:
-        raise ValueError(f"decode_step_cached: positions must be fed in order; expected t={cache.length}, got {t}")
-    if t >= cache.T_max:
-        raise ValueError(f"decode_step_cached: t={t} is past the cache's T_max={cache.T_max}")
-    # Embedding · sqrt(d_model) + PE of position t (§3.4, §3.5).
-    y = model.tgt_dropout.forward(model.tgt_pos.forward(model.tgt_embed.forward(y_t), offset=t))
-    for layer, self_kv, cross_kv in zip(model.decoder.layers, cache.self_kv, cache.cross_kv):
-        y = layer.forward_step(y, cross_kv, src_mask, self_kv, t)
-    if model.decoder.final_norm is not None:
-        y = model.decoder.final_norm.forward(y)
-    cache.length = t + 1
-    return _log_probs(model, y[:, 0])
-
-
-def decode_step_cached(model, y_t_ids, t: int, memory, src_mask, cache: KVCache):
-    """One decoder position for every row, using and extending ``cache``.
-
-    y_t_ids: (B, 1) ids of the decoder input at position t (<bos> at t = 0);
-    memory: (B, S, d_model) or None: not read, its projections are in the cache
-    (kept as an argument so the cached and uncached steps look alike);
-    src_mask: (B, 1, 1, S); cache: filled for positions 0..t-1.
-    Returns log-probabilities (B, V) of the token at output position t.
-    """
-    if memory is not None and memory.shape[0] != cache.batch_size:
-        raise ShapeError(f"decode_step_cached: memory has {memory.shape[0]} rows, the cache {cache.batch_size}")
-    with eval_mode(model):
-        return _step_cached(model, y_t_ids, t, src_mask, cache)
-
-
-def _step_uncached(model, prefix, memory, src_mask):
-    xp = backend.get_array_module(memory)
-    out = model.decode(prefix, memory, src_mask, causal_mask(prefix.shape[1], xp))   # (B, t+1, d_model)
-    return _log_probs(model, out[:, -1])
-
-
-def decode_step_uncached(model, prefix_ids, memory, src_mask):
-    """The reference without a cache: re-run the decoder on the whole prefix.
-
-    prefix_ids: (B, t+1) ids (<bos> first); memory: (B, S, d_model);
-    src_mask: (B, 1, 1, S). Uses a causal mask only (every prefix token is real).
-    Returns log-probabilities (B, V) of the token after the prefix.
-    """
-    with eval_mode(model):
-        return _step_uncached(model, prefix_ids, memory, src_mask)
+    if cache is not None:
+        logits = model.decode_step(tokens[:, t: t + 1], t, cache)         # (B, V)
+    else:
+        logits = model.decode(tokens[:, : t + 1], memory, src_mask)[:, -1]  # (B, V)
+    return log_softmax(logits)
 
 
 # -- greedy decoding ---------------------------------------------------------------------------
@@ -286,8 +146,10 @@ def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | No
     are ignored; the loop ends once every sentence has finished.
     """
     src = _as_ids(model, src)
-    xp = _xp(model)
+    xp = model.xp
     B = int(src.shape[0])
+    if B == 0:
+        return []
     limits = _length_limits(model, src, max_len)
     T = max(limits)
     src_mask = padding_mask(src, model.cfg.pad_id)
@@ -295,17 +157,14 @@ def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | No
     pad = model.cfg.pad_id
     with eval_mode(model):
         memory = model.encode(src, src_mask)
-        cache = KVCache(model, memory, T) if use_cache else None
+        cache = KVCache(model, memory, src_mask, T) if use_cache else None
         tokens = xp.full((B, T + 1), pad, dtype=xp.int64)        # decoder inputs: <bos>, y_0, y_1, ...
         tokens[:, 0] = bos_id
         limit = xp.asarray(limits)
         out_len = xp.asarray(limits)                             # returned length, if no <eos> comes
         done = xp.zeros(B, dtype=bool)
         for t in range(T):
-            if use_cache:
-                logp = _step_cached(model, tokens[:, t: t + 1], t, src_mask, cache)
-            else:
-                logp = _step_uncached(model, tokens[:, : t + 1], memory, src_mask)
+            logp = _next_log_probs(model, tokens, t, cache, memory, src_mask)
             logp[:, banned] = NEG_INF
             y = logp.argmax(axis=1)                              # (B,)
             y = xp.where(done, pad, y)                           # finished sentences emit pad
@@ -359,8 +218,10 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     if n_best is not None and not 1 <= n_best <= beam_size:
         raise ValueError(f"beam_search: n_best must be in 1..beam_size={beam_size}, got {n_best}")
     src = _as_ids(model, src)
-    xp = _xp(model)
+    xp = model.xp
     B, k = int(src.shape[0]), int(beam_size)
+    if B == 0:
+        return []
     V = model.cfg.vocab_size
     limits = _length_limits(model, src, max_len)
     T = max(limits)
@@ -377,11 +238,11 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
         memory = model.encode(src, src_mask)
         src_mask_k = src_mask[expand]                          # (B·k, 1, 1, S)
         if use_cache:
-            cache = KVCache(model, memory, T)                  # memory projected once per sentence,
+            cache = KVCache(model, memory, src_mask, T)        # memory projected once per sentence,
             cache.reorder(expand)                              # then copied to its k rows
             memory_k = None
         else:
-            memory_k = memory[expand]                          # (B·k, S, d_model)
+            cache, memory_k = None, memory[expand]             # (B·k, S, d_model)
         tokens = xp.full((B * k, T + 1), pad, dtype=xp.int64)  # decoder inputs of every hypothesis
         tokens[:, 0] = bos_id
         live = xp.full((B, k), NEG_INF, dtype=f64)             # log P of live hypotheses; -inf = empty
@@ -392,11 +253,7 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
         done = xp.zeros(B, dtype=bool)
 
         for t in range(T):
-            if use_cache:
-                logp = _step_cached(model, tokens[:, t: t + 1], t, src_mask_k, cache)
-            else:
-                logp = _step_uncached(model, tokens[:, : t + 1], memory_k, src_mask_k)
-            logp = logp.astype(f64)
+            logp = _next_log_probs(model, tokens, t, cache, memory_k, src_mask_k).astype(f64)
             logp[:, banned] = NEG_INF
             cand = (live.reshape(B * k, 1) + logp).reshape(B, k * V)   # log P of every extension
             top, top_logp = _topk(cand, k)                     # (B, k), best first
@@ -453,5 +310,4 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     return results
 
 
-__all__ = ["KVCache", "eval_mode", "encode_source", "decode_step_cached", "decode_step_uncached",
-           "greedy_decode", "beam_search", "length_penalty"]
+__all__ = ["greedy_decode", "beam_search", "length_penalty"]

@@ -17,23 +17,23 @@ class TokenIdError(ValueError):
     """A token id is outside the vocabulary. The message names the id and the size."""
 
 
-def _fmt(expected) -> str:
-    return "(" + ", ".join("*" if e is None else str(e) for e in expected) + ")"
+def check_gradient(where: str, name: str, grad, expected_shape) -> None:
+    """Raise unless ``grad`` is a float array of exactly ``expected_shape``.
 
-
-def check_shape(where: str, name: str, arr, expected) -> None:
-    """Raise ShapeError unless ``arr.shape`` matches ``expected``.
-
-    expected: a tuple of ints or None (None = any size). Example:
-        check_shape("Linear", "x", x, (None, None, 16))
+    A backward receives the gradient of its forward's output: it must have that
+    output's shape. NumPy would otherwise broadcast a wrong-sized gradient into a
+    wrong answer without a word (a (1, S, d) gradient for a (B, S, d) output, say).
     """
-    shape = getattr(arr, "shape", None)
+    shape = getattr(grad, "shape", None)
     if shape is None:
-        raise ShapeError(f"{where}: {name} must be an array, got {type(arr).__name__}")
-    if len(shape) != len(expected) or any(e is not None and e != s for e, s in zip(expected, shape)):
+        raise ShapeError(f"{where}: {name} must be an array, got {type(grad).__name__}")
+    if tuple(shape) != tuple(expected_shape):
         raise ShapeError(
-            f"{where}: {name} must have shape {_fmt(expected)}, got {tuple(shape)}"
+            f"{where}: {name} must have the shape of the forward's output {tuple(expected_shape)}, "
+            f"got {tuple(shape)}"
         )
+    if grad.dtype.kind != "f":
+        raise TypeError(f"{where}: {name} must be a float array, got dtype {grad.dtype}")
 
 
 def check_last_dim(where: str, name: str, arr, d: int, label: str = "d_model") -> None:

@@ -14,13 +14,14 @@ import json
 from dataclasses import asdict, dataclass, fields, replace
 
 from . import backend
-from .data.batching import causal_mask, padding_mask
+from .backend import Array
 from .errors import ShapeError
-from .layers.attention import MultiHeadAttention, attention_forward
+from .layers.attention import MultiHeadAttention
 from .layers.dropout import Dropout
 from .layers.embedding import Embedding, TiedOutputProjection
 from .layers.feedforward import FeedForward
 from .layers.layernorm import LayerNorm
+from .layers.masks import decoder_mask, padding_mask
 from .layers.parameter import Layer, Parameter
 from .layers.positional import PositionalEncoding, sinusoidal_table
 from .layers.residual import Residual
@@ -28,7 +29,11 @@ from .layers.residual import Residual
 
 @dataclass(frozen=True)
 class TransformerConfig:
-    """Hyperparameters. The defaults are the paper's base model (Table 3, row "base")."""
+    """Hyperparameters of the model. The defaults are the paper's base model (Table 3, row "base").
+
+    Training settings (learning-rate schedule, warm-up, batch size) are not
+    here: they belong to the run, not to the model (``train.TrainSettings``).
+    """
 
     vocab_size: int = 37000     # shared source/target BPE vocabulary of §5.1 (WMT En-De)
     d_model: int = 512
@@ -41,14 +46,25 @@ class TransformerConfig:
     pad_id: int = 0
     pre_ln: bool = False        # False = the paper's post-LN; True = pre-LN variant
     ln_eps: float = 1e-5        # LayerNorm's ε (inside the square root)
-    warmup_steps: int = 4000    # §5.3
 
     def __post_init__(self):
+        for name in ("vocab_size", "d_model", "h", "N", "d_ff", "max_len"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"TransformerConfig: {name} must be an integer ≥ 1, got {value!r}")
         if self.d_model % self.h != 0:
             raise ValueError(f"TransformerConfig: d_model={self.d_model} must be divisible by h={self.h}")
-        for name in ("vocab_size", "d_model", "h", "N", "d_ff", "max_len", "warmup_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"TransformerConfig: {name} must be ≥ 1, got {getattr(self, name)}")
+        for name in ("P_drop", "eps_ls"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value < 1.0:
+                raise ValueError(f"TransformerConfig: {name} must be a probability in [0, 1), got {value!r}")
+        if isinstance(self.ln_eps, bool) or not isinstance(self.ln_eps, int | float) or not 0.0 < self.ln_eps < 1.0:
+            raise ValueError(f"TransformerConfig: ln_eps must be a small positive number, got {self.ln_eps!r}")
+        if isinstance(self.pad_id, bool) or not isinstance(self.pad_id, int) or not 0 <= self.pad_id < self.vocab_size:
+            raise ValueError(f"TransformerConfig: pad_id must be a token id in 0..vocab_size-1="
+                             f"{self.vocab_size - 1}, got {self.pad_id!r}")
+        if not isinstance(self.pre_ln, bool):
+            raise ValueError(f"TransformerConfig: pre_ln must be True or False, got {self.pre_ln!r}")
 
     @property
     def d_k(self) -> int:
@@ -59,7 +75,10 @@ class TransformerConfig:
 
     @classmethod
     def from_json(cls, text: str) -> "TransformerConfig":
+        """The inverse of ``to_json``. Unknown or missing fields are a ValueError naming them."""
         data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"TransformerConfig: expected a JSON object, got {type(data).__name__}")
         known = {f.name for f in fields(cls)}
         unknown = set(data) - known
         if unknown:
@@ -78,11 +97,11 @@ PRESETS: dict[str, TransformerConfig] = {
     # 8 heads of d_k = 8: copying needs sharp position-to-position attention,
     # and more heads reached 100% held-out exact match in fewer steps than 4.
     "copy": TransformerConfig(vocab_size=14, d_model=64, h=8, N=2, d_ff=256, P_drop=0.0,
-                              eps_ls=0.0, max_len=64, warmup_steps=200),
+                              eps_ls=0.0, max_len=64),
     "tiny": TransformerConfig(vocab_size=14, d_model=32, h=2, N=1, d_ff=64, P_drop=0.0,
-                              eps_ls=0.0, max_len=64, warmup_steps=100),
+                              eps_ls=0.0, max_len=64),
     "translate": TransformerConfig(vocab_size=100, d_model=128, h=4, N=2, d_ff=512, P_drop=0.1,
-                                   eps_ls=0.1, max_len=128, warmup_steps=400),
+                                   eps_ls=0.1, max_len=128),
 }
 
 
@@ -97,12 +116,13 @@ class EncoderLayer(Layer):
         self.res_attn = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_attn")
         self.res_ffn = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_ffn")
 
-    def forward(self, x, src_mask):
+    def forward(self, x: Array, src_mask: Array) -> Array:
         """x: (B, S, d_model), src_mask: (B, 1, 1, S) -> (B, S, d_model)."""
         x = self.res_attn.forward(x, lambda z: self.self_attn.forward(z, mask=src_mask))
         return self.res_ffn.forward(x, self.ffn.forward)
 
-    def backward(self, dy):
+    def backward(self, dy: Array) -> Array:
+        """dy: (B, S, d_model) -> dx: (B, S, d_model)."""
         dy = self.res_ffn.backward(dy, self.ffn.backward)
         return self.res_attn.backward(dy, self.self_attn.backward)
 
@@ -120,51 +140,34 @@ class DecoderLayer(Layer):
         self.res_cross = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_cross")
         self.res_ffn = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_ffn")
 
-    def forward(self, y, memory, src_mask, tgt_mask):
+    def forward(self, y: Array, memory: Array, src_mask: Array, tgt_mask: Array) -> Array:
         """y: (B, T, d_model), memory: (B, S, d_model),
         src_mask: (B, 1, 1, S), tgt_mask: (B, 1, T, T) -> (B, T, d_model)."""
         y = self.res_self.forward(y, lambda z: self.self_attn.forward(z, mask=tgt_mask))
         y = self.res_cross.forward(y, lambda z: self.cross_attn.forward(z, memory, mask=src_mask))
         return self.res_ffn.forward(y, self.ffn.forward)
 
-    def backward(self, dy):
-        """dy: (B, T, d_model) -> (dy_in: (B, T, d_model), dmemory: (B, S, d_model))."""
-        dy = self.res_ffn.backward(dy, self.ffn.backward)
-        dmemory = []
+    def step(self, y_t: Array, t: int, self_kv: list, cross_kv: tuple, src_mask: Array) -> Array:
+        """The same three sub-layers for one new position t, with a key/value cache.
 
-        def cross_backward(d):
-            # The cross-attention's key/value input is the memory: keep its
-            # gradient aside, pass only the query gradient down the residual.
-            dq, dkv = self.cross_attn.backward(d)
-            dmemory.append(dkv)
-            return dq
-
-        dy = self.res_cross.backward(dy, cross_backward)
-        dy = self.res_self.backward(dy, self.self_attn.backward)
-        return dy, dmemory[0]
-
-    def forward_step(self, y_t, memory_kv, src_mask, self_kv, t: int):
-        """Inference with a key/value cache: one new position t for every sentence.
-
-        y_t: (B, 1, d_model); memory_kv: (K, V) of the encoder output, projected
-        once per sentence; self_kv: (K, V) buffers (B, h, T_max, d_k) holding
-        the keys/values of positions 0..t-1, to which position t is written.
-        Each step costs O(t), not a re-run of the whole prefix.
+        y_t: (B, 1, d_model); self_kv: this layer's [K, V] buffers (B, h, T_max, d_k),
+        filled for positions 0..t-1; cross_kv: (K, V) of the memory, (B, h, S, d_k);
+        src_mask: (B, 1, 1, S). Returns (B, 1, d_model). Inference only (no backward).
         """
-        def self_attention(z):
-            q, k, v = self.self_attn.project_qkv(z)              # each (B, h, 1, d_k)
-            self_kv[0][:, :, t: t + 1] = k
-            self_kv[1][:, :, t: t + 1] = v
-            heads, _ = attention_forward(q, self_kv[0][:, :, : t + 1], self_kv[1][:, :, : t + 1])
-            return self.self_attn.output(heads)                   # no mask: the future is not in the cache
-
-        def cross_attention(z):
-            heads, _ = attention_forward(self.cross_attn.project_q(z), memory_kv[0], memory_kv[1], src_mask)
-            return self.cross_attn.output(heads)
-
-        y_t = self.res_self.forward(y_t, self_attention)
-        y_t = self.res_cross.forward(y_t, cross_attention)
+        y_t = self.res_self.forward(y_t, lambda z: self.self_attn.step(z, *self_kv, t=t))
+        y_t = self.res_cross.forward(y_t, lambda z: self.cross_attn.step(z, *cross_kv, mask=src_mask))
         return self.res_ffn.forward(y_t, self.ffn.forward)
+
+    def backward(self, dy: Array) -> tuple[Array, Array]:
+        """dy: (B, T, d_model), the exact reverse of forward.
+
+        Returns:
+            dy_in: (B, T, d_model), dmemory: (B, S, d_model) (from the encoder-decoder attention)
+        """
+        dy = self.res_ffn.backward(dy, self.ffn.backward)
+        dy, dmemory = self.res_cross.backward(dy, self.cross_attn.backward)   # cross_attn: (dx_q, dx_kv)
+        dy = self.res_self.backward(dy, self.self_attn.backward)
+        return dy, dmemory
 
 
 class Encoder(Layer):
@@ -175,12 +178,14 @@ class Encoder(Layer):
         self.layers = [EncoderLayer(cfg, rng, dropout_rng, f"encoder.{i}") for i in range(cfg.N)]
         self.final_norm = LayerNorm(cfg.d_model, cfg.ln_eps, "encoder.final_norm") if cfg.pre_ln else None
 
-    def forward(self, x, src_mask):
+    def forward(self, x: Array, src_mask: Array) -> Array:
+        """x: (B, S, d_model), src_mask: (B, 1, 1, S) -> memory: (B, S, d_model)."""
         for layer in self.layers:
             x = layer.forward(x, src_mask)
         return self.final_norm.forward(x) if self.final_norm else x
 
-    def backward(self, dy):
+    def backward(self, dy: Array) -> Array:
+        """dy: (B, S, d_model) -> dx: (B, S, d_model)."""
         if self.final_norm:
             dy = self.final_norm.backward(dy)
         for layer in reversed(self.layers):
@@ -196,13 +201,25 @@ class Decoder(Layer):
         self.layers = [DecoderLayer(cfg, rng, dropout_rng, f"decoder.{i}") for i in range(cfg.N)]
         self.final_norm = LayerNorm(cfg.d_model, cfg.ln_eps, "decoder.final_norm") if cfg.pre_ln else None
 
-    def forward(self, y, memory, src_mask, tgt_mask):
+    def forward(self, y: Array, memory: Array, src_mask: Array, tgt_mask: Array) -> Array:
+        """y: (B, T, d_model) -> (B, T, d_model); see DecoderLayer.forward."""
         for layer in self.layers:
             y = layer.forward(y, memory, src_mask, tgt_mask)
         return self.final_norm.forward(y) if self.final_norm else y
 
-    def backward(self, dy):
-        """-> (dy_in, dmemory): dmemory sums the N layers' encoder-decoder attention gradients."""
+    def step(self, y_t: Array, t: int, cache: "KVCache") -> Array:
+        """y_t: (B, 1, d_model) at position t -> (B, 1, d_model); see DecoderLayer.step."""
+        for layer, self_kv, cross_kv in zip(self.layers, cache.self_kv, cache.cross_kv):
+            y_t = layer.step(y_t, t, self_kv, cross_kv, cache.src_mask)
+        return self.final_norm.forward(y_t) if self.final_norm else y_t
+
+    def backward(self, dy: Array) -> tuple[Array, Array]:
+        """dy: (B, T, d_model).
+
+        Returns:
+            dy_in: (B, T, d_model), dmemory: (B, S, d_model), the sum of the N
+            layers' encoder-decoder attention gradients (every layer reads the memory).
+        """
         if self.final_norm:
             dy = self.final_norm.backward(dy)
         dmemory = None
@@ -212,11 +229,88 @@ class Decoder(Layer):
         return dy, dmemory
 
 
+class KVCache:
+    """Keys and values kept between decoding steps, for every decoder layer (§6.1 inference).
+
+    self_kv[i]  = [K, V], each (B, h, T_max, d_k): layer i's self-attention
+                  keys/values, position t written at step t (preallocated, so a
+                  step never reallocates; only positions < ``length`` are valid).
+    cross_kv[i] = (K, V), each (B, h, S, d_k): layer i's encoder-decoder keys/
+                  values, ``cross_attn.project_kv(memory)``. The memory never
+                  changes while a sentence is decoded, so it is projected once
+                  per sentence instead of once per step.
+    src_mask    = (B, 1, 1, S): the source padding mask the queries use.
+
+    With the cache, step t runs only the new position through the layers; its
+    query attends to the t+1 cached keys. Each new token therefore costs work
+    proportional to the current length t (the attention) plus a constant (the
+    projections and the FFN), instead of re-running all t+1 positions.
+    Memory: 2·N·B·h·T_max·d_k numbers for the self-attention buffers.
+    """
+
+    def __init__(self, model: "Transformer", memory: Array, src_mask: Array, T_max: int):
+        """memory: (B, S, d_model) encoder output; src_mask: (B, 1, 1, S); T_max: positions to allow."""
+        cfg = model.cfg
+        xp = backend.get_array_module(memory)
+        B = memory.shape[0]
+        if T_max < 1 or T_max > cfg.max_len:
+            raise ValueError(f"KVCache: T_max must be in 1..cfg.max_len={cfg.max_len}, got {T_max}")
+        if src_mask.shape[0] != B:
+            raise ShapeError(f"KVCache: src_mask has {src_mask.shape[0]} rows, the memory {B}")
+        self.T_max = int(T_max)
+        self.length = 0                       # positions 0..length-1 are filled
+        self.src_mask = src_mask
+        shape = (B, cfg.h, self.T_max, cfg.d_k)
+        self.self_kv = [[xp.empty(shape, dtype=memory.dtype), xp.empty(shape, dtype=memory.dtype)]
+                        for _ in model.decoder.layers]
+        self.cross_kv = [layer.cross_attn.project_kv(memory) for layer in model.decoder.layers]
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.self_kv[0][0].shape[0])
+
+    def reorder(self, index: Array, cross: bool = True) -> None:
+        """Keep row ``index[r]`` as the new row r, for every buffer (beam search).
+
+        index: (R,) ints into the current batch axis; R may differ from B (to
+        copy each sentence k times, say). Only the filled positions are copied,
+        so this costs O(length), like a step. ``cross=False`` leaves the
+        encoder-decoder keys/values and the source mask alone: correct whenever
+        every index[r] has the same source sentence as row r (beam search
+        reordering within a sentence's beam), and it saves copying them.
+        """
+        xp = backend.get_array_module(self.self_kv[0][0])
+        index = backend.to_backend(index, xp)
+        L = self.length
+        if int(index.shape[0]) == self.batch_size:
+            for kv in self.self_kv:
+                for buf in kv:
+                    buf[:, :, :L] = buf[index, :, :L]      # right side is a copy: safe in place
+        else:
+            for kv in self.self_kv:
+                for j, buf in enumerate(kv):
+                    new = xp.empty((int(index.shape[0]),) + buf.shape[1:], dtype=buf.dtype)
+                    new[:, :, :L] = buf[index, :, :L]
+                    kv[j] = new
+            cross = True                                   # the batch size changed: must follow
+        if cross:
+            self.cross_kv = [(K[index], V[index]) for K, V in self.cross_kv]
+            self.src_mask = self.src_mask[index]
+
+
 class Transformer(Layer):
     """The whole model. One embedding matrix E (V, d_model) is shared three ways
     (§3.4): source embedding, target embedding and the pre-softmax projection.
 
-    forward(src, tgt_in) -> logits (B, T, V);  backward(dlogits) fills every .grad.
+    Training (teacher forcing):
+        logits = model.forward(src, tgt_in)        # (B, T, V)
+        model.backward(dlogits)                    # fills every .grad
+    Inference, one position at a time (§6.1; search in decoding.py):
+        memory = model.encode(src)                 # (B, S, d_model)
+        cache = KVCache(model, memory, src_mask, T_max)
+        logits_t = model.decode_step(y_t, t, cache)   # (B, V), for t = 0, 1, ...
+    The cached steps give the same logits as ``forward`` on the whole prefix.
+    Attention weights of the last forward (or step): ``attention_maps()``.
     """
 
     def __init__(self, cfg: TransformerConfig, seed: int = 0):
@@ -236,6 +330,11 @@ class Transformer(Layer):
         self.decoder = Decoder(cfg, rng, self.dropout_rng)
         self.generator = TiedOutputProjection(self.E)
 
+    @property
+    def xp(self):
+        """numpy or cupy: the array module the parameters live in."""
+        return backend.get_array_module(self.E.data)
+
     # -- random state of dropout ----------------------------------------------
     def reseed_dropout(self, seed: int) -> None:
         """Give every Dropout a fresh generator seeded with ``seed``."""
@@ -244,13 +343,7 @@ class Transformer(Layer):
             if isinstance(layer, Dropout):
                 layer.rng = self.dropout_rng
 
-    # -- masks ------------------------------------------------------------------
-    def masks(self, src, tgt_in):
-        """Default masks from padding: src_mask (B, 1, 1, S) and tgt_mask (B, 1, T, T)."""
-        xp = backend.get_array_module(src)
-        return padding_mask(src, self.cfg.pad_id), padding_mask(tgt_in, self.cfg.pad_id) & causal_mask(tgt_in.shape[1], xp)
-
-    def _check_ids(self, name, ids):
+    def _check_ids(self, name: str, ids: Array) -> None:
         if getattr(ids, "ndim", None) != 2:
             raise ShapeError(f"Transformer: {name} must be token ids of shape (B, length), got "
                              f"{tuple(getattr(ids, 'shape', ()))}")
@@ -258,34 +351,90 @@ class Transformer(Layer):
             raise ShapeError(f"Transformer: {name} has length {ids.shape[1]} > max_len={self.cfg.max_len}")
 
     # -- forward ----------------------------------------------------------------
-    def encode(self, src, src_mask):
-        """src: (B, S) ids -> memory: (B, S, d_model)."""
+    def encode(self, src: Array, src_mask: Array | None = None) -> Array:
+        """src: (B, S) ids -> memory: (B, S, d_model). src_mask defaults to the padding mask."""
+        self._check_ids("src", src)
+        if src_mask is None:
+            src_mask = padding_mask(src, self.cfg.pad_id)
         x = self.src_dropout.forward(self.src_pos.forward(self.src_embed.forward(src)))
         return self.encoder.forward(x, src_mask)
 
-    def decode(self, tgt_in, memory, src_mask, tgt_mask):
-        """tgt_in: (B, T) ids -> decoder output (B, T, d_model)."""
-        y = self.tgt_dropout.forward(self.tgt_pos.forward(self.tgt_embed.forward(tgt_in)))
-        return self.decoder.forward(y, memory, src_mask, tgt_mask)
+    def decode(self, tgt_in: Array, memory: Array, src_mask: Array, tgt_mask: Array | None = None) -> Array:
+        """Teacher-forced decoder over all positions at once.
 
-    def forward(self, src, tgt_in, src_mask=None, tgt_mask=None):
-        """src: (B, S), tgt_in: (B, T) -> logits (B, T, V). Masks default to padding (+ causal)."""
+        tgt_in: (B, T) ids (<bos> + target), memory: (B, S, d_model), src_mask:
+        (B, 1, 1, S), tgt_mask: (B, 1, T, T), default causal + padding.
+        Returns logits: (B, T, V); row t scores the token after tgt_in[:, :t+1].
+        """
+        self._check_ids("tgt_in", tgt_in)
+        if tgt_in.shape[0] != memory.shape[0]:
+            raise ShapeError(f"Transformer: tgt_in has batch size {tgt_in.shape[0]} but the memory has "
+                             f"{memory.shape[0]}")
+        if tgt_mask is None:
+            tgt_mask = decoder_mask(tgt_in, self.cfg.pad_id)
+        y = self.tgt_dropout.forward(self.tgt_pos.forward(self.tgt_embed.forward(tgt_in)))
+        y = self.decoder.forward(y, memory, src_mask, tgt_mask)
+        logits = self.generator.forward(y)
+        self._save_cache(None, logits)            # marks "forward ran": backward checks dlogits' shape
+        return logits
+
+    def forward(self, src: Array, tgt_in: Array, src_mask: Array | None = None,
+                tgt_mask: Array | None = None) -> Array:
+        """src: (B, S), tgt_in: (B, T) -> logits (B, T, V).
+
+        Masks default to padding (+ causal for the decoder); a batch from
+        ``data.batching`` carries its masks, and passing them saves rebuilding.
+        """
         self._check_ids("src", src)
         self._check_ids("tgt_in", tgt_in)
         if src.shape[0] != tgt_in.shape[0]:
             raise ShapeError(f"Transformer: src has batch size {src.shape[0]} but tgt_in has {tgt_in.shape[0]}")
-        default_src, default_tgt = self.masks(src, tgt_in)
-        src_mask = default_src if src_mask is None else src_mask
-        tgt_mask = default_tgt if tgt_mask is None else tgt_mask
+        if src_mask is None:
+            src_mask = padding_mask(src, self.cfg.pad_id)
         memory = self.encode(src, src_mask)
-        out = self.decode(tgt_in, memory, src_mask, tgt_mask)
-        self._cache = True
-        return self.generator.forward(out)
+        return self.decode(tgt_in, memory, src_mask, tgt_mask)
+
+    # -- inference: one position at a time ----------------------------------------
+    def decode_step(self, y_t: Array, t: int, cache: KVCache) -> Array:
+        """One decoder position t for every row, using and extending ``cache``.
+
+        y_t: (B, 1) ids of the decoder input at position t (<bos> at t = 0);
+        cache: filled for positions 0..t-1 (``cache.length == t``).
+        Returns logits (B, V) for the token at output position t: the same
+        numbers as ``decode`` on the whole prefix gives in its row t.
+        Call it inside ``eval_mode`` (dropout off), as decoding.py does.
+        """
+        if t != cache.length:
+            raise ValueError(f"decode_step: positions must be fed in order; expected t={cache.length}, got {t}")
+        if t >= cache.T_max:
+            raise ValueError(f"decode_step: t={t} is past the cache's T_max={cache.T_max}")
+        if getattr(y_t, "shape", None) != (cache.batch_size, 1):
+            raise ShapeError(f"decode_step: y_t must be ids of shape (B={cache.batch_size}, 1), got "
+                             f"{tuple(getattr(y_t, 'shape', ()))}")
+        # Embedding · sqrt(d_model) + PE of position t (§3.4, §3.5), then the N layers.
+        y = self.tgt_dropout.forward(self.tgt_pos.forward(self.tgt_embed.forward(y_t), offset=t))
+        y = self.decoder.step(y, t, cache)                          # (B, 1, d_model)
+        cache.length = t + 1
+        return self.generator.forward(y)[:, 0]                      # (B, V)
+
+    def attention_maps(self) -> dict[str, list[Array]]:
+        """The attention weights of the last forward (or decode_step), per layer.
+
+        Returns {"encoder_self": N arrays (B, h, S, S),
+                 "decoder_self": N arrays (B, h, T, T),
+                 "encoder_decoder": N arrays (B, h, T, S)},
+        read from each MultiHeadAttention's public ``attention_weights``.
+        """
+        return {
+            "encoder_self": [layer.self_attn.attention_weights for layer in self.encoder.layers],
+            "decoder_self": [layer.self_attn.attention_weights for layer in self.decoder.layers],
+            "encoder_decoder": [layer.cross_attn.attention_weights for layer in self.decoder.layers],
+        }
 
     # -- backward ---------------------------------------------------------------
-    def backward(self, dlogits) -> None:
+    def backward(self, dlogits: Array) -> None:
         """dlogits: (B, T, V). Adds into every Parameter's .grad (E gets three uses)."""
-        self._pop_cache()
+        self._pop_cache(dlogits, "dlogits")
         dout = self.generator.backward(dlogits)                     # use 1 of E
         dy, dmemory = self.decoder.backward(dout)
         self.tgt_embed.backward(self.tgt_pos.backward(self.tgt_dropout.backward(dy)))   # use 2 of E

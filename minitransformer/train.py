@@ -18,19 +18,21 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 
 import numpy
 
-from . import backend
-from .checkpoint import atomic_write_bytes, save_checkpoint
+from .checkpoint import save_checkpoint
 from .data.batching import batch_iterator
 from .data.tasks import SYNTHETIC_TASKS, synthetic_vocab
 from .data.tsv import load_tsv
 from .data.vocab import Vocab, tokenize
+from .files import atomic_write_text
 from .layers.loss import LabelSmoothedCrossEntropy
 from .model import PRESETS, Transformer
 from .optim import Adam, NoamSchedule
+from .plot import plot_loss_curve
+from .translate import source_ids, translate_ids
 
 
 class NonFiniteLossError(RuntimeError):
@@ -60,29 +62,47 @@ class TaskData:
 
 
 @dataclass
+class TrainSettings:
+    """How one training run goes (the model's own hyperparameters are in TransformerConfig)."""
+
+    steps: int = 600
+    batch_size: int | None = 64
+    max_tokens: int | None = None
+    lr_factor: float = 1.0
+    warmup_steps: int = 4000               # §5.3's value for the base model
+    clip_norm: float | None = None
+    seed: int = 0
+    valid_every: int = 250
+    log_every: int = 10
+    checkpoint_every: int | None = None    # None: only at validations and at the end
+    valid_decode: int = 200                # sentences decoded greedily at each validation
+
+
+@dataclass
 class Recipe:
-    """Default training settings for a task (each can be overridden on the command line)."""
+    """A task's defaults: the model preset and the training settings (each overridable)."""
 
     preset: str
-    steps: int
-    batch_size: int
-    lr_factor: float = 1.0
-    warmup_steps: int | None = None   # None: the preset's
-    clip_norm: float | None = None
-    valid_every: int = 250
+    settings: TrainSettings = field(default_factory=TrainSettings)
+
+
+def _recipe(preset: str, **settings) -> Recipe:
+    return Recipe(preset, TrainSettings(**settings))
 
 
 def _translation_recipe(steps: int, batch_size: int, valid_every: int = 500) -> Recipe:
     """The translation tasks share a preset and a schedule; they differ in length of training."""
-    return Recipe(preset="translate", steps=steps, batch_size=batch_size, lr_factor=0.5, clip_norm=1.0,
-                  valid_every=valid_every)
+    return _recipe("translate", steps=steps, batch_size=batch_size, lr_factor=0.5, warmup_steps=400,
+                   clip_norm=1.0, valid_every=valid_every)
 
 
 RECIPES: dict[str, Recipe] = {
     # Measured on the copy task: factor 0.25 with clipping trains smoothly; 0.5
     # and above spike and stall below 100% held-out exact match.
-    "copy": Recipe(preset="copy", steps=3000, batch_size=64, lr_factor=0.25, clip_norm=1.0, valid_every=500),
-    "reverse": Recipe(preset="copy", steps=3000, batch_size=64, lr_factor=0.25, clip_norm=1.0, valid_every=500),
+    "copy": _recipe("copy", steps=3000, batch_size=64, lr_factor=0.25, warmup_steps=200, clip_norm=1.0,
+                    valid_every=500),
+    "reverse": _recipe("copy", steps=3000, batch_size=64, lr_factor=0.25, warmup_steps=200, clip_norm=1.0,
+                       valid_every=500),
     # Translation tasks (measured results: docs/translation_results.md). Factor 1.0
     # without clipping spikes here too (held-out exact match dips mid-run, and
     # greedy decoding loops on rare patterns); 0.5 with clipping does not.
@@ -96,6 +116,8 @@ RECIPES: dict[str, Recipe] = {
     "emoji-en-de": _translation_recipe(steps=2000, batch_size=64, valid_every=250),
     "emoji-en-ko": _translation_recipe(steps=2000, batch_size=64, valid_every=250),
 }
+# A user's TSV file (--data): the translation preset, 2,000 steps.
+DATA_RECIPE = _translation_recipe(steps=2000, batch_size=64)
 SYNTHETIC_SIZES = {"train": 20000, "valid": 500, "test": 1000}
 
 
@@ -143,35 +165,12 @@ def load_task(name: str | None = None, data: str | None = None, level: str = "ch
                     task.src_level, task.tgt_level, task.bleu_tokenize)
 
 
-def encode_source(vocab: Vocab, tokens) -> list[int]:
-    """Source ids end with <eos>: it marks where the sentence stops, a key the
-    decoder's encoder-decoder attention can find when deciding to stop too.
-    (Without it the end of a source is only the absence of keys, since padding
-    is masked, and a copy model miscounts runs of repeated final symbols.)"""
-    return vocab.encode(tokens, add_eos=True)
-
-
 def encode_pairs(vocab: Vocab, pairs) -> list[tuple[list[int], list[int]]]:
     """Token pairs -> (source ids + <eos>, target ids); batching adds <bos>/<eos> to targets."""
-    return [(encode_source(vocab, s), vocab.encode(t)) for s, t in pairs]
+    return [(source_ids(vocab, s), vocab.encode(t)) for s, t in pairs]
 
 
 # -- the loop ------------------------------------------------------------------------
-
-
-@dataclass
-class TrainSettings:
-    steps: int = 600
-    batch_size: int | None = 64
-    max_tokens: int | None = None
-    lr_factor: float = 1.0
-    warmup_steps: int = 4000
-    clip_norm: float | None = None
-    seed: int = 0
-    valid_every: int = 250
-    log_every: int = 10
-    checkpoint_every: int | None = None    # None: only at the end
-    valid_decode: int = 200                # sentences decoded greedily at each validation
 
 
 class Trainer:
@@ -189,7 +188,7 @@ class Trainer:
         self.optimizer = Adam(model.parameters(), lr=self.schedule, clip_norm=settings.clip_norm)
         self.step = 0
         self.epoch, self.batch_in_epoch = 0, 0
-        self.xp = backend.get_array_module(model.E.data)
+        self.xp = model.xp
 
     # -- state for checkpoints --------------------------------------------------
     def save(self, path: str) -> None:
@@ -250,20 +249,19 @@ class Trainer:
             total += self.criterion.forward(logits, batch.tgt_out) * batch.n_tokens
             n += batch.n_tokens
         pairs = self.valid_pairs[: self.settings.valid_decode]
-        hyps = decode_id_lists(model, v, [s for s, _ in pairs])
+        hyps = translate_ids(model, v, [s for s, _ in pairs])
         acc = sum(h == t for h, (_, t) in zip(hyps, pairs)) / max(1, len(pairs))
         model.train()
         return {"valid_loss": total / max(1, n), "valid_exact_match": acc}
 
     # -- the loop ---------------------------------------------------------------------
-    def _trim_log(self, log_path: str) -> None:
+    def _trim_log(self, log_path: str) -> list[dict]:
         """Keep only the records up to the current step: a fresh run starts an empty
-        log, a resumed run continues its own (dropping what came after the checkpoint)."""
-        if not os.path.exists(log_path):
-            return
-        with open(log_path, encoding="utf-8") as f:
-            kept = [line for line in f if line.strip() and json.loads(line).get("step", 0) <= self.step]
-        atomic_write_bytes(log_path, "".join(kept).encode("utf-8"))
+        log, a resumed run continues its own (dropping what came after the checkpoint).
+        Returns the records kept."""
+        kept = [r for r in read_metrics(log_path) if r.get("step", 0) <= self.step]
+        atomic_write_text(log_path, "".join(json.dumps(r) + "\n" for r in kept))
+        return kept
 
     def run(self, progress: bool = True) -> list[dict]:
         from tqdm.auto import tqdm  # noqa: PLC0415
@@ -272,9 +270,7 @@ class Trainer:
         log_path = os.path.join(self.out_dir, "metrics.jsonl") if self.out_dir else None
         if self.out_dir:
             os.makedirs(self.out_dir, exist_ok=True)
-        if log_path:
-            self._trim_log(log_path)
-        history: list[dict] = []
+        history: list[dict] = self._trim_log(log_path) if log_path else []
         bar = tqdm(total=s.steps, initial=self.step, disable=not progress, desc="train", unit="step",
                    dynamic_ncols=True)
         tokens, t0, losses = 0, time.perf_counter(), []
@@ -306,40 +302,26 @@ class Trainer:
         bar.close()
         if self.out_dir:
             self.save(os.path.join(self.out_dir, "checkpoint.npz"))
-            if log_path and os.path.exists(log_path):
-                from .plot import plot_loss_curve  # noqa: PLC0415
-                plot_loss_curve(log_path, os.path.join(self.out_dir, "loss.png"))
+            plot_loss_curve(history, os.path.join(self.out_dir, "loss.png"))
         return history
 
 
-# -- decoding helpers used by training and the command line ----------------------------
+# -- metrics.jsonl -----------------------------------------------------------------------
 
 
-def decode_id_lists(model, vocab: Vocab, sources: list[list[int]], beam_size: int = 1, batch_size: int = 100,
-                    alpha: float = 0.6) -> list[list[int]]:
-    """Decode source id lists in batches with greedy (beam_size 1) or beam search (§6.1)."""
-    from .data.batching import make_source_batch  # noqa: PLC0415
-    from .decoding import beam_search, greedy_decode  # noqa: PLC0415
-
-    xp = backend.get_array_module(model.E.data)
-    out: list[list[int]] = []
-    for i in range(0, len(sources), batch_size):
-        src, _ = make_source_batch(sources[i: i + batch_size], vocab.pad_id, xp)
-        if beam_size == 1:
-            out.extend(greedy_decode(model, src, vocab.bos_id, vocab.eos_id))
-        else:
-            out.extend(beam_search(model, src, vocab.bos_id, vocab.eos_id, beam_size=beam_size, alpha=alpha))
-    return out
+def read_metrics(path: str) -> list[dict]:
+    """The records of a metrics.jsonl log ([] if there is none yet)."""
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
 
 
-def decode_ids(model, vocab: Vocab, sources: list[list[str]], beam_size: int = 1, batch_size: int = 100,
-               alpha: float = 0.6) -> list[list[str]]:
-    """Translate token lists; returns token lists (specials stripped)."""
-    ids = decode_id_lists(model, vocab, [encode_source(vocab, s) for s in sources], beam_size, batch_size, alpha)
-    return [vocab.decode(seq) for seq in ids]
+# -- setting up a run, as the command line does it --------------------------------------
 
 
 def build_model(task: TaskData, preset: str = "copy", seed: int = 0, **overrides) -> Transformer:
+    """A fresh model of ``preset`` sized for the task (vocabulary, max_len with room for decoding)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
     cfg = PRESETS[preset].with_(vocab_size=len(task.vocab), pad_id=task.vocab.pad_id, **overrides)
@@ -349,5 +331,40 @@ def build_model(task: TaskData, preset: str = "copy", seed: int = 0, **overrides
     return Transformer(cfg, seed=seed)
 
 
-__all__ = ["NonFiniteLossError", "TaskData", "Recipe", "RECIPES", "TrainSettings", "Trainer", "load_task",
-           "encode_pairs", "encode_source", "decode_ids", "decode_id_lists", "build_model", "task_names"]
+def recipe_for(task_name: str) -> Recipe:
+    """The task's recipe (preset + training settings); a user's TSV file gets DATA_RECIPE."""
+    return RECIPES.get(task_name, DATA_RECIPE)
+
+
+def settings_for(task_name: str, **overrides) -> tuple[str, TrainSettings]:
+    """(preset, settings) of the task's recipe, with ``overrides`` (a None value keeps the recipe's)."""
+    recipe = recipe_for(task_name)
+    preset = overrides.pop("preset", None) or recipe.preset
+    changes = {k: v for k, v in overrides.items() if v is not None}
+    return preset, replace(recipe.settings, **changes)
+
+
+def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: str | None = None,
+                 resume=None) -> Trainer:
+    """A Trainer for ``task``: a fresh model of ``preset``, or the model, vocabulary and
+    optimizer state of a loaded checkpoint (``resume``, a ``checkpoint.Checkpoint``).
+
+    This is the one way a run is set up: ``python -m minitransformer train`` and
+    ``benchmarks/bench_copy.py`` both call it.
+    """
+    if resume is not None:
+        if resume.vocab != task.vocab:
+            raise ValueError(f"the checkpoint was trained with a different vocabulary than task {task.name!r}")
+        model, vocab = resume.model, resume.vocab
+    else:
+        model, vocab = build_model(task, preset, seed=settings.seed), task.vocab
+    trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
+                      settings, out_dir, levels=task.levels)
+    if resume is not None:
+        trainer.restore(resume)
+    return trainer
+
+
+__all__ = ["NonFiniteLossError", "TaskData", "Recipe", "RECIPES", "DATA_RECIPE", "TrainSettings", "Trainer",
+           "load_task", "encode_pairs", "build_model", "task_names", "read_metrics", "recipe_for",
+           "settings_for", "make_trainer"]

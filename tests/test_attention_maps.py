@@ -1,4 +1,4 @@
-"""Attention weights read back from a forward pass, and the heatmap PNGs drawn from them."""
+"""Attention weights read back from a forward pass (public API), and the heatmap PNGs drawn from them."""
 
 import os
 import warnings
@@ -10,7 +10,8 @@ from minitransformer.__main__ import main
 from minitransformer.checkpoint import save_checkpoint
 from minitransformer.data.vocab import SPACE, Vocab, tokenize
 from minitransformer.model import PRESETS, Transformer
-from minitransformer.plot import ATTENTION_KINDS, attention_weights, display_token, save_attention_maps
+from minitransformer.plot import ATTENTION_KINDS
+from minitransformer.translate import attention_maps, display_token, save_attention_maps
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 WORDS = "four thousand three hundred twenty-one quatre mille trois cent vingt et un".split()
@@ -33,13 +34,13 @@ def batch():
 def test_shapes_batched_and_single(batch):
     model = _model(12)
     src, tgt_in = batch
-    w = attention_weights(model, src, tgt_in)
+    w = attention_maps(model, src, tgt_in)
     assert set(w) == set(ATTENTION_KINDS)
     N, h, (B, S), T = model.cfg.N, model.cfg.h, src.shape, tgt_in.shape[1]
     assert w["encoder_self"].shape == (N, B, h, S, S)
     assert w["decoder_self"].shape == (N, B, h, T, T)
     assert w["encoder_decoder"].shape == (N, B, h, T, S)
-    single = attention_weights(model, [5, 6, 7], [1, 8, 9])
+    single = attention_maps(model, [5, 6, 7], [1, 8, 9])
     assert single["encoder_self"].shape == (N, h, 3, 3)
     assert single["decoder_self"].shape == (N, h, 3, 3)
     assert single["encoder_decoder"].shape == (N, h, 3, 3)
@@ -49,7 +50,7 @@ def test_shapes_batched_and_single(batch):
 def test_rows_sum_to_one_and_masks_hold(batch):
     model = _model(12)
     src, tgt_in = batch
-    w = attention_weights(model, src, tgt_in)
+    w = attention_maps(model, src, tgt_in)
     for kind, a in w.items():
         np.testing.assert_allclose(a.sum(axis=-1), 1.0, rtol=0, atol=1e-5, err_msg=kind)
         assert (a >= 0).all()
@@ -67,8 +68,8 @@ def test_rows_sum_to_one_and_masks_hold(batch):
 def test_padding_does_not_change_the_weights(batch):
     model = _model(12)
     src, tgt_in = batch
-    padded = attention_weights(model, src, tgt_in)
-    alone = attention_weights(model, [5, 6, 7], [1, 8, 9])
+    padded = attention_maps(model, src, tgt_in)
+    alone = attention_maps(model, [5, 6, 7], [1, 8, 9])
     np.testing.assert_allclose(padded["encoder_self"][:, 0, :, :3, :3], alone["encoder_self"], atol=1e-5)
     np.testing.assert_allclose(padded["decoder_self"][:, 0, :, :3, :3], alone["decoder_self"], atol=1e-5)
     np.testing.assert_allclose(padded["encoder_decoder"][:, 0, :, :3, :3], alone["encoder_decoder"], atol=1e-5)
@@ -77,19 +78,34 @@ def test_padding_does_not_change_the_weights(batch):
 def test_eval_mode_used_and_modes_restored(batch):
     model = _model(12).train()                  # dropout on: weights would be random if it stayed on
     src, tgt_in = batch
-    a = attention_weights(model, src, tgt_in)
-    b = attention_weights(model, src, tgt_in)
+    a = attention_maps(model, src, tgt_in)
+    b = attention_maps(model, src, tgt_in)
     for kind in ATTENTION_KINDS:
         np.testing.assert_array_equal(a[kind], b[kind])
     assert all(layer.training for layer in model.modules())
-    # The forward caches are cleared: a backward now fails loudly.
-    assert model.encoder.layers[0].self_attn._cache is None
-    assert model.decoder.layers[-1].cross_attn._cache is None
+
+
+def test_maps_are_the_layers_public_attention_weights(batch):
+    # attention_maps reads MultiHeadAttention.attention_weights, the A of Eq. (1)
+    # that the forward used: recompute one head's A from Q and K by hand.
+    from minitransformer.layers.attention import attention_scores, softmax_lastaxis
+    from minitransformer.layers.masks import padding_mask
+
+    model = _model(12)
+    src, tgt_in = batch
+    maps = attention_maps(model, src, tgt_in)
+    attn = model.encoder.layers[0].self_attn
+    np.testing.assert_array_equal(maps["encoder_self"][0], attn.attention_weights)
+    with_dropout_off = model.eval()
+    x = with_dropout_off.src_pos.forward(with_dropout_off.src_embed.forward(src))
+    Q, K, _ = attn.project_qkv(x)
+    A = softmax_lastaxis(attention_scores(Q, K, padding_mask(src, 0)))
+    np.testing.assert_allclose(maps["encoder_self"][0], A, rtol=0, atol=1e-6)
 
 
 def test_mismatched_inputs_are_refused():
     with pytest.raises(ValueError, match="1-D"):
-        attention_weights(_model(12), [5, 6], np.array([[1, 5]]))
+        attention_maps(_model(12), [5, 6], np.array([[1, 5]]))
 
 
 def test_display_token_shows_spaces():
@@ -127,10 +143,14 @@ def test_save_attention_maps_char_level_with_hangul(tmp_path):
     _check_pngs(paths, tmp_path)
 
 
-def test_missing_cjk_font_falls_back_quietly(tmp_path, monkeypatch):
-    # As on a machine without a CJK font: DejaVu Sans alone. Hangul becomes boxes, silently.
+def test_missing_cjk_font_falls_back_and_says_so(tmp_path, monkeypatch):
+    # As on a machine without a CJK font: DejaVu Sans alone. Hangul becomes boxes;
+    # no warning per glyph, but the figure's title says no CJK font was found.
     from minitransformer import plot
 
+    titles = []
+    draw = plot._draw_attention_grid
+    monkeypatch.setattr(plot, "_draw_attention_grid", lambda *a: titles.append(a[-1]) or draw(*a))
     monkeypatch.setattr(plot, "_font_cache", ["DejaVu Sans"])
     vocab = Vocab.build([["고양이", "얼굴"]])
     with warnings.catch_warnings():
@@ -138,6 +158,11 @@ def test_missing_cjk_font_falls_back_quietly(tmp_path, monkeypatch):
         paths = save_attention_maps(_model(len(vocab), N=1), vocab, ["고양이", "얼굴"], str(tmp_path),
                                     beam_size=1)
     _check_pngs(paths, tmp_path)
+    assert titles and all("no CJK font found" in t for t in titles[:1])
+    # With a CJK font, or with no CJK text, no such note.
+    titles.clear()
+    plot.save_attention_grid(np.zeros((1, 1, 2, 2)), ["a", "b"], ["c", "d"], "latin", str(tmp_path / "x.png"))
+    assert titles == ["latin"]
 
 
 def test_empty_source_is_refused(tmp_path):

@@ -244,5 +244,54 @@ def test_loss_backward_before_forward_and_twice():
 def test_backward_with_wrong_gradient_shape(rng, x):
     lin = Linear(D, 4, rng, name="out")
     lin.forward(x)
-    with pytest.raises(ShapeError, match=r"'out'.backward.*d_out=4.*got \(2, 3, 8\)"):
+    with pytest.raises(ShapeError, match=r"'out'.backward: dy must have the shape of the forward's output "
+                                         r"\(2, 3, 4\), got \(2, 3, 8\)"):
         lin.backward(x)
+
+
+# Every backward checks that the incoming gradient has the shape of its forward's
+# output: before, a wrong leading shape broadcast silently into a wrong answer.
+
+def _gradient_cases(rng, x):
+    from minitransformer.model import PRESETS, Transformer
+
+    ids = np.array([[1, 2, 3], [4, 5, 6]])
+    cases = []
+    lin = Linear(D, 4, rng, name="lin")
+    cases.append(("Linear 'lin'", lambda: lin.forward(x), lin.backward, "dy", (2, 3, 4)))
+    emb = Embedding(10, D, rng, name="emb")
+    cases.append(("Embedding 'emb'", lambda: emb.forward(ids), emb.backward, "dout", (2, 3, D)))
+    tied = TiedOutputProjection(emb.E)
+    cases.append(("TiedOutputProjection", lambda: tied.forward(x), tied.backward, "dlogits", (2, 3, 10)))
+    ln = LayerNorm(D, name="ln")
+    cases.append(("LayerNorm 'ln'", lambda: ln.forward(x), ln.backward, "dy", (2, 3, D)))
+    ffn = FeedForward(D, 16, rng, name="ffn")
+    cases.append(("FeedForward 'ffn'", lambda: ffn.forward(x), ffn.backward, "dy", (2, 3, D)))
+    mha = MultiHeadAttention(D, 2, rng, name="mha")
+    cases.append(("MultiHeadAttention 'mha'", lambda: mha.forward(x), mha.backward, "dy", (2, 3, D)))
+    drop = Dropout(0.5, np.random.default_rng(0))
+    cases.append(("Dropout", lambda: drop.forward(x), drop.backward, "dout", (2, 3, D)))
+    pos = PositionalEncoding(D, 16)
+    cases.append(("PositionalEncoding", lambda: pos.forward(x), pos.backward, "dout", (2, 3, D)))
+    res = Residual(D, 0.0, name="res")
+    cases.append(("Residual 'res'", lambda: res.forward(x, ffn.forward), lambda d: res.backward(d, ffn.backward),
+                  "dy", (2, 3, D)))
+    model = Transformer(PRESETS["tiny"].with_(vocab_size=10))
+    cases.append(("Transformer", lambda: model.forward(ids, ids), model.backward, "dlogits", (2, 3, 10)))
+    return cases
+
+
+@pytest.mark.parametrize("case", range(10))
+def test_every_backward_names_a_wrong_gradient_shape(rng, x, case):
+    where, forward, backward, name, shape = _gradient_cases(rng, x)[case]
+    forward()
+    wrong = np.ones((1,) + shape[1:], dtype=np.float32)       # broadcastable: numpy would accept it silently
+    with pytest.raises(ShapeError, match=esc(f"{where}.backward: {name} must have the shape of the forward's "
+                                             f"output {shape}, got {wrong.shape}")):
+        backward(wrong)
+    # An integer gradient is refused too; the right one is accepted after a new forward.
+    forward()
+    with pytest.raises(TypeError, match=esc(f"{where}.backward: {name} must be a float array, got dtype int64")):
+        backward(np.ones(shape, dtype=np.int64))
+    forward()
+    backward(np.ones(shape, dtype=np.float32))

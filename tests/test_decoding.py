@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 
 from minitransformer import backend, decoding
-from minitransformer.data.batching import causal_mask, make_batch, make_source_batch
-from minitransformer.decoding import (KVCache, beam_search, decode_step_cached, decode_step_uncached,
-                                      encode_source, greedy_decode, length_penalty)
+from minitransformer.data.batching import make_batch, make_source_batch
+from minitransformer.decoding import beam_search, greedy_decode, length_penalty
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy, log_softmax
-from minitransformer.model import Transformer, TransformerConfig
+from minitransformer.layers.masks import causal_mask
+from minitransformer.layers.parameter import eval_mode
+from minitransformer.model import KVCache, Transformer, TransformerConfig
 
 PAD, BOS, EOS = 0, 1, 2
 CFG = TransformerConfig(vocab_size=12, d_model=32, h=4, N=2, d_ff=64, P_drop=0.1, max_len=64)
@@ -37,6 +38,29 @@ def _build(dtype: str, seed: int = 0, cfg: TransformerConfig = CFG) -> Transform
 
 def _random_sources(rng, n, lo=1, hi=8):
     return [rng.integers(3, CFG.vocab_size, rng.integers(lo, hi)).tolist() for _ in range(n)]
+
+
+# The model's public one-position API, in evaluation mode (dropout off), as decoding uses it.
+
+def encode_source(model, src, src_mask=None):
+    with eval_mode(model):
+        return model.encode(src, src_mask)
+
+
+def new_cache(model, memory, src_mask, T):
+    return KVCache(model, memory, src_mask, T)
+
+
+def cached_step(model, y_t, t, cache):
+    """log-probabilities (B, V) of position t from Transformer.decode_step."""
+    with eval_mode(model):
+        return log_softmax(model.decode_step(y_t, t, cache))
+
+
+def uncached_step(model, prefix, memory, src_mask):
+    """The reference: re-decode the whole prefix teacher-forced, keep the last row."""
+    with eval_mode(model):
+        return log_softmax(model.decode(prefix, memory, src_mask)[:, -1])
 
 
 @pytest.fixture(scope="module")
@@ -101,12 +125,12 @@ def test_cached_step_logprobs_match_uncached_and_full_forward(name, tol, sources
     src_mask = src_mask[:, None, None, :]
     memory = encode_source(model, src, src_mask)
     T = 12
-    cache = KVCache(model, memory, T)
+    cache = new_cache(model, memory, src_mask, T)
     prefix = np.full((src.shape[0], 1), BOS, dtype=np.int64)
     steps = []
     for t in range(T):
-        a = decode_step_cached(model, prefix[:, t: t + 1], t, memory, src_mask, cache)
-        b = decode_step_uncached(model, prefix, memory, src_mask)
+        a = cached_step(model, prefix[:, t: t + 1], t, cache)
+        b = uncached_step(model, prefix, memory, src_mask)
         assert a.shape == (src.shape[0], CFG.vocab_size) and a.dtype == memory.dtype
         np.testing.assert_allclose(a, b, rtol=0, atol=tol)
         steps.append(a)
@@ -128,11 +152,11 @@ def test_cached_equals_uncached_pre_ln(sources):
     _, src = sources
     mask = (src != PAD)[:, None, None, :]
     memory = encode_source(model, src)
-    cache = KVCache(model, memory, 6)
+    cache = new_cache(model, memory, mask, 6)
     prefix = np.full((src.shape[0], 1), BOS, dtype=np.int64)
     for t in range(6):
-        a = decode_step_cached(model, prefix[:, t: t + 1], t, memory, mask, cache)
-        np.testing.assert_allclose(a, decode_step_uncached(model, prefix, memory, mask), rtol=0, atol=1e-10)
+        a = cached_step(model, prefix[:, t: t + 1], t, cache)
+        np.testing.assert_allclose(a, uncached_step(model, prefix, memory, mask), rtol=0, atol=1e-10)
         prefix = np.concatenate([prefix, a.argmax(axis=1)[:, None]], axis=1)
     assert greedy_decode(model, src, BOS, EOS) == greedy_decode(model, src, BOS, EOS, use_cache=False)
     assert beam_search(model, src[:5], BOS, EOS, beam_size=1) == greedy_decode(model, src[:5], BOS, EOS)
@@ -141,10 +165,10 @@ def test_cached_equals_uncached_pre_ln(sources):
 def test_cache_steps_must_come_in_order(model64, sources):
     _, src = sources
     memory = encode_source(model64, src)
-    cache = KVCache(model64, memory, 4)
+    cache = new_cache(model64, memory, src[:, None, None, :] != PAD, 4)
     ids = np.full((src.shape[0], 1), BOS, dtype=np.int64)
     with pytest.raises(ValueError, match="in order"):
-        decode_step_cached(model64, ids, 1, memory, src[:, None, None, :] != PAD, cache)
+        cached_step(model64, ids, 1, cache)
 
 
 def test_cache_reorder_selects_rows(model64, sources):
@@ -157,22 +181,22 @@ def test_cache_reorder_selects_rows(model64, sources):
     ids[:, 0] = BOS
     index = np.array([2, 2, 0, 5, 1, 3])
 
-    cache = KVCache(model64, memory, 3)
+    cache = new_cache(model64, memory, mask, 3)
     for t in range(2):
-        decode_step_cached(model64, ids[:, t: t + 1], t, memory, mask, cache)
+        cached_step(model64, ids[:, t: t + 1], t, cache)
     cache.reorder(index)
-    got = decode_step_cached(model64, ids[index, 2:3], 2, None, mask[index], cache)
-    want = decode_step_uncached(model64, ids[index], memory[index], mask[index])
+    got = cached_step(model64, ids[index, 2:3], 2, cache)
+    want = uncached_step(model64, ids[index], memory[index], mask[index])
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
 
     # A reorder that changes the batch size (beam search's initial copy).
-    cache = KVCache(model64, memory, 2)
-    decode_step_cached(model64, ids[:, :1], 0, memory, mask, cache)
+    cache = new_cache(model64, memory, mask, 2)
+    cached_step(model64, ids[:, :1], 0, cache)
     grow = np.repeat(np.arange(6), 3)
     cache.reorder(grow)
     assert cache.batch_size == 18
-    got = decode_step_cached(model64, ids[grow, 1:2], 1, None, mask[grow], cache)
-    want = decode_step_uncached(model64, ids[grow, :2], memory[grow], mask[grow])
+    got = cached_step(model64, ids[grow, 1:2], 1, cache)
+    want = uncached_step(model64, ids[grow, :2], memory[grow], mask[grow])
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-10)
 
 
@@ -273,8 +297,8 @@ def test_finished_hypotheses_stop_growing(model64, sources, monkeypatch):
     seqs, src = sources
     _bias_eos(monkeypatch, model64, 2.5)
     steps = []
-    real_step = decoding._step_cached
-    monkeypatch.setattr(decoding, "_step_cached", lambda m, y, t, *a: (steps.append(t), real_step(m, y, t, *a))[1])
+    real_step = model64.decode_step
+    monkeypatch.setattr(model64, "decode_step", lambda y, t, cache: (steps.append(t), real_step(y, t, cache))[1])
     nbest = beam_search(model64, src, BOS, EOS, beam_size=4, n_best=4)
     assert len(steps) < max(_limit(model64, len(s)) for s in seqs)     # stopped early, not at the limit
     lengths = set()
@@ -384,3 +408,14 @@ def test_cupy_matches_numpy(model32, sources):  # pragma: no cover - needs a GPU
     assert beam_search(gpu, src_gpu, BOS, EOS, beam_size=1) == g_gpu
     b_cpu = beam_search(model32, src, BOS, EOS, beam_size=4, return_scores=True)
     assert sum(a[0] == b[0] for a, b in zip(b_cpu, b_gpu)) >= len(seqs) - 2
+
+
+def test_decoding_uses_only_the_models_public_api():
+    """Search lives in decoding.py; one decoder position lives in the model. decoding.py
+    may call the model's public methods and read its config, nothing of its insides."""
+    allowed = {"encode", "decode", "decode_step", "xp", "cfg"}
+    tree = ast.parse(inspect.getsource(decoding))
+    used = {node.attr for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "model"}
+    assert used <= allowed, f"decoding.py reaches into the model: {sorted(used - allowed)}"
+    assert {"encode", "decode", "decode_step"} <= used

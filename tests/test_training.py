@@ -8,8 +8,8 @@ import pytest
 
 from minitransformer import backend
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
-from minitransformer.train import (NonFiniteLossError, Trainer, TrainSettings, build_model, decode_ids,
-                                   encode_pairs, load_task)
+from minitransformer.train import NonFiniteLossError, Trainer, TrainSettings, build_model, encode_pairs, load_task
+from minitransformer.translate import translate_tokens
 
 
 def small_trainer(tmp_path, steps, seed=0, **settings):
@@ -119,7 +119,7 @@ def test_short_copy_run_learns(tmp_path):
     assert history[0]["loss"] > 1.0, history[0]          # it started from chance ...
     assert history[-1]["loss"] < 0.1, history[-1]         # ... and learned
     test = task.test[:300]
-    hyps = decode_ids(model.eval(), task.vocab, [s for s, _ in test])
+    hyps = translate_tokens(model.eval(), task.vocab, [s for s, _ in test])
     acc = np.mean([h == t for h, (_, t) in zip(hyps, test)])
     assert acc >= 0.95, f"exact match {acc:.3f}"
 

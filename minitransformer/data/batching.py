@@ -4,16 +4,13 @@ Sentences have different lengths but arrays are rectangles, so a batch is
 padded with the <pad> id up to its longest sentence. Padding must then be made
 invisible, which is what the masks do.
 
-Mask convention for the whole package: boolean, **True = may attend**.
-Attention (§3.2.1) sets the score of every False position to -inf before the
-softmax, so it gets weight 0.
+The masks (``layers/masks.py`` defines them and their convention, True = may
+attend) are built here once per batch and travel with it, so the model never
+rebuilds them:
 
-* ``src_mask`` (B, 1, 1, S): True where the source token is real. It masks
-  *keys*; the two size-1 axes broadcast over the h heads and over the query
-  positions, because no query should look at padding.
-* ``tgt_mask`` (B, 1, T, T): the decoder's self-attention mask. Query i may
-  see key j only if j <= i ("causal", §3.2.3: predictions for position i
-  depend only on the known outputs before it) and key j is not padding.
+* ``src_mask`` (B, 1, 1, S): True where the source token is real (masks keys).
+* ``tgt_mask`` (B, 1, T, T): the decoder's self-attention mask, causal AND the
+  key is not padding.
 
 Batches are built on the host with NumPy (they are small integer arrays), then
 moved to the array backend with ``backend.to_backend``.
@@ -34,6 +31,7 @@ from dataclasses import dataclass
 import numpy
 
 from .. import backend
+from ..layers.masks import decoder_mask, padding_mask
 
 Array = object  # a numpy.ndarray or a cupy.ndarray
 
@@ -70,30 +68,6 @@ class Batch:
         return int(self.src.shape[0])
 
 
-# -- masks -------------------------------------------------------------------------
-
-def causal_mask(T: int, xp: types.ModuleType | None = None) -> Array:
-    """(1, 1, T, T) bool, lower triangular: entry [0, 0, i, j] is True iff j <= i.
-
-    Query position i may look at itself and the positions before it, never
-    ahead: at inference the later tokens do not exist yet (§3.2.3).
-    """
-    if isinstance(T, bool) or not isinstance(T, (int, numpy.integer)) or T < 1:
-        raise ValueError(f"causal_mask: T must be a positive integer, got {T!r}")
-    xp = xp or backend.xp_default()
-    return xp.tril(xp.ones((int(T), int(T)), dtype=bool))[None, None, :, :]
-
-
-def padding_mask(ids: Array, pad_id: int) -> Array:
-    """(B, 1, 1, S) bool from ids (B, S): True where the token is not padding.
-
-    Works on whichever backend ``ids`` lives on (a comparison needs no xp).
-    """
-    if getattr(ids, "ndim", None) != 2:
-        raise ValueError(f"padding_mask: ids must have shape (B, S), got {getattr(ids, 'shape', type(ids))}")
-    return (ids != pad_id)[:, None, None, :]
-
-
 # -- building batches -----------------------------------------------------------------
 
 def _pad_rows(seqs: Sequence[Sequence[int]], length: int, pad_id: int) -> numpy.ndarray:
@@ -109,8 +83,8 @@ def _check_seqs(name: str, seqs, pad_id: int, allow_empty: bool) -> None:
         raise ValueError(f"{name}: no sequences given (need at least one to make a batch)")
     for b, seq in enumerate(seqs):
         if not allow_empty and len(seq) == 0:
-            # An all-padding source row would have every key masked: the softmax
-            # would divide 0 by 0 and fill the row with NaN.
+            # An empty source is all padding: every key masked, so the encoder-decoder
+            # attention would read nothing (its output is defined as 0). Refuse it.
             raise ValueError(f"{name}[{b}] is empty; every source sentence needs at least one token")
         if pad_id in seq:
             raise ValueError(
@@ -164,9 +138,8 @@ def make_batch(
     src = backend.to_backend(_pad_rows(src_seqs, S, pad_id), xp)
     tgt_in = backend.to_backend(tgt_in, xp)
     tgt_out = backend.to_backend(tgt_out, xp)
-    # The decoder's keys are the tgt_in positions. (B,1,1,T) & (1,1,T,T) -> (B,1,T,T).
-    # No query row is all False: key 0 is <bos>, never padding, and j=0 <= i always.
-    tgt_mask = padding_mask(tgt_in, pad_id) & causal_mask(T, xp)
+    # The decoder's keys are the tgt_in positions; key 0 is <bos>, so no row is all False.
+    tgt_mask = decoder_mask(tgt_in, pad_id)
     return Batch(
         src=src,
         tgt_in=tgt_in,

@@ -28,12 +28,13 @@ import datetime
 import functools
 import importlib.metadata
 import os
-import tempfile
 import warnings
 from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
+
+from .tsv import write_tsv
 
 __all__ = [
     "TranslationTask", "TASKS", "PINNED_VERSIONS", "UnknownTaskError", "generate_pairs",
@@ -319,35 +320,17 @@ def load_splits(name: str, seed: int = 0, valid_fraction: float | None = None,
     }
 
 
-def _tsv_line(src: str, tgt: str) -> str:
-    # A real check, not an assert: asserts vanish under "python -O".
-    for text in (src, tgt):
-        if any(ch in text for ch in "\t\n\r"):
-            raise ValueError(f"tab or newline inside a text, cannot write TSV: {text!r}")
-    return f"{src}\t{tgt}\n"
-
-
 def export_tsv(name: str, out_dir: str, seed: int = 0) -> dict[str, str]:
     """Write ``{name}.{split}.tsv`` files (source<TAB>target per line, UTF-8).
 
-    Each file is written to a temporary file in ``out_dir`` and then moved
-    into place with ``os.replace``, so a crash never leaves half a file under
-    the final name. Returns ``{split: path}``.
+    Each file is checked and written atomically by ``tsv.write_tsv``, so a
+    crash never leaves half a file under the final name. Returns ``{split: path}``.
     """
     splits = load_splits(name, seed=seed)
     os.makedirs(out_dir, exist_ok=True)
     paths = {}
     for split in SPLITS:
         path = os.path.join(out_dir, f"{name}.{split}.tsv")
-        text = "".join(_tsv_line(src, tgt) for src, tgt in splits[split])
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{name}.{split}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-                f.write(text)
-            os.replace(tmp, path)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        write_tsv(path, splits[split])
         paths[split] = path
     return paths

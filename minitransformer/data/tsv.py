@@ -8,8 +8,9 @@ wrong (``path:lineno: problem``) instead of training on a misaligned corpus.
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Iterable
+
+from ..files import atomic_write_text
 
 
 class DataError(ValueError):
@@ -68,10 +69,10 @@ def load_tsv(path: str | os.PathLike) -> list[tuple[str, str]]:
 def write_tsv(path: str | os.PathLike, pairs: Iterable[tuple[str, str]]) -> None:
     """Write (source, target) pairs as UTF-8 TSV, atomically.
 
-    The text goes to a temporary file in the same directory, which then
-    replaces ``path`` in one ``os.replace``: a reader (or a crash) never sees
-    half a file. Same directory, because a rename across file systems is not
-    atomic. Every pair is checked before anything is written.
+    Every pair is checked before anything is written (one tab per line, no
+    newline inside a side, no empty side: what ``load_tsv`` accepts), then the
+    file is written with ``files.atomic_write_text``: a crash never leaves half
+    a file.
     """
     pairs = list(pairs)
     for i, pair in enumerate(pairs):
@@ -86,20 +87,5 @@ def write_tsv(path: str | os.PathLike, pairs: Iterable[tuple[str, str]]) -> None
             if not text.strip():
                 raise ValueError(f"pair {i}: {side} is empty; load_tsv would reject the file")
 
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".tsv")
-    try:
-        # newline="\n": the same bytes on every OS.
-        with open(fd, "w", encoding="utf-8", newline="\n") as f:
-            for src, tgt in pairs:
-                f.write(f"{src}\t{tgt}\n")
-            f.flush()
-            os.fsync(f.fileno())  # the data is on disk before the rename makes it visible
-        # mkstemp creates the file readable by its owner only; give it the
-        # permissions an ordinary new file would have.
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # newline "\n": the same bytes on every OS.
+    atomic_write_text(path, "".join(f"{src}\t{tgt}\n" for src, tgt in pairs))

@@ -25,7 +25,7 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
-from ..data.batching import causal_mask, padding_mask
+from ..layers.masks import causal_mask, padding_mask
 from ..gradcheck import numerical_gradient, rel_error
 from ..layers.attention import (
     AttentionCache,

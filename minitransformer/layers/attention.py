@@ -18,6 +18,7 @@ import math
 from typing import NamedTuple
 
 from .. import backend
+from ..backend import Array
 from ..errors import ShapeError, check_last_dim, check_mask
 from .linear import init_weight
 from .parameter import Layer, Parameter
@@ -35,7 +36,7 @@ class AttentionCache(NamedTuple):
     scale: float    # 1 / sqrt(d_k)
 
 
-def softmax_lastaxis(scores):
+def softmax_lastaxis(scores: Array) -> Array:
     """Numerically stable softmax over the last axis, computed in place.
 
     Subtracting the row max first keeps exp() from overflowing; ``out=`` reuses
@@ -48,7 +49,7 @@ def softmax_lastaxis(scores):
     return scores
 
 
-def attention_scores(Q, K, mask=None):
+def attention_scores(Q: Array, K: Array, mask: Array | None = None) -> Array:
     """The scaled, masked scores S = Q K^T / sqrt(d_k) of Eq. (1), before the softmax.
 
     Q: (B, h, S_q, d_k), K: (B, h, S_k, d_k), mask: bool broadcastable to
@@ -64,7 +65,7 @@ def attention_scores(Q, K, mask=None):
     return S
 
 
-def attention_forward(Q, K, V, mask=None):
+def attention_forward(Q: Array, K: Array, V: Array, mask: Array | None = None) -> tuple[Array, AttentionCache]:
     """Eq. (1). Q: (B, h, S_q, d_k), K: (B, h, S_k, d_k), V: (B, h, S_k, d_v),
     mask: bool, broadcastable to (B, h, S_q, S_k), True = may attend.
     Returns out: (B, h, S_q, d_v) and the cache for the backward.
@@ -86,7 +87,7 @@ def attention_forward(Q, K, V, mask=None):
     return out, AttentionCache(Q, K, V, A, scale)
 
 
-def attention_backward(dout, cache: AttentionCache):
+def attention_backward(dout: Array, cache: AttentionCache) -> tuple[Array, Array, Array]:
     """dout: (B, h, S_q, d_v) -> dQ, dK, dV with the shapes of Q, K, V.
 
     Forward, step by step:  S = Q K^T · scale;  A = softmax(S);  out = A V.
@@ -115,13 +116,13 @@ def attention_backward(dout, cache: AttentionCache):
     return dQ, dK, dV
 
 
-def split_heads(x, h: int):
+def split_heads(x: Array, h: int) -> Array:
     """(B, S, d_model) -> (B, h, S, d_k), as a strided view (no copy)."""
     B, S, d_model = x.shape
     return x.reshape(B, S, h, d_model // h).transpose(0, 2, 1, 3)
 
 
-def merge_heads(x):
+def merge_heads(x: Array) -> Array:
     """(B, h, S, d_k) -> (B, S, h·d_k): the Concat of §3.2.2 (one copy)."""
     B, h, S, d_k = x.shape
     return x.transpose(0, 2, 1, 3).reshape(B, S, h * d_k)
@@ -150,6 +151,12 @@ class MultiHeadAttention(Layer):
                                        decoder self-attention with a causal mask
       forward(x, memory, mask=mask)    encoder-decoder attention: queries from
                                        the decoder, keys/values from the encoder
+      step(x_t, K, V, t=t)             one decoder position at inference, with
+      step(x_t, K, V, mask=mask)       a key/value cache (no backward)
+
+    After a forward (or step), ``attention_weights`` holds the softmax weights A
+    of Eq. (1), (B, h, S_q, S_k): row i is how much query i looks at each key.
+    It is the array the backward uses: read it, do not write into it.
     """
 
     def __init__(self, d_model: int, h: int, rng, name: str = "attn"):
@@ -167,10 +174,11 @@ class MultiHeadAttention(Layer):
         self.b_qkv = Parameter(xp.zeros(3 * d_model, dtype=dtype), f"{name}.b_qkv")
         self.W_o = Parameter(init_weight(d_model, d_model, rng, xp, dtype), f"{name}.W_o")
         self.b_o = Parameter(xp.zeros(d_model, dtype=dtype), f"{name}.b_o")
+        self.attention_weights = None       # A of the last forward/step: (B, h, S_q, S_k)
         self._name = name
 
     # -- projections, shared by training and by cached decoding ---------------
-    def project_qkv(self, x):
+    def project_qkv(self, x: Array) -> tuple[Array, Array, Array]:
         """Self-attention: x (B, S, d_model) -> Q, K, V each (B, h, S, d_k), one matmul."""
         B, S, _ = x.shape
         qkv = backend.matmul(x, self.W_qkv.data)                        # (B, S, 3·d_model)
@@ -178,14 +186,14 @@ class MultiHeadAttention(Layer):
         qkv = qkv.reshape(B, S, 3, self.h, self.d_k).transpose(2, 0, 3, 1, 4)  # (3, B, h, S, d_k) view
         return qkv[0], qkv[1], qkv[2]
 
-    def project_q(self, x):
+    def project_q(self, x: Array) -> Array:
         """x (B, S_q, d_model) -> Q (B, h, S_q, d_k)."""
         d = self.d_model
         q = backend.matmul(x, self.W_qkv.data[:, :d])                  # (B, S_q, d_model)
         q += self.b_qkv.data[:d]                                        # in place: no second array
         return split_heads(q, self.h)
 
-    def project_kv(self, memory):
+    def project_kv(self, memory: Array) -> tuple[Array, Array]:
         """memory (B, S_k, d_model) -> K, V each (B, h, S_k, d_k)."""
         B, S, _ = memory.shape
         d = self.d_model
@@ -194,7 +202,7 @@ class MultiHeadAttention(Layer):
         kv = kv.reshape(B, S, 2, self.h, self.d_k).transpose(2, 0, 3, 1, 4)
         return kv[0], kv[1]
 
-    def output(self, heads):
+    def output(self, heads: Array) -> Array:
         """heads (B, h, S_q, d_k) -> Concat(head_1..head_h) W^O + b: (B, S_q, d_model)."""
         y = backend.matmul(merge_heads(heads), self.W_o.data)
         y += self.b_o.data                                               # in place: no second array
@@ -219,7 +227,7 @@ class MultiHeadAttention(Layer):
             check_mask(where, "mask", mask, (x_q.shape[0], self.h, x_q.shape[1], S_k))
 
     # -- forward and backward ---------------------------------------------------
-    def forward(self, x_q, x_kv=None, mask=None):
+    def forward(self, x_q: Array, x_kv: Array | None = None, mask: Array | None = None) -> Array:
         """x_q: (B, S_q, d_model); x_kv: (B, S_k, d_model) or None for self-attention;
         mask: bool broadcastable to (B, h, S_q, S_k). Returns (B, S_q, d_model)."""
         self._check(x_q, x_kv, mask)
@@ -228,20 +236,47 @@ class MultiHeadAttention(Layer):
         else:
             Q, (K, V) = self.project_q(x_q), self.project_kv(x_kv)
         heads, attn_cache = attention_forward(Q, K, V, mask)             # (B, h, S_q, d_k)
+        self.attention_weights = attn_cache.A                            # (B, h, S_q, S_k)
         concat = merge_heads(heads)                                      # (B, S_q, d_model)
-        self._cache = MHACache(x_q, x_kv, concat, attn_cache)
         y = backend.matmul(concat, self.W_o.data)                        # Concat(heads) W^O
         y += self.b_o.data                                               # + b_o, in place
+        self._save_cache(MHACache(x_q, x_kv, concat, attn_cache), y)
         return y
 
-    def backward(self, dy):
-        """dy: (B, S_q, d_model).
+    def step(self, x_t: Array, K: Array, V: Array, t: int | None = None, mask: Array | None = None) -> Array:
+        """One decoder position at inference, attending over cached keys and values.
 
-        Returns dx for self-attention, or (dx_q, dx_kv) for encoder-decoder
-        attention. Adds into the gradients of W_qkv, b_qkv, W_o, b_o.
+        x_t: (B, 1, d_model), the new position's input.
+        Masked self-attention (``t`` given): K, V are the cache's buffers, each
+            (B, h, T_max, d_k), holding positions 0..t-1. The new position's key
+            and value are written at t, and its query attends to positions 0..t:
+            no causal mask is needed, the future is not in the cache yet.
+        Encoder-decoder attention (``t`` None): K, V are the memory's keys and
+            values, (B, h, S, d_k), projected once per sentence (``project_kv``);
+            ``mask`` is the source padding mask (B, 1, 1, S).
+        Returns (B, 1, d_model). Inference only: keeps no cache for a backward.
         """
-        x_q, x_kv, concat, attn_cache = self._pop_cache()
-        check_last_dim(f"MultiHeadAttention {self._name!r}.backward", "dy", dy, self.d_model)
+        if t is None:
+            Q = self.project_q(x_t)                                      # (B, h, 1, d_k)
+        else:
+            Q, k_t, v_t = self.project_qkv(x_t)                          # each (B, h, 1, d_k)
+            K[:, :, t: t + 1] = k_t
+            V[:, :, t: t + 1] = v_t
+            K, V = K[:, :, : t + 1], V[:, :, : t + 1]                    # positions 0..t (views)
+        heads, attn_cache = attention_forward(Q, K, V, mask)             # (B, h, 1, d_k)
+        self.attention_weights = attn_cache.A                            # (B, h, 1, S_k)
+        return self.output(heads)
+
+    def backward(self, dy: Array) -> Array | tuple[Array, Array]:
+        """dy: (B, S_q, d_model), the gradient of the output.
+
+        Adds into the gradients of W_qkv, b_qkv, W_o, b_o.
+
+        Returns:
+            self-attention: dx: (B, S_q, d_model)
+            encoder-decoder attention: (dx_q: (B, S_q, d_model), dx_kv: (B, S_k, d_model))
+        """
+        x_q, x_kv, concat, attn_cache = self._pop_cache(dy, "dy")
         xp = backend.get_array_module(dy)
         d, h, d_k = self.d_model, self.h, self.d_k
         B, S_q, _ = dy.shape

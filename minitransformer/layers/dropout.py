@@ -11,6 +11,7 @@ nothing needs rescaling at evaluation time, when dropout is the identity.
 from __future__ import annotations
 
 from .. import backend
+from ..backend import Array
 from ..errors import ShapeError
 from .parameter import Layer
 
@@ -41,9 +42,10 @@ class Dropout(Layer):
         self.P_drop = P_drop
         self.rng = rng
 
-    def forward(self, x, mask=None):
+    def forward(self, x: Array, mask: Array | None = None) -> Array:
+        """x: any shape -> same shape. ``mask``: use this mask (x's shape) instead of drawing one."""
         if mask is None and (not self.training or self.P_drop == 0.0):
-            self._cache = 1.0            # identity: backward multiplies by 1
+            self._save_cache(None, x)    # identity: no mask, backward passes dout through
             return x
         if mask is None:
             if self.rng is None:
@@ -51,10 +53,13 @@ class Dropout(Layer):
             mask = dropout_mask(x.shape, self.P_drop, self.rng, x.dtype)
         elif mask.shape != x.shape:
             raise ShapeError(f"Dropout: mask must have the input's shape {tuple(x.shape)}, got {tuple(mask.shape)}")
-        self._cache = mask
+        self._save_cache(mask, x)
         return x * mask
 
-    def backward(self, dout):
-        """d(x ⊙ mask)/dx = mask: the same units are dropped on the way back."""
-        mask = self._pop_cache()
-        return dout if isinstance(mask, float) else dout * mask
+    def backward(self, dout: Array) -> Array:
+        """dout: the forward output's shape -> dx: the same shape.
+
+        d(x ⊙ mask)/dx = mask: the same units are dropped on the way back.
+        """
+        mask = self._pop_cache(dout)
+        return dout if mask is None else dout * mask

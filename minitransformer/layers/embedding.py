@@ -13,6 +13,7 @@ import math
 from typing import NamedTuple
 
 from .. import backend
+from ..backend import Array
 from ..errors import check_last_dim, check_token_ids
 from .parameter import Layer, Parameter
 
@@ -22,13 +23,16 @@ class EmbeddingCache(NamedTuple):
     scale: float    # sqrt(d_model)
 
 
-def embedding_forward(ids, E, scale):
-    """ids: (B, S) ints, E: (V, d_model) -> (B, S, d_model) = E[ids] * sqrt(d_model)."""
+def embedding_forward(ids: Array, E: Array, scale: float) -> tuple[Array, EmbeddingCache]:
+    """ids: (B, S) ints, E: (V, d_model) -> out: (B, S, d_model) = E[ids] * sqrt(d_model), cache."""
     return E[ids] * scale, EmbeddingCache(ids, scale)
 
 
-def embedding_backward(dout, cache: EmbeddingCache, dE) -> None:
-    """Add dL/dE into ``dE`` (V, d_model) in place.
+def embedding_backward(dout: Array, cache: EmbeddingCache, dE: Array) -> None:
+    """Add dL/dE into ``dE`` (V, d_model) in place, given dout = dL/dout: (B, S, d_model).
+
+    Returns nothing: token ids have no gradient, and E's gradient is *added*
+    into ``dE`` (the tied E collects one such sum per use).
 
     Each output row out[b, s] = scale · E[ids[b, s]], so row v of dE receives
     scale · dout[b, s] for every position where ids[b, s] == v. A token that
@@ -71,16 +75,16 @@ class Embedding(Layer):
         self.scale = math.sqrt(d_model)
         self._name = name
 
-    def forward(self, ids):
+    def forward(self, ids: Array) -> Array:
         """ids: (B, S) ints in [0, V) -> (B, S, d_model)."""
         check_token_ids(f"Embedding {self._name!r}", ids, self.vocab_size)
-        out, self._cache = embedding_forward(ids, self.E.data, self.scale)
+        out, cache = embedding_forward(ids, self.E.data, self.scale)
+        self._save_cache(cache, out)
         return out
 
-    def backward(self, dout) -> None:
+    def backward(self, dout: Array) -> None:
         """dout: (B, S, d_model). Adds into E.grad; token ids have no gradient."""
-        cache = self._pop_cache()
-        check_last_dim(f"Embedding {self._name!r}.backward", "dout", dout, self.d_model)
+        cache = self._pop_cache(dout)
         embedding_backward(dout, cache, self.E.grad)
 
 
@@ -96,15 +100,16 @@ class TiedOutputProjection(Layer):
         self.E = weight
         self.vocab_size, self.d_model = weight.shape
 
-    def forward(self, x):
+    def forward(self, x: Array) -> Array:
+        """x: (B, T, d_model) -> logits: (B, T, V)."""
         check_last_dim("TiedOutputProjection", "x", x, self.d_model)
-        self._cache = x
-        return backend.matmul(x, self.E.data.T)     # (B, T, V); E.T is a view, not a copy
+        logits = backend.matmul(x, self.E.data.T)   # (B, T, V); E.T is a view, not a copy
+        self._save_cache(x, logits)
+        return logits
 
-    def backward(self, dlogits):
+    def backward(self, dlogits: Array) -> Array:
         """dlogits: (B, T, V) -> dx: (B, T, d_model); adds dlogits^T x into E.grad."""
-        x = self._pop_cache()
-        check_last_dim("TiedOutputProjection.backward", "dlogits", dlogits, self.vocab_size, "V")
+        x = self._pop_cache(dlogits, "dlogits")
         V, d = self.E.shape
         # logits = x E^T  =>  dE = dlogits^T x (summed over batch and position), dx = dlogits E
         backend.add_matmul(self.E.grad, dlogits.reshape(-1, V).T, x.reshape(-1, d))   # E.grad += dlogits^T x

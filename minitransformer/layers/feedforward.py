@@ -8,6 +8,7 @@ why one matrix product over the (B·S, d_model) rows does the whole sequence.
 
 from __future__ import annotations
 
+from ..backend import Array
 from ..errors import check_last_dim
 from .linear import Linear
 from .parameter import Layer
@@ -23,16 +24,18 @@ class FeedForward(Layer):
         self.linear2 = Linear(d_ff, d_model, rng, f"{name}.linear2")   # W_2: (d_ff, d_model)
         self._name = name
 
-    def forward(self, x):
+    def forward(self, x: Array) -> Array:
+        """x: (B, S, d_model) -> FFN(x): (B, S, d_model)."""
         check_last_dim(f"FeedForward {self._name!r}", "x", x, self.d_model)
-        hidden = self.linear1.forward(x)          # (B, S, d_ff)
+        hidden = self.linear1.forward(x)          # (B, S, d_ff): x W_1 + b_1
         hidden *= hidden > 0                       # ReLU in place: max(0, .) without a new array
-        self._cache = hidden
-        return self.linear2.forward(hidden)        # (B, S, d_model)
+        y = self.linear2.forward(hidden)           # (B, S, d_model)
+        self._save_cache(hidden, y)
+        return y
 
-    def backward(self, dy):
-        """dy: (B, S, d_model) -> dx: (B, S, d_model)."""
-        hidden = self._pop_cache()
+    def backward(self, dy: Array) -> Array:
+        """dy: (B, S, d_model) -> dx: (B, S, d_model); adds into W_1, b_1, W_2, b_2's grads."""
+        hidden = self._pop_cache(dy, "dy")
         dhidden = self.linear2.backward(dy)        # (B, S, d_ff)
         # ReLU passes the gradient where its output was positive and blocks it
         # elsewhere; multiplying by the boolean is much faster than copyto(where=).

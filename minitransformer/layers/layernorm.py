@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .. import backend
+from ..backend import Array
 from ..errors import check_last_dim
 from .parameter import Layer, Parameter
 
@@ -22,8 +23,8 @@ class LayerNormCache(NamedTuple):
     gamma: object   # (d_model,)
 
 
-def layernorm_forward(x, gamma, beta, eps):
-    """x: (..., d_model) -> y: (..., d_model)."""
+def layernorm_forward(x: Array, gamma: Array, beta: Array, eps: float) -> tuple[Array, LayerNormCache]:
+    """x: (..., d_model), gamma, beta: (d_model,) -> y: (..., d_model), cache."""
     xp = backend.get_array_module(x)
     d = x.shape[-1]
     mu = x.mean(axis=-1, keepdims=True)
@@ -37,14 +38,17 @@ def layernorm_forward(x, gamma, beta, eps):
     return y, LayerNormCache(x_hat, rstd, gamma)
 
 
-def layernorm_backward(dy, cache: LayerNormCache):
-    """dy: (..., d_model) -> dx, dgamma, dbeta.
+def layernorm_backward(dy: Array, cache: LayerNormCache) -> tuple[Array, Array, Array]:
+    """The gradients of y = gamma ⊙ x_hat + beta, given dy = dL/dy: (..., d_model).
 
     With g = dy ⊙ gamma (the gradient reaching x_hat), differentiating through
     the mean and the variance gives (n = d_model):
         dx = rstd · (g - mean(g) - x_hat ⊙ mean(g ⊙ x_hat))
     The two subtracted means are what normalizing removes: a shift of all
     features, and a stretch along x_hat. docs/derivations.md has the steps.
+
+    Returns:
+        dx: (..., d_model), dgamma: (d_model,), dbeta: (d_model,)
     """
     x_hat, rstd, gamma = cache
     d = x_hat.shape[-1]
@@ -72,14 +76,16 @@ class LayerNorm(Layer):
         self.beta = Parameter(xp.zeros(d_model, dtype=dtype), f"{name}.beta")
         self._name = name
 
-    def forward(self, x):
+    def forward(self, x: Array) -> Array:
+        """x: (..., d_model) -> (..., d_model)."""
         check_last_dim(f"LayerNorm {self._name!r}", "x", x, self.d_model)
-        y, self._cache = layernorm_forward(x, self.gamma.data, self.beta.data, self.eps)
+        y, cache = layernorm_forward(x, self.gamma.data, self.beta.data, self.eps)
+        self._save_cache(cache, y)
         return y
 
-    def backward(self, dy):
-        cache = self._pop_cache()
-        check_last_dim(f"LayerNorm {self._name!r}.backward", "dy", dy, self.d_model)
+    def backward(self, dy: Array) -> Array:
+        """dy: (..., d_model) -> dx: (..., d_model); adds into gamma.grad and beta.grad."""
+        cache = self._pop_cache(dy, "dy")
         dx, dgamma, dbeta = layernorm_backward(dy, cache)
         self.gamma.grad += dgamma
         self.beta.grad += dbeta

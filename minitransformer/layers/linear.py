@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from .. import backend
 from ..errors import check_last_dim
+from ..backend import Array
 from .parameter import Layer, Parameter
 
 
@@ -20,18 +21,21 @@ class LinearCache(NamedTuple):
     W: object  # (d_in, d_out) the weight, needed for dx
 
 
-def linear_forward(x, W, b):
-    """x: (..., d_in), W: (d_in, d_out), b: (d_out,) -> y: (..., d_out)."""
+def linear_forward(x: Array, W: Array, b: Array) -> tuple[Array, LinearCache]:
+    """x: (..., d_in), W: (d_in, d_out), b: (d_out,) -> y: (..., d_out), cache."""
     y = backend.matmul(x, W)      # x W: one (B·S, d_in) @ (d_in, d_out) product (see backend.matmul)
     y += b                        # + b in place: no second (..., d_out) array
     return y, LinearCache(x, W)
 
 
-def linear_backward(dy, cache: LinearCache):
-    """dy: (..., d_out) -> dx: (..., d_in), dW: (d_in, d_out), db: (d_out,).
+def linear_backward(dy: Array, cache: LinearCache) -> tuple[Array, Array, Array]:
+    """The gradients of y = x W + b, given dy = dL/dy: (..., d_out).
 
     Forward was y = x W + b, so dL/dx = dy W^T, dL/dW = x^T dy summed over
     every leading (batch, position) index, and dL/db = dy summed the same way.
+
+    Returns:
+        dx: (..., d_in), dW: (d_in, d_out), db: (d_out,)
     """
     x, W = cache
     d_in, d_out = W.shape
@@ -63,16 +67,16 @@ class Linear(Layer):
         self.b = Parameter(xp.zeros(d_out, dtype=dtype), f"{name}.b")
         self._name = name
 
-    def forward(self, x):
+    def forward(self, x: Array) -> Array:
         """x: (..., d_in) -> (..., d_out)."""
         check_last_dim(f"Linear {self._name!r}", "x", x, self.d_in, "d_in")
-        y, self._cache = linear_forward(x, self.W.data, self.b.data)
+        y, cache = linear_forward(x, self.W.data, self.b.data)
+        self._save_cache(cache, y)
         return y
 
-    def backward(self, dy):
+    def backward(self, dy: Array) -> Array:
         """dy: (..., d_out) -> dx: (..., d_in); adds into W.grad and b.grad."""
-        cache = self._pop_cache()
-        check_last_dim(f"Linear {self._name!r}.backward", "dy", dy, self.d_out, "d_out")
+        cache = self._pop_cache(dy, "dy")
         dx, dW, db = linear_backward(dy, cache)
         self.W.grad += dW
         self.b.grad += db

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .. import backend
+from ..backend import Array
 from ..errors import ShapeError, check_token_ids
 
 
@@ -28,14 +29,14 @@ class LossCache(NamedTuple):
     eps_ls: float
 
 
-def log_softmax(logits):
+def log_softmax(logits: Array) -> Array:
     """(…, V) -> (…, V) log-probabilities, computed stably."""
     xp = backend.get_array_module(logits)
     shifted = logits - logits.max(axis=-1, keepdims=True)
     return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-def cross_entropy_forward(logits, targets, pad_id: int, eps_ls: float = 0.0):
+def cross_entropy_forward(logits: Array, targets: Array, pad_id: int, eps_ls: float = 0.0) -> tuple[float, LossCache]:
     """logits: (B, T, V), targets: (B, T) ints -> (loss: float, cache).
 
     With logZ = log Σ_v exp(z_v) per position, log p_v = z_v - logZ, so
@@ -62,8 +63,8 @@ def cross_entropy_forward(logits, targets, pad_id: int, eps_ls: float = 0.0):
     return loss, LossCache(probs, targets, valid, n_tokens, eps_ls)
 
 
-def cross_entropy_backward(cache: LossCache, overwrite_cache: bool = False):
-    """-> dlogits: (B, T, V).
+def cross_entropy_backward(cache: LossCache, overwrite_cache: bool = False) -> Array:
+    """The gradient of the mean label-smoothed cross-entropy with respect to the logits.
 
     d/dz of -Σ_v q_v log softmax(z)_v is p - q: softmax minus the smoothed
     target, put at the target index by index (not found by value). Pad
@@ -71,6 +72,9 @@ def cross_entropy_backward(cache: LossCache, overwrite_cache: bool = False):
 
     overwrite_cache=True builds dlogits in the cached probabilities' buffer
     (saves one (B, T, V) array; the cache is unusable afterwards).
+
+    Returns:
+        dlogits: (B, T, V), the loss's gradient (the loss is the start: no dloss comes in)
     """
     xp = backend.get_array_module(cache.probs)
     probs, targets, valid, n_tokens, eps_ls = cache
@@ -92,7 +96,8 @@ class LabelSmoothedCrossEntropy:
         self.pad_id, self.eps_ls = pad_id, eps_ls
         self._cache = None
 
-    def forward(self, logits, targets) -> float:
+    def forward(self, logits: Array, targets: Array) -> float:
+        """logits: (B, T, V), targets: (B, T) ids -> the mean loss over non-pad targets."""
         if logits.ndim != 3 or targets.shape != logits.shape[:2]:
             raise ShapeError(
                 f"cross_entropy: logits must be (B, T, V) and targets (B, T); got logits "
@@ -102,7 +107,8 @@ class LabelSmoothedCrossEntropy:
         loss, self._cache = cross_entropy_forward(logits, targets, self.pad_id, self.eps_ls)
         return loss
 
-    def backward(self):
+    def backward(self) -> Array:
+        """-> dlogits: (B, T, V) for the last forward."""
         if self._cache is None:
             raise RuntimeError("LabelSmoothedCrossEntropy.backward called before forward")
         cache, self._cache = self._cache, None

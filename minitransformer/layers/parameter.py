@@ -12,7 +12,11 @@ a layer called twice before backward would overwrite its own cache.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 from .. import backend
+from ..backend import Array
+from ..errors import check_gradient
 
 
 class Parameter:
@@ -36,27 +40,46 @@ class Parameter:
 
 
 class Layer:
-    """Base class: parameter discovery, train/eval mode, zero_grad, cache handling."""
+    """Base class: parameter discovery, train/eval mode, zero_grad, cache handling.
+
+    A forward keeps what its backward needs with ``_save_cache(cache, out)``;
+    the backward takes it back with ``_pop_cache(dout)``, which also checks that
+    the incoming gradient has the shape of the forward's output. ``_cache`` is
+    private: nothing outside a layer reads it (what learners and plots need, such
+    as attention weights, is a public attribute).
+    """
 
     training: bool = True
 
     def __init__(self):
         self.training = True
         self._cache = None
+        self._forward_called = False      # True from a forward until its backward
+        self._out_shape = None
 
     # -- the cache a forward leaves for its backward --------------------------
-    def _pop_cache(self):
+    def _save_cache(self, cache, out) -> None:
+        """Keep ``cache`` for the backward, and remember ``out``'s shape (its gradient must match)."""
+        self._cache, self._forward_called = cache, True
+        self._out_shape = tuple(out.shape)
+
+    def _pop_cache(self, dout, name: str = "dout"):
         """Return the cache of the last forward and clear it.
 
-        Clearing makes a second backward (or a backward before any forward)
-        fail loudly instead of reusing stale values.
+        Raises if there was no forward (or the backward already ran: a stale
+        cache is never reused), or if ``dout`` does not have the shape of the
+        forward's output, or is not a float array: a wrong gradient would
+        otherwise broadcast into a wrong answer or fail deep in a matrix product.
         """
-        if self._cache is None:
+        if not self._forward_called:
             raise RuntimeError(
                 f"{type(self).__name__}.backward called before forward "
                 "(or twice for one forward): call forward first"
             )
-        cache, self._cache = self._cache, None
+        where = f"{type(self).__name__}{'' if not getattr(self, '_name', '') else ' ' + repr(self._name)}.backward"
+        check_gradient(where, name, dout, self._out_shape)
+        cache = self._cache
+        self._cache, self._forward_called = None, False
         return cache
 
     # -- parameters ------------------------------------------------------------
@@ -108,3 +131,19 @@ class Layer:
 
     def num_parameters(self) -> int:
         return sum(int(p.data.size) for p in self.parameters())
+
+
+@contextmanager
+def eval_mode(layer: Layer):
+    """Dropout off inside the block; every layer's own previous mode restored after.
+
+        with eval_mode(model):
+            logits = model.forward(src, tgt_in)
+    """
+    modes = [(m, m.training) for m in layer.modules()]
+    layer.eval()
+    try:
+        yield layer
+    finally:
+        for m, mode in modes:
+            m.training = mode

@@ -10,6 +10,7 @@ the gradient straight through.
 from __future__ import annotations
 
 from .. import backend
+from ..backend import Array
 from ..errors import ShapeError, check_last_dim
 from .parameter import Layer
 
@@ -49,8 +50,9 @@ class PositionalEncoding(Layer):
             )
         return self._table[offset: offset + S]
 
-    def forward(self, x, offset: int = 0):
-        """x: (B, S, d_model). ``offset`` shifts the positions (incremental decoding)."""
+    def forward(self, x: Array, offset: int = 0) -> Array:
+        """x: (B, S, d_model) -> x + PE[offset : offset + S]. ``offset`` shifts the
+        positions (one-position decoding feeds position t alone, with offset t)."""
         check_last_dim("PositionalEncoding", "x", x, self.d_model)
         if x.ndim != 3:
             raise ShapeError(f"PositionalEncoding: x must have shape (B, S, d_model), got {tuple(x.shape)}")
@@ -59,10 +61,14 @@ class PositionalEncoding(Layer):
         if backend.get_array_module(pe) is not xp:    # table follows the input's device
             self._table = backend.to_backend(self._table, xp)
             pe = self.encoding(x.shape[1], offset)
-        self._cache = True
-        return x + pe.astype(x.dtype, copy=False)
+        out = x + pe.astype(x.dtype, copy=False)
+        self._save_cache(None, out)                     # nothing to keep: the backward is the identity
+        return out
 
-    def backward(self, dout):
-        """d(x + PE)/dx is the identity: the gradient passes through unchanged."""
-        self._pop_cache()
+    def backward(self, dout: Array) -> Array:
+        """dout: (B, S, d_model) -> dx: (B, S, d_model).
+
+        d(x + PE)/dx is the identity: the gradient passes through unchanged.
+        """
+        self._pop_cache(dout)
         return dout

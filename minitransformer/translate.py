@@ -1,0 +1,178 @@
+"""From text to text: token lists in, translations (and attention maps) out.
+
+The layers below this module speak in id arrays; people speak in sentences.
+These helpers sit in between, on top of the search of decoding.py:
+
+    source_ids(vocab, tokens)                  one source sentence as ids, + <eos>
+    translate_ids(model, vocab, id_lists)      id lists in, id lists out (batched)
+    translate_tokens(model, vocab, token_lists) token lists in, token lists out
+    attention_maps(model, src_ids, tgt_in_ids) every layer's and head's weights
+    save_attention_maps(model, vocab, tokens, out_dir)   translate + draw heatmaps
+    score_translations(model, vocab, pairs, ...)  translate a test set, exact match / BLEU / chrF
+
+Training, evaluation and the command line all use these, so a sentence is
+encoded the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import numpy
+
+from . import backend
+from .data.batching import make_source_batch
+from .data.vocab import BOS, SPACE, Vocab, detokenize
+from .decoding import beam_search, greedy_decode
+from .layers.parameter import eval_mode
+from .metrics import corpus_bleu, corpus_chrf, exact_match
+from .model import Transformer
+from .plot import ATTENTION_KINDS, save_attention_grid
+
+
+def source_ids(vocab: Vocab, tokens) -> list[int]:
+    """A source sentence's ids, ending with <eos>.
+
+    The <eos> marks where the sentence stops, a key the decoder's
+    encoder-decoder attention can find when deciding to stop too. (Without it
+    the end of a source is only the absence of keys, since padding is masked,
+    and a copy model miscounts runs of repeated final symbols.)
+    """
+    return vocab.encode(tokens, add_eos=True)
+
+
+def translate_ids(model: Transformer, vocab: Vocab, sources: list[list[int]], beam_size: int = 1,
+                  batch_size: int = 100, alpha: float = 0.6) -> list[list[int]]:
+    """Decode source id lists (each from ``source_ids``) in batches of ``batch_size``,
+    greedy (beam_size 1) or beam search (§6.1). Returns output id lists (no <bos>/<eos>)."""
+    out: list[list[int]] = []
+    for i in range(0, len(sources), batch_size):
+        src, _ = make_source_batch(sources[i: i + batch_size], vocab.pad_id, model.xp)
+        if beam_size == 1:
+            out.extend(greedy_decode(model, src, vocab.bos_id, vocab.eos_id))
+        else:
+            out.extend(beam_search(model, src, vocab.bos_id, vocab.eos_id, beam_size=beam_size, alpha=alpha))
+    return out
+
+
+def translate_tokens(model: Transformer, vocab: Vocab, sources: list[list[str]], beam_size: int = 1,
+                     batch_size: int = 100, alpha: float = 0.6) -> list[list[str]]:
+    """Translate tokenized sentences; returns token lists (special tokens stripped)."""
+    ids = translate_ids(model, vocab, [source_ids(vocab, s) for s in sources], beam_size, batch_size, alpha)
+    return [vocab.decode(seq) for seq in ids]
+
+
+def score_translations(model: Transformer, vocab: Vocab, pairs, tgt_level: str = "word",
+                       bleu_tokenize: str = "13a", beam_size: int = 1) -> dict:
+    """Translate the sources of ``pairs`` (source tokens, target tokens) and score them.
+
+    Returns {"hyps", "refs": detokenized strings; "exact_match": fraction;
+    "bleu", "chrf": corpus scores (0-100); "seconds": decoding time}.
+    ``bleu_tokenize``: sacrebleu's tokenizer name ("13a", "char", "none", ...).
+    """
+    refs = [detokenize(t, tgt_level) for _, t in pairs]
+    t0 = time.perf_counter()
+    hyps = [detokenize(h, tgt_level) for h in translate_tokens(model, vocab, [s for s, _ in pairs], beam_size)]
+    seconds = time.perf_counter() - t0
+    return {"hyps": hyps, "refs": refs, "exact_match": exact_match(hyps, refs),
+            "bleu": corpus_bleu(hyps, refs, tokenize=bleu_tokenize).score, "chrf": corpus_chrf(hyps, refs),
+            "seconds": seconds}
+
+
+def attention_maps(model: Transformer, src_ids, tgt_in_ids) -> dict[str, numpy.ndarray]:
+    """The attention weights of one teacher-forced forward pass, every layer and head.
+
+    src_ids: source ids, a list of ints (one sentence) or a (B, S) array padded
+    with cfg.pad_id; tgt_in_ids: the decoder input, <bos> followed by the
+    output ids, a list or a (B, T) array. The model runs in evaluation mode
+    (dropout off) with the default padding (+ causal) masks.
+
+    Returns host NumPy arrays, the N layers stacked first:
+        "encoder_self":    (N, h, S, S)   encoder self-attention
+        "decoder_self":    (N, h, T, T)   decoder masked self-attention (lower-triangular)
+        "encoder_decoder": (N, h, T, S)   decoder queries over the encoder output
+    with a batch axis after N, (N, B, h, ...), when the inputs are 2-D.
+    Row i of a map is query position i; it sums to 1 over the keys it may
+    attend to, and padded / future keys get exactly 0.
+    """
+    xp = model.xp
+
+    def as_ids(ids):
+        if isinstance(ids, (list, tuple)):
+            ids = numpy.asarray(ids, dtype=numpy.int64)
+        return xp.asarray(ids).astype(xp.int64)
+
+    src, tgt = as_ids(src_ids), as_ids(tgt_in_ids)
+    if src.ndim != tgt.ndim or src.ndim not in (1, 2):
+        raise ValueError(f"attention_maps: src_ids and tgt_in_ids must both be 1-D (one sentence) or "
+                         f"2-D (B, length), got shapes {tuple(src.shape)} and {tuple(tgt.shape)}")
+    single = src.ndim == 1
+    if single:
+        src, tgt = src[None, :], tgt[None, :]
+    with eval_mode(model):
+        model.forward(src, tgt)
+        maps = {kind: numpy.stack([backend.to_numpy(a) for a in arrays])
+                for kind, arrays in model.attention_maps().items()}
+    if single:
+        maps = {k: v[:, 0] for k, v in maps.items()}
+    return maps
+
+
+def display_token(token: str) -> str:
+    """A token as an axis label: the char-level space marker "▁" shows as "␣"."""
+    return token.replace(SPACE, "\u2423")
+
+
+_ATTENTION_TITLES = {
+    "encoder_self": "encoder self-attention (rows: source queries, columns: source keys)",
+    "decoder_self": "decoder masked self-attention (rows and columns: decoder input = <bos> + output)",
+    "encoder_decoder": "encoder-decoder attention (rows: decoder input = <bos> + output, columns: source)",
+}
+
+
+def save_attention_maps(model: Transformer, vocab: Vocab, src_tokens, out_dir: str, src_level: str = "word",
+                        tgt_level: str = "word", beam_size: int = 4) -> list[str]:
+    """Translate one sentence and save its attention weights as three heatmap PNGs.
+
+    src_tokens: the tokenized source sentence (``data.vocab.tokenize(text, src_level)``).
+    The sentence is decoded (greedy for beam_size 1, else beam search), then
+    the model is run once more, teacher-forced on its own output, and every
+    layer's and head's weights are drawn: ``encoder_self.png`` (S × S),
+    ``decoder_self.png`` (T × T) and ``encoder_decoder.png`` (T × S), each a
+    grid of N rows (layers) × h columns (heads). Decoder rows are labelled
+    with the decoder *input*, "<bos>" + output tokens: the row of a token is
+    where the model predicts the token after it (the last row predicts <eos>).
+    Returns the paths written (each written atomically).
+    """
+    src_tokens = list(src_tokens)
+    if not src_tokens:
+        raise ValueError("save_attention_maps: the source sentence is empty")
+    output = translate_tokens(model, vocab, [src_tokens], beam_size=beam_size)[0]
+    # The decoder input is <bos> + output. An output that ran to the length cap
+    # (cfg.max_len tokens, no <eos>) has one token more than the positional
+    # table covers; its last token was never a decoder input, so drop it here.
+    dec_tokens = ([BOS] + list(output))[: model.cfg.max_len]
+    src = source_ids(vocab, src_tokens)          # exactly what the encoder saw in training: + <eos>
+    maps = attention_maps(model, src, vocab.encode(dec_tokens))
+    src_labels = [display_token(t) for t in src_tokens] + [vocab.token(i) for i in src[len(src_tokens):]]
+    dec_labels = [display_token(t) for t in dec_tokens]
+    axes_labels = {
+        "encoder_self": (src_labels, src_labels),
+        "decoder_self": (dec_labels, dec_labels),
+        "encoder_decoder": (dec_labels, src_labels),
+    }
+    decoder = "greedy" if beam_size == 1 else f"beam {beam_size}"
+    sentence = f"{detokenize(src_tokens, src_level)!r} → {detokenize(output, tgt_level)!r} ({decoder})"
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for kind in ATTENTION_KINDS:
+        rows, cols = axes_labels[kind]
+        path = os.path.join(out_dir, f"{kind}.png")
+        save_attention_grid(maps[kind], rows, cols, f"{_ATTENTION_TITLES[kind]}\n{sentence}", path)
+        paths.append(path)
+    return paths
+
+
+__all__ = ["source_ids", "translate_ids", "translate_tokens", "score_translations", "attention_maps",
+           "display_token", "save_attention_maps"]
