@@ -80,7 +80,10 @@ plt.rcParams.update({"figure.dpi": 80, "axes.grid": True, "grid.alpha": 0.3})
 import sys
 import minitransformer
 
-print("minitransformer", minitransformer.__version__, "imported from", minitransformer.__file__)
+import os
+
+# A path relative to this folder: ../minitransformer/... means the copy in this repository.
+print("minitransformer", minitransformer.__version__, "imported from", os.path.relpath(minitransformer.__file__))
 print("numpy", np.__version__, "| python", sys.version.split()[0])
 
 # %% [markdown]
@@ -254,27 +257,31 @@ except AssertionError as err:
 # %% [markdown]
 # ## 4. Stepping through a forward and a backward in a debugger
 #
-# Reading a derivation is one thing; watching `dA`, `dS`, `dQ` appear one line at a time, with
-# their shapes and values, is another. Three ways to do that, from the simplest.
+# Reading a derivation is one thing; watching `S`, `A`, `dS` and `dQ` appear one line at a
+# time, with their shapes and values, is another. Three ways to do that, from the simplest.
 #
 # ### 4a. A small script and `breakpoint()`
 #
 # `lessons/debug_attention.py` runs attention (lesson 1) on one sentence of three positions
 # with $d_k = 2$, so every array fits on the screen: forward, backward, gradient check.
-# Run as it is, it prints:
+# Imported and run as it is, it prints:
 
 # %%
-# %run debug_attention.py
+import debug_attention                     # lessons/debug_attention.py, next to this notebook
+
+debug_attention.main()
 
 # %% [markdown]
 # Python's built-in `breakpoint()` stops the program on that line and opens the debugger
-# `pdb`. The script has one behind a flag (`python lessons/debug_attention.py --break`), just
-# before the backward pass. You can also put one **inside the package** — the install is
-# editable, so this takes effect at the next import:
+# `pdb`. The script has one behind a flag: `python lessons/debug_attention.py --break` stops
+# just before the forward pass (`--break backward`: just before the backward) and prints the
+# walkthrough below. You can also put one **inside the package** — the install is editable,
+# so this takes effect at the next import (in a notebook, after *Kernel → Restart*):
 #
 # ```python
 # # minitransformer/layers/attention.py
 # def attention_backward(dout, cache: AttentionCache):
+#     ...
 #     Q, K, V, A, scale = cache
 #     breakpoint()                       # temporary: stops here on every call
 #     dA = backend.matmul(dout, V.swapaxes(-1, -2))
@@ -285,44 +292,84 @@ except AssertionError as err:
 # | command | does |
 # | --- | --- |
 # | `p expr` / `pp expr` | print (pretty-print) any expression: `p A.shape`, `p A.sum(-1)`, `pp cache._asdict().keys()` |
-# | `n` | run the current line, stop at the next one in this function |
-# | `s` | step *into* the function called on this line (e.g. into `attention_backward`) |
+# | `n` | run the current line, stop at the next one in this function (a call on the line runs whole) |
+# | `s` | step *into* the function called on this line (pdb first stops on its `def` line: `--Call--`) |
 # | `r` | run to the end of the current function |
+# | `b FILE:LINE` | a breakpoint: stop each time that line is about to run (`b` alone lists them, numbered) |
+# | `b FILE:LINE, cond` | stop there only when `cond` is true in that frame |
+# | `tbreak FILE:LINE` | a one-shot breakpoint: it deletes itself the first time it stops |
+# | `cl FILE:LINE` / `cl N` | clear the breakpoints on that line / number N (`cl` alone clears all, after asking) |
+# | `disable N` / `enable N` / `ignore N count` | switch breakpoint N off / on / let it pass `count` times |
+# | `display expr` | print `expr` again at every stop where its value has changed (`undisplay` to stop) |
+# | `c` | continue to the next breakpoint (or the end) |
 # | `u` / `d` | move up to the caller / back down |
 # | `w` | where am I: the call stack |
 # | `l` / `ll` | list source around the current line / the whole function |
 # | `until N` | run on to line N |
-# | `c` | continue to the next breakpoint (or the end) |
 # | `q` | quit |
 # | `interact` | a Python prompt with the current variables (Ctrl-D to return) |
 #
-# Here is a real session, made by feeding those commands to the script in a subprocess (so
-# this notebook itself never stops). It stops before the backward pass, steps into
-# `attention_backward`, runs four lines, and looks at the gradients made so far:
+# **The walkthrough.** It steps into the forward with `s` and `n`, watches the scores turn
+# into weights with `display`, jumps to the end of the forward with `b` and `c`, into the
+# backward with `tbreak`, and clears the forward's breakpoint before the gradient check runs.
+# It is one list, `debug_attention.WALKTHROUGH`, that the script's hint, this lesson and a test
+# (`tests/test_debugger_walkthrough.py`: every `p` must print a value) all use. The breakpoint
+# lines are looked up in the package's source by their text, so they are right for your copy:
 
 # %%
-import os
-import pathlib
-import subprocess
-
-commands = ["p cache.A.sum(-1)", "s", "n", "n", "n", "n", "p dA.shape, dV.shape", "c"]
-env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}
-run = subprocess.run([sys.executable, "debug_attention.py", "--break"], input="\n".join(commands) + "\n",
-                     capture_output=True, text=True, env=env, timeout=60)
-repo = str(pathlib.Path.cwd().resolve().parent)
-chunks = run.stdout.replace(repo, "<repo>").split("(Pdb) ")
-transcript = chunks[0] + "".join(f"(Pdb) {cmd}\n{out}" for cmd, out in zip(commands, chunks[1:]))
-print(transcript)
+repo = str(debug_attention.REPO)          # printed as <repo> below
+for command, note in debug_attention.WALKTHROUGH:
+    print(f"{command.replace(repo, '<repo>'):<54} # {note}")
 
 # %% [markdown]
+# Here is the real session: the script runs in a subprocess and the commands are typed at its
+# `(Pdb)` prompts for us, so this notebook never waits for a keyboard
+# (`debug_attention.run_walkthrough()` does that; type them yourself in a terminal).
+
+# %%
+transcript = debug_attention.run_walkthrough()
+print(str(transcript).replace(repo, "<repo>"))
+assert transcript.returncode == 0, transcript.stderr
+
+# %% [markdown]
+# What to notice:
+#
+# * After `s`, pdb stops on the `def` line; `n` then walks the function one statement at a
+#   time and steps *over* calls (`attention_scores` ran whole; `s` would have gone inside).
+# * `A is S` is `True`: the softmax runs in the scores' own buffer to save memory, so once that
+#   line has run the scores are gone, and `display` shows it happen. To keep them, type
+#   `p S.copy()` before that line, or call `attention_scores(Q, K, mask)` yourself. The
+#   backward does the same with `dA` and `dS` (`dA is dS`): to see `dA`, stop before the
+#   softmax backward (`ll` inside `attention_backward` shows where).
+# * Row 0 of `dQ` is 0: query 0 may attend to key 0 only, so its weight is 1 whatever `Q` is,
+#   and row 0 of `Q` cannot change the output.
+# * **`display` and NumPy.** pdb decides whether to show a displayed expression by comparing the
+#   old and new values with `!=`. For an array of more than one entry that comparison has no
+#   single truth value and raises, which ends the whole debugging session (Python 3.11); for
+#   an array changed in place (the same object) it shows nothing. Display a plain Python value:
+#   `.tolist()`, `float(...)`, `.shape`.
+#
+# **A breakpoint in a forward fires again and again.** A gradient check runs the forward twice
+# per input entry: 36 times for this tiny example (the script counts them), thousands for a
+# layer. A `b` left in `attention_forward` stops at every one of them. Before you `c` into a
+# gradient check (or a training loop):
+#
+# * use `tbreak` instead of `b`: it fires once;
+# * or `cl FILE:LINE` (or `cl N`) the breakpoint first, as the walkthrough does, or `disable N`
+#   it for a while;
+# * or make it conditional: `b FILE:LINE, cond` stops only when `cond` holds in that frame (for
+#   example `Q.shape[-2] > 1` skips the one-position steps of cached decoding, lesson 7), and
+#   `ignore N 36` lets breakpoint N pass the next 36 times.
+#
 # To switch every `breakpoint()` off without editing code, set the environment variable
 # `PYTHONBREAKPOINT=0` (for example when a forgotten one would hang a test run). Python reads
 # it at each call, so it works even inside a running kernel:
 
 # %%
 os.environ["PYTHONBREAKPOINT"] = "0"      # breakpoint() now does nothing
-# %run debug_attention.py --break
+debug_attention.main(stop="forward")      # what `python lessons/debug_attention.py --break` runs
 print("(ran straight through: the script's breakpoint() was switched off)")
+del os.environ["PYTHONBREAKPOINT"]        # and on again
 
 # %% [markdown]
 # ### 4b. `%debug` in Jupyter
@@ -377,13 +424,23 @@ except ValueError as err:                  # ShapeError is a ValueError
 # %%
 import json
 
-launch = json.loads(pathlib.Path("../.vscode/launch.json").read_text())
+launch = json.loads((debug_attention.REPO / ".vscode" / "launch.json").read_text())
 for cfg in launch["configurations"]:
     target = cfg.get("program") or "python -m " + cfg["module"]
     print(f"{cfg['name']:<66} {target} {' '.join(cfg.get('args', []))}")
 
 
 # %% [markdown]
+# To step into the forward, pick *debug_attention.py --break: step into the forward*: it stops
+# at the script's `breakpoint()` just before `attention_forward(...)`. Press F11 to go inside,
+# then F10 line by line, and watch `S` turn into `A` in the *Variables* panel (one buffer, as
+# in 4a). The *backward* configuration does the same for `attention_backward`. The same
+# warning holds: a red dot in a forward stops at every call of the gradient check, so remove it
+# (or right-click it: *Edit Condition*, *Hit Count*) before you continue past the backward.
+# The exercise checkers of lessons 0–3 and 4–7 have a configuration each that runs their
+# tests under the debugger: a red dot in `minitransformer/exercises/` shows what a checker
+# compares.
+#
 # In a notebook, VS Code also offers *Debug Cell* (the arrow next to *Run* on each cell).
 #
 # **A habit that pays:** every backward in the package reads its inputs from a small named

@@ -72,7 +72,8 @@ def first_difference(source: pathlib.Path, ipynb: pathlib.Path) -> str | None:
     have = [(c.cell_type, c.source) for c in nbformat.read(ipynb, as_version=4).cells]
     for i, (w, h) in enumerate(zip(want, have)):
         if w[0] != h[0]:
-            return f"{ipynb.name} differs from {source.name} at cell {i} (type: {h[0]} in the notebook, {w[0]} in the source)"
+            return (f"{ipynb.name} differs from {source.name} at cell {i} "
+                    f"(type: {h[0]} in the notebook, {w[0]} in the source)")
         if w[1] != h[1]:
             lines = zip(w[1].splitlines() + [""], h[1].splitlines() + [""])
             n, (w_line, h_line) = next((n, pair) for n, pair in enumerate(lines) if pair[0] != pair[1])

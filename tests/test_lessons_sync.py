@@ -76,4 +76,5 @@ def test_a_missing_notebook_or_source_is_caught(copy_of_lesson_3):
     notebook = copy_of_lesson_3.with_suffix(".ipynb")
     notebook.rename(notebook.with_name("03_renamed.ipynb"))
     assert "has no notebook" in build.first_difference(copy_of_lesson_3, notebook)
-    assert build.orphans(copy_of_lesson_3.parent) == ["03_renamed.ipynb has no source 03_renamed.py (with a jupytext header)"]
+    expected = "03_renamed.ipynb has no source 03_renamed.py (with a jupytext header)"
+    assert build.orphans(copy_of_lesson_3.parent) == [expected]
