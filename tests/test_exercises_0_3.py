@@ -78,6 +78,42 @@ def decoder_mask_ok(tgt_ids, pad_id):
     return np.tril(np.ones((T, T), dtype=bool))[None, None] & (tgt_ids != pad_id)[:, None, None, :]
 
 
+def qkv_projection_backward_ok(dQ, dK, dV, x, W_qkv):
+    B, h, S, d_k = dQ.shape
+    d_model = h * d_k
+    merge = lambda g: g.transpose(0, 2, 1, 3).reshape(B * S, d_model)          # noqa: E731
+    dqkv = np.concatenate([merge(dQ), merge(dK), merge(dV)], axis=-1)          # (B·S, 3·d_model)
+    return (dqkv @ W_qkv.T).reshape(B, S, d_model), x.reshape(-1, d_model).T @ dqkv, dqkv.sum(axis=0)
+
+
+def _qkv_blocks_swapped(dQ, dK, dV, x, W_qkv):
+    return qkv_projection_backward_ok(dK, dQ, dV, x, W_qkv)
+
+
+def _qkv_plain_reshape(dQ, dK, dV, x, W_qkv):
+    B, h, S, d_k = dQ.shape
+    dqkv = np.concatenate([g.reshape(B * S, h * d_k) for g in (dQ, dK, dV)], axis=-1)
+    return (dqkv @ W_qkv.T).reshape(B, S, h * d_k), x.reshape(-1, h * d_k).T @ dqkv, dqkv.sum(axis=0)
+
+
+def _qkv_bias_not_summed(dQ, dK, dV, x, W_qkv):
+    B, h, S, d_k = dQ.shape
+    dx, dW, _ = qkv_projection_backward_ok(dQ, dK, dV, x, W_qkv)
+    dqkv = np.concatenate([g.transpose(0, 2, 1, 3).reshape(B, S, h * d_k) for g in (dQ, dK, dV)], axis=-1)
+    return dx, dW, dqkv
+
+
+def _qkv_dW_transposed(dQ, dK, dV, x, W_qkv):
+    dx, dW, db = qkv_projection_backward_ok(dQ, dK, dV, x, W_qkv)
+    return dx, dW.T, db
+
+
+def _qkv_only_query_path(dQ, dK, dV, x, W_qkv):
+    _, dW, db = qkv_projection_backward_ok(dQ, dK, dV, x, W_qkv)
+    dx = qkv_projection_backward_ok(dQ, 0 * dK, 0 * dV, x, W_qkv)[0]
+    return dx, dW, db
+
+
 def relu_backward_ok(dh, z):
     return dh * (z > 0)
 
@@ -202,6 +238,13 @@ CASES = {
          r"padded queries"),
         ("(B, T, T) shape", lambda ids, pad: decoder_mask_ok(ids, pad)[:, 0], r"shape mismatch"),
     ]),
+    "check_qkv_projection_backward": (qkv_projection_backward_ok, [
+        ("blocks in the wrong order", _qkv_blocks_swapped, r"dx: wrong values.*wrong order"),
+        ("heads merged by a plain reshape", _qkv_plain_reshape, r"plain reshape"),
+        ("bias gradient not summed", _qkv_bias_not_summed, r"db_qkv: shape mismatch.*sum dqkv over the B·S rows"),
+        ("dW transposed", _qkv_dW_transposed, r"dW_qkv: shape mismatch.*transposed: dW_qkv = xᵀ dqkv"),
+        ("only the query path in dx", _qkv_only_query_path, r"only the query path"),
+    ]),
     "check_relu_backward": (relu_backward_ok, [
         ("identity", lambda dh, z: dh, r"passes everywhere"),
         ("inverted", lambda dh, z: dh * (z < 0), r"inverted"),
@@ -268,6 +311,12 @@ def test_vscode_launch_json_is_valid_and_points_at_real_files():
         if program.startswith("${workspaceFolder}/"):
             assert (ROOT / program.removeprefix("${workspaceFolder}/")).exists(), program
     assert any(cfg.get("module") == "pytest" for cfg in configs), "no configuration debugs a test"
+    for cfg in configs:                        # test files named in a pytest configuration exist
+        for arg in cfg.get("args", []) if cfg.get("module") == "pytest" else []:
+            if arg.startswith("tests/"):
+                assert (ROOT / arg).exists(), f"{cfg['name']}: {arg} does not exist"
+    named = {arg for cfg in configs for arg in cfg.get("args", [])}
+    assert {"tests/test_exercises_0_3.py", "tests/test_exercises_4_7.py"} <= named
 
 
 def test_debug_attention_script_runs(capsys, monkeypatch):

@@ -1,23 +1,15 @@
 """Checking cells for the exercises of lessons 0-3.
 
-Every checker follows one contract (the lesson notebooks and their tests rely on it):
+Every checker follows the contract of ``minitransformer.exercises._common`` (one
+tolerance, TOL = 1e-6, for every comparison; a ``hint:`` line naming the likely
+mistake when a wrong answer matches a common one).
 
-* it calls the learner's function on fixed, seeded float64 inputs (copies, so an
-  answer that writes into its inputs cannot spoil the reference);
-* if the function returns ``None`` (the stub, not attempted yet) it prints
-  ``NOT_ATTEMPTED`` and returns False, without raising, so a notebook still
-  runs top to bottom;
-* if the answer is wrong it raises ``AssertionError`` saying what is wrong: a
-  shape mismatch (expected vs got), or the values' max relative error against
-  the reference answer and against the numerical gradient (central differences
-  from ``minitransformer.gradcheck``), with a hint when the mistake is a common one;
-* if the answer is right it prints ``correct`` with the measured errors and
-  returns True.
-
-Lesson 0 (how to use):       check_numerical_gradient, check_linear_backward
-Lesson 1 (§3.2.1, Eq. 1):    check_softmax_backward, check_causal_mask, check_attention_backward
-Lesson 2 (§3.2.2-3.2.3):     check_merge_heads_backward, check_attention_flops, check_decoder_mask
-Lesson 3 (§3.3, Eq. 2):      check_relu_backward, check_ffn_backward
+Exercise 0.1 check_numerical_gradient      Exercise 0.2 check_linear_backward
+Exercise 1.1 check_softmax_backward        Exercise 1.2 check_causal_mask
+Exercise 1.3 check_attention_backward
+Exercise 2.1 check_merge_heads_backward    Exercise 2.2 check_attention_flops
+Exercise 2.3 check_decoder_mask            Exercise 2.4 check_qkv_projection_backward
+Exercise 3.1 check_relu_backward           Exercise 3.2 check_ffn_backward
 """
 
 from __future__ import annotations
@@ -25,10 +17,11 @@ from __future__ import annotations
 import numpy as np
 
 from .. import backend
+from ..gradcheck import numerical_gradient
 from ..layers.masks import causal_mask, padding_mask
-from ..gradcheck import numerical_gradient, rel_error
 from ..layers.attention import (
     AttentionCache,
+    MultiHeadAttention,
     attention_backward,
     attention_forward,
     merge_heads,
@@ -36,9 +29,7 @@ from ..layers.attention import (
     split_heads,
 )
 from ..layers.linear import LinearCache, linear_backward, linear_forward
-
-NOT_ATTEMPTED = "not attempted yet: fill in the cell above and run this cell again"
-TOL = 1e-6   # max relative error allowed, against the reference and the numerical gradient
+from ._common import NOT_ATTEMPTED, as_array, check_array, copy_all, describe, not_attempted, report_correct, unpack
 
 __all__ = [
     "NOT_ATTEMPTED",
@@ -50,93 +41,10 @@ __all__ = [
     "check_merge_heads_backward",
     "check_attention_flops",
     "check_decoder_mask",
+    "check_qkv_projection_backward",
     "check_relu_backward",
     "check_ffn_backward",
 ]
-
-
-# -- shared helpers ------------------------------------------------------------------
-
-def _not_attempted(result) -> bool:
-    if result is None:
-        print(NOT_ATTEMPTED)
-        return True
-    return False
-
-
-def _describe(value) -> str:
-    if hasattr(value, "shape"):
-        return f"an array of shape {tuple(value.shape)}"
-    if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)} items"
-    return f"{type(value).__name__} {value!r}"[:80]
-
-
-def _unpack(result, names):
-    """The learner's tuple of arrays, checked for length."""
-    if not isinstance(result, (tuple, list)) or len(result) != len(names):
-        raise AssertionError(
-            f"expected a tuple of {len(names)} arrays ({', '.join(names)}), got {_describe(result)}"
-        )
-    return list(result)
-
-
-def _as_array(name, value):
-    if value is None:
-        raise AssertionError(f"{name} is None: return an array for it")
-    try:
-        return np.asarray(backend.to_numpy(value))
-    except Exception as exc:  # noqa: BLE001 - say what arrived instead of a deep traceback
-        raise AssertionError(f"{name}: expected an array, got {_describe(value)}") from exc
-
-
-def _check_array(name, got, reference, numeric=None, tol=TOL, hints=()):
-    """Compare one returned array with the reference (and the numerical gradient).
-
-    hints: (alternative, text) pairs; if ``got`` matches ``alternative`` (a wrong
-    answer someone often writes), ``text`` is added to the error message.
-    Returns (error vs reference, error vs numerical gradient or None).
-    """
-    got = _as_array(name, got)
-    if got.shape != reference.shape:
-        msg = f"{name}: shape mismatch: expected {tuple(reference.shape)}, got {tuple(got.shape)}"
-        if sorted(got.shape) == sorted(reference.shape):
-            msg += "\n  hint: the same sizes in another order: check which axes you transposed or swapped"
-        raise AssertionError(msg)
-    if got.dtype.kind not in "fiu":
-        raise AssertionError(f"{name}: expected a float array, got dtype {got.dtype}")
-    got = got.astype(np.float64)
-    if not np.all(np.isfinite(got)):
-        raise AssertionError(f"{name}: contains NaN or inf")
-    err_ref = rel_error(got, reference)
-    err_num = rel_error(got, numeric) if numeric is not None else None
-    if err_ref > tol or (err_num is not None and err_num > tol):
-        msg = f"{name}: wrong values: max relative error {err_ref:.2e} vs the reference"
-        if err_num is not None:
-            msg += f" and {err_num:.2e} vs the numerical gradient"
-        msg += f" (tolerance {tol:.0e})"
-        for alternative, text in hints:
-            if alternative.shape == got.shape and rel_error(got, alternative) <= tol:
-                msg += f"\n  hint: {text}"
-                break
-        raise AssertionError(msg)
-    return err_ref, err_num
-
-
-def _report_correct(errors: dict) -> bool:
-    width = max(len(n) for n in errors)
-    lines = ["correct"]
-    for name, (err_ref, err_num) in errors.items():
-        line = f"  {name:<{width}}  max rel error {err_ref:.1e} vs the reference"
-        if err_num is not None:
-            line += f", {err_num:.1e} vs the numerical gradient"
-        lines.append(line)
-    print("\n".join(lines))
-    return True
-
-
-def _copy_all(*arrays):
-    return tuple(a.copy() for a in arrays)
 
 
 # -- lesson 0: how to use ------------------------------------------------------------
@@ -156,7 +64,7 @@ def check_numerical_gradient(fn) -> bool:
     exact = np.cos(x) * c + x ** 2             # the derivative, worked out by hand
     x_before = x.copy()
     got = fn(f, x, 1e-5)
-    if _not_attempted(got):
+    if not_attempted(got):
         return False
     if not np.array_equal(x, x_before):
         raise AssertionError(
@@ -172,13 +80,13 @@ def check_numerical_gradient(fn) -> bool:
         x[i] = old + 1e-5
         one_sided[i] = (f() - f0) / 1e-5
         x[i] = old
-    err = _check_array("grad", got, exact, numeric, tol=1e-7, hints=[
+    err = check_array("grad", got, exact, numeric, hints=[
         (one_sided, "this is the one-sided difference (f(x+h) - f(x)) / h, whose error "
                     "shrinks only like h; use the central difference (f(x+h) - f(x-h)) / (2h)"),
         (-exact, "the sign is flipped: (f(x+h) - f(x-h)), not (f(x-h) - f(x+h))"),
         (2 * exact, "twice the right answer: divide by 2h, not h"),
     ])
-    return _report_correct({"grad": err})
+    return report_correct({"grad": err})
 
 
 def check_linear_backward(fn) -> bool:
@@ -188,10 +96,10 @@ def check_linear_backward(fn) -> bool:
     W = rng.standard_normal((4, 5))
     b = rng.standard_normal(5)
     dy = rng.standard_normal((2, 3, 5))
-    got = fn(*_copy_all(dy, x, W, b))
-    if _not_attempted(got):
+    got = fn(*copy_all(dy, x, W, b))
+    if not_attempted(got):
         return False
-    dx, dW, db = _unpack(got, ["dx", "dW", "db"])
+    dx, dW, db = unpack(got, ["dx", "dW", "db"])
     ref = linear_backward(dy, LinearCache(x, W))
 
     def f():
@@ -200,15 +108,15 @@ def check_linear_backward(fn) -> bool:
     numeric = [numerical_gradient(f, a) for a in (x, W, b)]
     n_rows = x.shape[0] * x.shape[1]
     errors = {
-        "dx": _check_array("dx", dx, ref[0], numeric[0]),
-        "dW": _check_array("dW", dW, ref[1], numeric[1], hints=[
+        "dx": check_array("dx", dx, ref[0], numeric[0]),
+        "dW": check_array("dW", dW, ref[1], numeric[1], hints=[
             (ref[1] / n_rows, "dW is the mean over the B·S rows; the loss adds them up, so sum them"),
         ]),
-        "db": _check_array("db", db, ref[2], numeric[2], hints=[
+        "db": check_array("db", db, ref[2], numeric[2], hints=[
             (ref[2] / n_rows, "db is the mean over the B·S rows; the loss adds them up, so sum them"),
         ]),
     }
-    return _report_correct(errors)
+    return report_correct(errors)
 
 
 # -- lesson 1: scaled dot-product attention (§3.2.1) -------------------------------
@@ -219,8 +127,8 @@ def check_softmax_backward(fn) -> bool:
     S = 2.0 * rng.standard_normal((2, 2, 3, 4))
     A = softmax_lastaxis(S.copy())
     dA = rng.standard_normal(A.shape)
-    got = fn(*_copy_all(dA, A))
-    if _not_attempted(got):
+    got = fn(*copy_all(dA, A))
+    if not_attempted(got):
         return False
     reference = A * (dA - (dA * A).sum(axis=-1, keepdims=True))
 
@@ -228,7 +136,7 @@ def check_softmax_backward(fn) -> bool:
         return float(np.sum(softmax_lastaxis(S.copy()) * dA))
 
     numeric = numerical_gradient(f, S)
-    err = _check_array("dS", got, reference, numeric, hints=[
+    err = check_array("dS", got, reference, numeric, hints=[
         (A * dA, "only the diagonal of the Jacobian: subtract the row sum Σ_j dA_j·A_j "
                  "before multiplying by A (each weight depends on every score in its row)"),
         (A * (1 - A) * dA, "only the diagonal of the Jacobian, A_i(1 - A_i); the off-diagonal "
@@ -237,7 +145,7 @@ def check_softmax_backward(fn) -> bool:
          "the sum must run over the last axis (the keys), the axis the softmax normalises"),
         (-reference, "the sign is flipped"),
     ])
-    return _report_correct({"dS": err})
+    return report_correct({"dS": err})
 
 
 def _explain_mask_difference(got, expected, key_is_pad=None) -> str:
@@ -255,10 +163,10 @@ def check_causal_mask(fn) -> bool:
     first = True
     for T in (1, 5):
         got = fn(T)
-        if first and _not_attempted(got):
+        if first and not_attempted(got):
             return False
         first = False
-        got = _as_array(f"mask (T={T})", got)
+        got = as_array(f"mask (T={T})", got)
         if got.dtype != np.bool_:
             raise AssertionError(
                 f"mask (T={T}): must be a boolean array (True = may attend), got dtype {got.dtype}"
@@ -302,11 +210,11 @@ def check_attention_backward(fn) -> bool:
     mask[1, ..., -1] = False                  # the second sequence has one padded key
     out, cache = attention_forward(Q, K, V, mask)
     dout = rng.standard_normal(out.shape)
-    learner_cache = AttentionCache(*_copy_all(cache.Q, cache.K, cache.V, cache.A), cache.scale)
+    learner_cache = AttentionCache(*copy_all(cache.Q, cache.K, cache.V, cache.A), cache.scale)
     got = fn(dout.copy(), learner_cache)
-    if _not_attempted(got):
+    if not_attempted(got):
         return False
-    dQ, dK, dV = _unpack(got, ["dQ", "dK", "dV"])
+    dQ, dK, dV = unpack(got, ["dQ", "dK", "dV"])
     ref = attention_backward(dout, cache)
 
     def f():
@@ -330,8 +238,8 @@ def check_attention_backward(fn) -> bool:
             ]
         else:
             hints.append((-ref[i], "the sign of dV is flipped"))
-        errors[name] = _check_array(name, value, ref[i], numeric[i], hints=hints)
-    return _report_correct(errors)
+        errors[name] = check_array(name, value, ref[i], numeric[i], hints=hints)
+    return report_correct(errors)
 
 
 # -- lesson 2: multi-head attention (§3.2.2-3.2.3) ---------------------------------
@@ -343,7 +251,7 @@ def check_merge_heads_backward(fn) -> bool:
     heads = rng.standard_normal((B, h, S, d_k))
     dconcat = rng.standard_normal((B, S, h * d_k))
     got = fn(dconcat.copy(), h)
-    if _not_attempted(got):
+    if not_attempted(got):
         return False
     reference = np.ascontiguousarray(split_heads(dconcat, h))
 
@@ -351,12 +259,12 @@ def check_merge_heads_backward(fn) -> bool:
         return float(np.sum(merge_heads(heads) * dconcat))
 
     numeric = numerical_gradient(f, heads)
-    err = _check_array("dheads", got, reference, numeric, hints=[
+    err = check_array("dheads", got, reference, numeric, hints=[
         (dconcat.reshape(B, h, S, d_k),
          "a plain reshape to (B, h, S, d_k) mixes heads and positions: concat is laid out "
          "(B, S, h, d_k) in memory, so reshape to that first, then swap axes 1 and 2"),
     ])
-    return _report_correct({"dheads": err})
+    return report_correct({"dheads": err})
 
 
 def _mha_flops(B, S_q, S_k, d_model, h):
@@ -374,7 +282,7 @@ def check_attention_flops(fn) -> bool:
     """fn(B, S_q, S_k, d_model, h) -> matmul FLOPs of one multi-head attention forward."""
     cases = [(1, 10, 10, 512, 8), (1, 10, 10, 512, 1), (2, 7, 13, 64, 4), (3, 5, 9, 96, 12), (4, 16, 16, 32, 32)]
     got0 = fn(*cases[0])
-    if _not_attempted(got0):
+    if not_attempted(got0):
         return False
     worst = 0.0
     for case in cases:
@@ -385,7 +293,7 @@ def check_attention_flops(fn) -> bool:
         try:
             value = float(got)
         except (TypeError, ValueError):
-            raise AssertionError(f"for {label}: expected a number, got {_describe(got)}") from None
+            raise AssertionError(f"for {label}: expected a number, got {describe(got)}") from None
         err = abs(value - expected) / expected
         if err > 1e-12:
             msg = (f"for {label}: expected {expected:,} FLOPs, got {value:,.0f} "
@@ -416,9 +324,9 @@ def check_decoder_mask(fn) -> bool:
                         [1, 3, 4, 5, 6, 7],
                         [1, 9, 0, 0, 0, 0]])
     got = fn(tgt_ids.copy(), pad_id)
-    if _not_attempted(got):
+    if not_attempted(got):
         return False
-    got = _as_array("mask", got)
+    got = as_array("mask", got)
     T = tgt_ids.shape[1]
     expected = backend.to_numpy(causal_mask(T, np) & padding_mask(tgt_ids, pad_id))
     if got.dtype != np.bool_:
@@ -447,6 +355,73 @@ def check_decoder_mask(fn) -> bool:
     return True
 
 
+def check_qkv_projection_backward(fn) -> bool:
+    """fn(dQ, dK, dV, x, W_qkv) -> (dx, dW_qkv, db_qkv), the backward of self-attention's
+    fused projection [Q | K | V] = x W_qkv + b_qkv followed by the split into heads.
+
+    dQ, dK, dV: (B, h, S, d_k) as attention_backward returns them; x: (B, S, d_model);
+    W_qkv: (d_model, 3·d_model), columns [0, d) for W^Q, [d, 2d) for W^K, [2d, 3d) for W^V.
+    """
+    rng = np.random.default_rng(8)
+    B, S, d_model, h = 2, 3, 8, 2
+    d_k = d_model // h
+    x = rng.standard_normal((B, S, d_model))
+    W_qkv = rng.standard_normal((d_model, 3 * d_model)) / np.sqrt(d_model)
+    b_qkv = 0.1 * rng.standard_normal(3 * d_model)
+    dQ, dK, dV = (rng.standard_normal((B, h, S, d_k)) for _ in range(3))
+    got = fn(*copy_all(dQ, dK, dV, x, W_qkv))
+    if not_attempted(got):
+        return False
+    dx, dW, db = unpack(got, ["dx", "dW_qkv", "db_qkv"])
+
+    def fold(blocks, merge=merge_heads):
+        """dqkv (B·S, 3·d_model) from per-head gradients, in the given block order."""
+        return np.concatenate([merge(g) for g in blocks], axis=-1).reshape(-1, 3 * d_model)
+
+    def grads(dqkv):                                   # the linear layer's backward (lesson 0)
+        return (dqkv @ W_qkv.T).reshape(B, S, d_model), x.reshape(-1, d_model).T @ dqkv, dqkv.sum(axis=0)
+
+    ref = grads(fold((dQ, dK, dV)))
+    # The package's forward, so the numerical gradient does not trust the formula above.
+    mha = MultiHeadAttention(d_model, h, rng)
+    mha.W_qkv.data, mha.b_qkv.data = W_qkv, b_qkv      # the same arrays: perturbing W_qkv moves the layer
+
+    def f():
+        Q, K, V = mha.project_qkv(x)
+        return float(np.sum(Q * dQ) + np.sum(K * dK) + np.sum(V * dV))
+
+    numeric = [numerical_gradient(f, a) for a in (x, W_qkv, b_qkv)]
+    wrong_order = [grads(fold(order)) for order in ((dK, dQ, dV), (dV, dK, dQ), (dQ, dV, dK), (dK, dV, dQ), (dV, dQ, dK))]
+    plain_reshape = grads(fold((dQ, dK, dV), merge=lambda g: g.reshape(B, S, d_model)))
+    only_q = fold((dQ, np.zeros_like(dK), np.zeros_like(dV))) @ W_qkv.T
+    dqkv = fold((dQ, dK, dV))
+    order_hint = ("the three blocks are in the wrong order: columns [0, d) of W_qkv make Q, [d, 2d) K and "
+                  "[2d, 3d) V, so write dQ, dK, dV side by side in that order")
+    reshape_hint = ("the heads were merged with a plain reshape, which mixes heads and positions: go back to "
+                    "(B, S, h, d_k) with a transpose first, then reshape to (B, S, d_model)")
+    hints = {
+        "dx": [(alt[0], order_hint) for alt in wrong_order] + [
+            (plain_reshape[0], reshape_hint),
+            (only_q.reshape(B, S, d_model), "only the query path: x feeds Q, K and V, so dx sums all three paths "
+                                            "(one product with the whole dqkv does it)"),
+        ],
+        "dW_qkv": [(alt[1], order_hint) for alt in wrong_order] + [
+            (plain_reshape[1], reshape_hint),
+            (dqkv.T @ x.reshape(-1, d_model), "transposed: dW_qkv = xᵀ dqkv, (d_model, 3·d_model) like W_qkv"),
+            (ref[1] / (B * S), "the mean over the B·S rows; the loss adds them up, so sum them"),
+        ],
+        "db_qkv": [(alt[2], order_hint) for alt in wrong_order] + [
+            (plain_reshape[2], reshape_hint),
+            (dqkv.reshape(B, S, 3 * d_model), "b_qkv is added at every position: sum dqkv over the B·S rows"),
+            (dqkv.reshape(B, S, 3 * d_model).sum(axis=0), "summed over the batch only: sum over positions too"),
+            (ref[2] / (B * S), "the mean over the B·S rows; the loss adds them up, so sum them"),
+        ],
+    }
+    errors = {name: check_array(name, g, r, n, hints=hints[name])
+              for name, g, r, n in zip(("dx", "dW_qkv", "db_qkv"), (dx, dW, db), ref, numeric)}
+    return report_correct(errors)
+
+
 # -- lesson 3: position-wise feed-forward network (§3.3) ---------------------------
 
 def check_relu_backward(fn) -> bool:
@@ -455,8 +430,8 @@ def check_relu_backward(fn) -> bool:
     z = rng.standard_normal((2, 3, 6))
     z[np.abs(z) < 1e-3] = 0.5                 # keep the kink at 0 away from the finite differences
     dh = rng.standard_normal(z.shape)
-    got = fn(*_copy_all(dh, z))
-    if _not_attempted(got):
+    got = fn(*copy_all(dh, z))
+    if not_attempted(got):
         return False
     reference = dh * (z > 0)
 
@@ -464,12 +439,12 @@ def check_relu_backward(fn) -> bool:
         return float(np.sum(np.maximum(z, 0) * dh))
 
     numeric = numerical_gradient(f, z)
-    err = _check_array("dz", got, reference, numeric, hints=[
+    err = check_array("dz", got, reference, numeric, hints=[
         (dh, "the gradient passes everywhere: ReLU blocks it where z < 0"),
         (dh * (z < 0), "inverted: the gradient passes where z > 0 and is blocked where z < 0"),
         (dh * np.maximum(z, 0), "multiplied by max(0, z); the derivative is the 0/1 step, not the value"),
     ])
-    return _report_correct({"dz": err})
+    return report_correct({"dz": err})
 
 
 def _ffn_reference(dy, x, W1, b1, W2, b2):
@@ -492,11 +467,11 @@ def check_ffn_backward(fn) -> bool:
     W2 = rng.standard_normal((d_ff, d_model)) / 2
     b2 = 0.1 * rng.standard_normal(d_model)
     dy = rng.standard_normal((B, S, d_model))
-    got = fn(*_copy_all(dy, x, W1, b1, W2, b2))
-    if _not_attempted(got):
+    got = fn(*copy_all(dy, x, W1, b1, W2, b2))
+    if not_attempted(got):
         return False
     names = ["dx", "dW1", "db1", "dW2", "db2"]
-    got = _unpack(got, names)
+    got = unpack(got, names)
     ref, dhidden, c1 = _ffn_reference(dy, x, W1, b1, W2, b2)
 
     def f():
@@ -508,6 +483,6 @@ def check_ffn_backward(fn) -> bool:
     hints = {"dx": [(no_relu[0], "the ReLU mask is missing: multiply by (z > 0) before the first layer")],
              "dW1": [(no_relu[1], "the ReLU mask is missing: multiply by (z > 0) before the first layer")],
              "db1": [(no_relu[2], "the ReLU mask is missing: multiply by (z > 0) before the first layer")]}
-    errors = {n: _check_array(n, g, r, num, hints=hints.get(n, ()))
+    errors = {n: check_array(n, g, r, num, hints=hints.get(n, ()))
               for n, g, r, num in zip(names, got, ref, numeric)}
-    return _report_correct(errors)
+    return report_correct(errors)

@@ -1,23 +1,17 @@
 """Checkers for the exercises of lessons 4-7 (§3.1, §3.4, §3.5).
 
-Each ``check_*`` function takes the learner's function, runs it on fixed
-random inputs (float64, NumPy) and compares the answer with the package's own
-implementation and, for gradients, with central differences
-(:func:`minitransformer.gradcheck.numerical_gradient`). The contract:
+Every checker follows the contract of ``minitransformer.exercises._common``: fixed
+float64 inputs; the stub (returns None) prints a note and returns False; a wrong
+answer raises AssertionError with the max relative error vs the package's answer and
+vs the numerical gradient (one tolerance, TOL = 1e-6), plus a ``hint:`` line when it
+matches a common mistake; a right answer prints "correct" with the errors.
 
-* the function returns None (the stub, not attempted yet): print a note and
-  return False, without raising, so a notebook still runs top to bottom;
-* the answer is wrong: raise AssertionError saying what is wrong (a shape:
-  expected vs got; values: the max relative error vs the reference and vs the
-  numerical gradient);
-* the answer is right: print "correct" with the measured errors, return True.
-
-Lesson 4, residuals and LayerNorm:   check_layernorm_backward,
-    check_post_ln_residual_backward, check_pre_ln_residual_backward
-Lesson 5, embeddings and softmax:    check_embedding_backward, check_tied_embedding_grad
-Lesson 6, positional encoding:       check_sinusoidal_pe, check_pe_similarity
-Lesson 7, the encoder-decoder:       check_shift_right, check_encoder_layer_params,
-    check_transformer_params
+Exercise 4.1 check_layernorm_backward       Exercise 4.2 check_post_ln_residual_backward
+Exercise 4.3 check_pre_ln_residual_backward
+Exercise 5.1 check_embedding_backward       Exercise 5.2 check_tied_embedding_grad
+Exercise 6.1 check_sinusoidal_pe            Exercise 6.2 check_pe_similarity
+Exercise 7.1 check_shift_right              Exercise 7.2 check_encoder_layer_params
+Exercise 7.3 check_transformer_params
 """
 
 from __future__ import annotations
@@ -28,75 +22,26 @@ import numpy
 
 from .. import backend
 from ..data.batching import make_batch
-from ..gradcheck import numerical_gradient, rel_error
+from ..gradcheck import numerical_gradient
 from ..layers.embedding import embedding_backward, embedding_forward
 from ..layers.layernorm import layernorm_backward, layernorm_forward
 from ..layers.linear import linear_backward, linear_forward
 from ..layers.positional import sinusoidal_table
+from ._common import NOT_ATTEMPTED, check_array, check_count, copy_all, not_attempted, report_correct, unpack
 
-NOT_ATTEMPTED = "not attempted yet: fill in the cell above and run this cell again"
-REF_TOL = 1e-8     # vs the package's implementation (the same maths, so only rounding differs)
-NUM_TOL = 1e-6     # vs central differences in float64 (gradcheck's DEFAULT_TOL)
-
-
-# -- shared helpers ------------------------------------------------------------------
-
-def _not_attempted() -> bool:
-    print(NOT_ATTEMPTED)
-    return False
-
-
-def _array(name, got):
-    """The learner's answer as a host float64 array, or an AssertionError saying why not."""
-    if got is None:
-        raise AssertionError(f"{name} is None: return an array")
-    try:
-        arr = backend.to_numpy(got)
-    except Exception as exc:  # noqa: BLE001 - anything that is not array-like
-        raise AssertionError(f"{name} must be an array, got {type(got).__name__}") from exc
-    if arr.dtype.kind not in "fiub":
-        raise AssertionError(f"{name} must be a numeric array, got dtype {arr.dtype}")
-    return arr.astype(numpy.float64) if arr.dtype.kind != "b" else arr
-
-
-def _unpack(name, got, parts):
-    """Check that ``got`` is a tuple of len(parts) and return it as a tuple of arrays."""
-    if not isinstance(got, (tuple, list)) or len(got) != len(parts):
-        what = f"a tuple of {len(got)}" if isinstance(got, (tuple, list)) else type(got).__name__
-        raise AssertionError(f"{name} must return a tuple ({', '.join(parts)}), got {what}")
-    return tuple(_array(p, g) for p, g in zip(parts, got))
-
-
-def _shape(name, got, expected) -> None:
-    if tuple(got.shape) != tuple(expected):
-        raise AssertionError(f"{name}: expected shape {tuple(expected)}, got {tuple(got.shape)}")
-
-
-def _compare(name, got, reference, numeric=None):
-    """Max relative errors of got vs the reference (and vs the numerical gradient)."""
-    _shape(name, got, reference.shape)
-    if not numpy.all(numpy.isfinite(got)):
-        raise AssertionError(f"{name}: contains NaN or inf")
-    e_ref = rel_error(got, reference)
-    e_num = None if numeric is None else rel_error(got, numeric)
-    if e_ref > REF_TOL or (e_num is not None and e_num > NUM_TOL):
-        msg = f"{name}: wrong values: max relative error {e_ref:.2e} vs the reference (tol {REF_TOL:.0e})"
-        if e_num is not None:
-            msg += f", {e_num:.2e} vs the numerical gradient (tol {NUM_TOL:.0e})"
-        raise AssertionError(msg)
-    return e_ref, e_num
-
-
-def _report(errors) -> bool:
-    """Print 'correct' with the errors of every checked tensor; return True."""
-    parts = []
-    for name, (e_ref, e_num) in errors.items():
-        s = f"{name}: {e_ref:.1e} vs reference"
-        if e_num is not None:
-            s += f", {e_num:.1e} vs numerical gradient"
-        parts.append(s)
-    print("correct (max relative errors)  " + ";  ".join(parts))
-    return True
+__all__ = [
+    "NOT_ATTEMPTED",
+    "check_layernorm_backward",
+    "check_post_ln_residual_backward",
+    "check_pre_ln_residual_backward",
+    "check_embedding_backward",
+    "check_tied_embedding_grad",
+    "check_sinusoidal_pe",
+    "check_pe_similarity",
+    "check_shift_right",
+    "check_encoder_layer_params",
+    "check_transformer_params",
+]
 
 
 def _rng(seed):
@@ -104,6 +49,23 @@ def _rng(seed):
 
 
 # -- lesson 4: residuals and LayerNorm ---------------------------------------------
+
+def _layernorm_backward_variant(dy, x, gamma, eps, ddof=0, eps_outside=False, mean_path=True, var_path=True,
+                                use_gamma=True):
+    """LayerNorm's backward with one of the usual mistakes switched on (all off: the right answer)."""
+    d = x.shape[-1]
+    xc = x - x.mean(axis=-1, keepdims=True)
+    var = (xc ** 2).sum(axis=-1, keepdims=True) / (d - ddof)
+    rstd = 1.0 / (numpy.sqrt(var) + eps) if eps_outside else 1.0 / numpy.sqrt(var + eps)
+    x_hat = xc * rstd
+    g = dy * gamma if use_gamma else dy
+    dx = g.copy()
+    if mean_path:
+        dx -= g.mean(axis=-1, keepdims=True)
+    if var_path:
+        dx -= x_hat * (g * x_hat).mean(axis=-1, keepdims=True)
+    return rstd * dx, (dy * x_hat).reshape(-1, d).sum(axis=0), dy.reshape(-1, d).sum(axis=0)
+
 
 def check_layernorm_backward(fn, eps: float = 1e-5) -> bool:
     """fn(dy, x, gamma, eps) -> (dx, dgamma, dbeta) for y = LayerNorm(x) = gamma ⊙ x_hat + beta.
@@ -117,10 +79,10 @@ def check_layernorm_backward(fn, eps: float = 1e-5) -> bool:
     gamma = 1.0 + 0.3 * r.standard_normal(d)
     beta = 0.1 * r.standard_normal(d)
     dy = r.standard_normal((B, S, d))
-    got = fn(dy.copy(), x.copy(), gamma.copy(), eps)
-    if got is None:
-        return _not_attempted()
-    dx, dgamma, dbeta = _unpack("layernorm_backward", got, ("dx", "dgamma", "dbeta"))
+    got = fn(*copy_all(dy, x, gamma), eps)
+    if not_attempted(got):
+        return False
+    dx, dgamma, dbeta = unpack(got, ["dx", "dgamma", "dbeta"])
 
     _, cache = layernorm_forward(x, gamma, beta, eps)
     ref = layernorm_backward(dy, cache)
@@ -129,10 +91,31 @@ def check_layernorm_backward(fn, eps: float = 1e-5) -> bool:
         return float((layernorm_forward(x, gamma, beta, eps)[0] * dy).sum())
 
     num = [numerical_gradient(f, a) for a in (x, gamma, beta)]
-    errors = {}
-    for name, g, rf, nm in zip(("dx", "dgamma", "dbeta"), (dx, dgamma, dbeta), ref, num):
-        errors[name] = _compare(name, g, rf, nm)
-    return _report(errors)
+
+    def variant(**mistake):
+        return _layernorm_backward_variant(dy, x, gamma, eps, **mistake)[0]
+
+    x_hat = (x - x.mean(axis=-1, keepdims=True)) * cache.rstd
+    hints = {
+        "dx": [
+            (variant(ddof=1), "you used the unbiased variance (divide by n - 1); LayerNorm's is biased: divide by n"),
+            (variant(eps_outside=True), "eps is outside the square root: r = 1 / sqrt(var + eps)"),
+            (variant(mean_path=False, var_path=False),
+             "you treated the mean and the variance as constants; they depend on x: subtract mean(g) and "
+             "x_hat ⊙ mean(g ⊙ x_hat)"),
+            (variant(var_path=False), "the variance path is missing: subtract x_hat ⊙ mean(g ⊙ x_hat) too"),
+            (variant(mean_path=False), "the mean path is missing: subtract mean(g) too"),
+            (variant(use_gamma=False), "gamma is missing: the gradient reaching x_hat is g = dy ⊙ gamma"),
+        ],
+        "dgamma": [
+            ((dy * x).reshape(-1, d).sum(axis=0), "dgamma multiplies x_hat (the normalized input), not x"),
+            (dy * x_hat, "gamma is shared by every position: sum dy ⊙ x_hat over batch and positions"),
+        ],
+        "dbeta": [(dy, "beta is shared by every position: sum dy over batch and positions")],
+    }
+    errors = {name: check_array(name, g, rf, nm, hints=hints[name])
+              for name, g, rf, nm in zip(("dx", "dgamma", "dbeta"), (dx, dgamma, dbeta), ref, num)}
+    return report_correct(errors)
 
 
 def _post_ln(x, W, eps):
@@ -155,27 +138,42 @@ def _residual_check(fn, name, pre_ln: bool, eps: float) -> bool:
     x = r.standard_normal((B, S, d))
     W = r.standard_normal((d, d)) / math.sqrt(d)
     dy = r.standard_normal((B, S, d))
-    got = fn(dy.copy(), x.copy(), W.copy(), eps)
-    if got is None:
-        return _not_attempted()
-    dx, dW = _unpack(name, got, ("dx", "dW"))
+    got = fn(*copy_all(dy, x, W), eps)
+    if not_attempted(got):
+        return False
+    dx, dW = unpack(got, ["dx", "dW"])
 
     forward = _pre_ln if pre_ln else _post_ln
     _, (lin_cache, ln_cache) = forward(x, W, eps)
+    fold = x.reshape(-1, d)
     if pre_ln:
+        n = lin_cache.x                                        # LN(x), the branch's input
         dn, ref_dW, _ = linear_backward(dy, lin_cache)
         ref_dx = dy + layernorm_backward(dn, ln_cache)[0]
+        hints = {
+            "dx": [(ref_dx - dy, "the skip connection's term is missing: y = x + ..., so dx = dy + (the branch's dx)"),
+                   (dy + dn, "the branch's gradient must also go back through the LayerNorm (layernorm_backward)")],
+            "dW": [(fold.T @ dy.reshape(-1, d), "the sub-layer's input is LN(x), not x: dW = LN(x)ᵀ dy"),
+                   (dy.reshape(-1, d).T @ n.reshape(-1, d), "transposed: dW = LN(x)ᵀ dy, rows index LN(x)'s features")],
+        }
     else:
         dz = layernorm_backward(dy, ln_cache)[0]
         dxl, ref_dW, _ = linear_backward(dz, lin_cache)
         ref_dx = dz + dxl
+        hints = {
+            "dx": [(dxl, "the skip connection's term is missing: z = x + x W, so dx = dz + dz Wᵀ"),
+                   (dy + dxl, "the skip term carries dz (the gradient after the LayerNorm backward), not dy"),
+                   (dy + dy @ W.T, "go back through the LayerNorm first: dz = layernorm_backward(dy, ...)")],
+            "dW": [(fold.T @ dy.reshape(-1, d), "dW must use dz (after the LayerNorm backward), not dy: dW = xᵀ dz"),
+                   (dz.reshape(-1, d).T @ fold, "transposed: dW = xᵀ dz, rows index x's features")],
+        }
 
     def f():
         return float((forward(x, W, eps)[0] * dy).sum())
 
-    errors = {"dx": _compare("dx", dx, ref_dx, numerical_gradient(f, x)),
-              "dW": _compare("dW", dW, ref_dW, numerical_gradient(f, W))}
-    return _report(errors)
+    errors = {"dx": check_array("dx", dx, ref_dx, numerical_gradient(f, x), hints=hints["dx"]),
+              "dW": check_array("dW", dW, ref_dW, numerical_gradient(f, W), hints=hints["dW"])}
+    return report_correct(errors)
 
 
 def check_post_ln_residual_backward(fn, eps: float = 1e-5) -> bool:
@@ -193,6 +191,19 @@ def check_pre_ln_residual_backward(fn, eps: float = 1e-5) -> bool:
 
 # -- lesson 5: embeddings and softmax ----------------------------------------------
 
+def _fancy_index_add(dout, ids, V, scale):
+    """What `dE[ids] += dout · scale` gives: one update per repeated row (the last), not their sum."""
+    d = dout.shape[-1]
+    dE = numpy.zeros((V, d))
+    dE[ids.reshape(-1)] += dout.reshape(-1, d) * scale
+    return dE
+
+
+FANCY_INDEX_HINT = ("a token that occurs several times got only one of its updates: `dE[ids] += ...` (or `=`) "
+                    "keeps one per repeated row; add them all with np.add.at(dE, ids, ...) "
+                    "(the package: backend.scatter_add)")
+
+
 def check_embedding_backward(fn) -> bool:
     """fn(dout, ids, V) -> dE: (V, d_model) for out = E[ids] · sqrt(d_model).
 
@@ -203,9 +214,8 @@ def check_embedding_backward(fn) -> bool:
     E = r.standard_normal((V, d))
     dout = r.standard_normal((B, S, d))
     got = fn(dout.copy(), ids.copy(), V)
-    if got is None:
-        return _not_attempted()
-    dE = _array("dE", got)
+    if not_attempted(got):
+        return False
 
     scale = math.sqrt(d)
     ref = numpy.zeros((V, d))
@@ -214,7 +224,10 @@ def check_embedding_backward(fn) -> bool:
     def f():
         return float((embedding_forward(ids, E, scale)[0] * dout).sum())
 
-    return _report({"dE": _compare("dE", dE, ref, numerical_gradient(f, E))})
+    hints = [(_fancy_index_add(dout, ids, V, scale), FANCY_INDEX_HINT),
+             (ref / scale, "the sqrt(d_model) factor is missing: out = E[ids] · sqrt(d_model), so dE carries it"),
+             (ref / scale ** 2, "divided by sqrt(d_model) instead of multiplied: out = E[ids] · sqrt(d_model)")]
+    return report_correct({"dE": check_array("dE", got, ref, numerical_gradient(f, E), hints=hints)})
 
 
 def check_tied_embedding_grad(fn) -> bool:
@@ -236,37 +249,71 @@ def check_tied_embedding_grad(fn) -> bool:
     d_tgt = r.standard_normal((B, T, d))
     x_dec = r.standard_normal((B, T, d))
     dlogits = r.standard_normal((B, T, V))
-    got = fn(src_ids.copy(), d_src.copy(), tgt_ids.copy(), d_tgt.copy(), x_dec.copy(), dlogits.copy())
-    if got is None:
-        return _not_attempted()
-    dE = _array("dE", got)
+    got = fn(*copy_all(src_ids, d_src, tgt_ids, d_tgt, x_dec, dlogits))
+    if not_attempted(got):
+        return False
 
     scale = math.sqrt(d)
-    ref = numpy.zeros((V, d))
-    embedding_backward(d_src, embedding_forward(src_ids, E, scale)[1], ref)
-    embedding_backward(d_tgt, embedding_forward(tgt_ids, E, scale)[1], ref)
-    ref += dlogits.reshape(-1, V).T @ x_dec.reshape(-1, d)
+    g_src, g_tgt = numpy.zeros((V, d)), numpy.zeros((V, d))
+    embedding_backward(d_src, embedding_forward(src_ids, E, scale)[1], g_src)
+    embedding_backward(d_tgt, embedding_forward(tgt_ids, E, scale)[1], g_tgt)
+    g_out = dlogits.reshape(-1, V).T @ x_dec.reshape(-1, d)
+    ref = g_src + g_tgt + g_out
 
     def f():
         return float((embedding_forward(src_ids, E, scale)[0] * d_src).sum()
                      + (embedding_forward(tgt_ids, E, scale)[0] * d_tgt).sum()
                      + ((x_dec @ E.T) * dlogits).sum())
 
-    return _report({"dE": _compare("dE", dE, ref, numerical_gradient(f, E))})
+    hints = [
+        (g_tgt + g_out, "the source embedding's part is missing: E is used three times, add all three gradients"),
+        (g_src + g_out, "the target embedding's part is missing: E is used three times, add all three gradients"),
+        (g_src + g_tgt, "the output projection's part (dlogitsᵀ x_dec) is missing: add all three gradients"),
+        (g_out, "only the output projection's part: add the two embeddings' gradients too"),
+        (_fancy_index_add(d_src, src_ids, V, scale) + _fancy_index_add(d_tgt, tgt_ids, V, scale) + g_out,
+         FANCY_INDEX_HINT),
+        ((g_src + g_tgt) / scale + g_out, "the sqrt(d_model) factor of the two embeddings is missing"),
+        ((g_src + g_tgt) * scale + g_out, "the output projection has no sqrt(d_model): only the embeddings do"),
+    ]
+    return report_correct({"dE": check_array("dE", got, ref, numerical_gradient(f, E), hints=hints)})
 
 
 # -- lesson 6: positional encoding ---------------------------------------------------
+
+def _pe_variants(max_len, d):
+    """The table with the usual mistakes, to name them: (table, hint) pairs."""
+    pos = numpy.arange(max_len)[:, None]
+    omega = 10000.0 ** (-numpy.arange(0, d, 2) / d)               # one frequency per sin/cos pair
+    concatenated = numpy.concatenate([numpy.sin(pos * omega), numpy.cos(pos * omega)], axis=1)
+    swapped = numpy.empty((max_len, d))
+    swapped[:, 0::2], swapped[:, 1::2] = numpy.cos(pos * omega), numpy.sin(pos * omega)
+    per_column = numpy.empty((max_len, d))                        # column c uses exponent c/d: odd columns off
+    omega_c = 10000.0 ** (-numpy.arange(d) / d)
+    per_column[:, 0::2], per_column[:, 1::2] = numpy.sin(pos * omega_c[0::2]), numpy.cos(pos * omega_c[1::2])
+    no_two = numpy.empty((max_len, d))                            # exponent i/d instead of 2i/d
+    omega_half = 10000.0 ** (-numpy.arange(d // 2) / d)
+    no_two[:, 0::2], no_two[:, 1::2] = numpy.sin(pos * omega_half), numpy.cos(pos * omega_half)
+    return [
+        (concatenated, "all sines then all cosines (concatenated); §3.5 interleaves them: column 2i is "
+                       "sin(pos ω_i) and column 2i+1 is cos(pos ω_i), the same frequency side by side"),
+        (swapped, "sin and cos swapped: even columns (2i) are sines, odd columns (2i+1) cosines"),
+        (per_column, "the odd columns have their own frequency: a sin/cos pair shares ω_i = 10000^(-2i/d_model), "
+                     "with i the pair index (column 2i+1 also uses 2i)"),
+        (no_two, "the exponent is 2i/d_model, not i/d_model (i counts pairs, 0 .. d_model/2 - 1)"),
+    ]
+
 
 def check_sinusoidal_pe(fn) -> bool:
     """fn(max_len, d_model) -> PE: (max_len, d_model), the table of §3.5 (even d_model)."""
     errors = {}
     for max_len, d in ((50, 16), (9, 6)):
         got = fn(max_len, d)
-        if got is None:
-            return _not_attempted()
+        if not_attempted(got):
+            return False
         name = f"PE(max_len={max_len}, d_model={d})"
-        errors[name] = _compare(name, _array(name, got), sinusoidal_table(max_len, d, numpy, numpy.float64))
-    return _report(errors)
+        errors[name] = check_array(name, got, sinusoidal_table(max_len, d, numpy, numpy.float64),
+                                   hints=_pe_variants(max_len, d))
+    return report_correct(errors)
 
 
 def check_pe_similarity(fn) -> bool:
@@ -278,14 +325,23 @@ def check_pe_similarity(fn) -> bool:
     for d in (16, 64):
         k = numpy.arange(0, 300)
         got = fn(k.copy(), d)
-        if got is None:
-            return _not_attempted()
-        sim = _array(f"similarity(d_model={d})", got)
+        if not_attempted(got):
+            return False
         table = sinusoidal_table(2000, d, numpy, numpy.float64)
+        omega = 10000.0 ** (-numpy.arange(0, d, 2) / d)
+        closed = numpy.cos(k[:, None] * omega).sum(axis=1)
+        hints = [
+            (closed / (d / 2), "divided by d_model/2: that is the cosine similarity; the dot product is not "
+                               "normalized (each row has squared norm d_model/2)"),
+            (numpy.sin(k[:, None] * omega).sum(axis=1), "sin instead of cos: sin a sin b + cos a cos b = cos(a - b)"),
+            (2 * closed, "twice the answer: each pair (sin, cos) contributes cos(k ω_i) once"),
+            (numpy.cos(k[:, None] * 10000.0 ** (-numpy.arange(d) / d)).sum(axis=1),
+             "there are d_model/2 frequencies, one per sin/cos pair, not d_model"),
+        ]
         for pos in (0, 1234):
-            ref = table[pos + k] @ table[pos]
-            errors[f"d={d}, pos={pos}"] = _compare(f"similarity(k, d_model={d}) at pos={pos}", sim, ref)
-    return _report(errors)
+            name = f"similarity(k, d_model={d}) at pos={pos}"
+            errors[name] = check_array(name, got, table[pos + k] @ table[pos], hints=hints)
+    return report_correct(errors)
 
 
 # -- lesson 7: the encoder-decoder assembled ---------------------------------------
@@ -308,20 +364,33 @@ def check_shift_right(fn) -> bool:
              ([[2, 3], [4, 5, 6, 7]], 9, 0, 1))
     for tgt_seqs, pad_id, bos_id, eos_id in cases:
         got = fn([list(t) for t in tgt_seqs], pad_id, bos_id, eos_id)
-        if got is None:
-            return _not_attempted()
+        if not_attempted(got):
+            return False
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise AssertionError(f"shift_right must return a tuple (tgt_in, tgt_out), got {type(got).__name__}")
         ref = make_batch([[3]] * len(tgt_seqs), tgt_seqs, pad_id, bos_id, eos_id, xp=numpy)
         where = f"(pad_id={pad_id}, bos_id={bos_id}, eos_id={eos_id})"
-        for name, g, r in (("tgt_in", got[0], ref.tgt_in), ("tgt_out", got[1], ref.tgt_out)):
-            arr = _token_array(name, g)
-            _shape(f"{name} {where}", arr, r.shape)
+        arrays = {name: _token_array(name, g) for name, g in zip(("tgt_in", "tgt_out"), got)}
+        for name, r in (("tgt_in", ref.tgt_in), ("tgt_out", ref.tgt_out)):
+            arr = arrays[name]
+            if arr.shape != r.shape:
+                msg = f"{name} {where}: shape mismatch: expected {r.shape}, got {arr.shape}"
+                if arr.shape == (r.shape[0], r.shape[1] - 1):
+                    msg += "\n  hint: T = longest sentence + 1: <bos> (tgt_in) or <eos> (tgt_out) needs a place"
+                raise AssertionError(msg)
             if not numpy.array_equal(arr, r):
                 b = int(numpy.argwhere(arr != r)[0][0])
-                raise AssertionError(f"{name} {where}: {int((arr != r).sum())} ids wrong; sentence {b} "
-                                     f"{tgt_seqs[b]} should give {r[b].tolist()}, got {arr[b].tolist()}")
-    print("correct: tgt_in = <bos> + sentence and tgt_out = sentence + <eos>, padded, match make_batch's")
+                msg = (f"{name} {where}: {int((arr != r).sum())} ids wrong; sentence {b} "
+                       f"{tgt_seqs[b]} should give {r[b].tolist()}, got {arr[b].tolist()}")
+                other = ref.tgt_out if name == "tgt_in" else ref.tgt_in
+                if numpy.array_equal(arr, other):
+                    msg += ("\n  hint: tgt_in and tgt_out are swapped: the decoder reads <bos> + sentence and "
+                            "predicts sentence + <eos>")
+                elif name == "tgt_out" and numpy.array_equal(arr[:, :-1], ref.tgt_in[:, 1:]):
+                    msg += "\n  hint: <eos> is missing: tgt_out ends every sentence with eos_id"
+                raise AssertionError(msg)
+    print("correct")
+    print("  tgt_in = <bos> + sentence and tgt_out = sentence + <eos>, padded, match make_batch's for 2 batches")
     return True
 
 
@@ -332,17 +401,23 @@ def check_encoder_layer_params(fn) -> bool:
     counted = []
     for d_model, h, d_ff in ((8, 2, 16), (24, 4, 40), (512, 8, 2048)):
         got = fn(d_model, d_ff)
-        if got is None:
-            return _not_attempted()
+        if not_attempted(got):
+            return False
         cfg = TransformerConfig(vocab_size=10, d_model=d_model, h=h, d_ff=d_ff, N=1)
         expected = EncoderLayer(cfg, backend.host_rng(0), None).num_parameters()
-        if not isinstance(got, (int, numpy.integer)) or isinstance(got, bool):
-            raise AssertionError(f"encoder layer parameters: expected an int, got {type(got).__name__}")
-        if int(got) != expected:
-            raise AssertionError(f"encoder layer parameters for d_model={d_model}, d_ff={d_ff}: "
-                                 f"expected {expected:,}, got {int(got):,} (off by {int(got) - expected:+,})")
+        d = d_model
+        check_count(f"encoder layer parameters for d_model={d_model}, d_ff={d_ff}", got, expected, hints=[
+            (expected - 4 * d, "4·d_model short: the four attention biases (b^Q, b^K, b^V, b^O), or the two "
+                               "LayerNorms' gamma and beta (2 · 2 · d_model)"),
+            (expected - 4 * d - d_ff - d, "every bias is missing: attention has 4 (d_model each), the FFN b_1 "
+                                          "(d_ff) and b_2 (d_model)"),
+            (expected - 2 * d, "one LayerNorm short: an encoder layer has two, one per sub-layer"),
+            (expected - d * d_ff, "the FFN has two matrices, W_1 (d_model × d_ff) and W_2 (d_ff × d_model)"),
+            (expected + 8 * d, "too many LayerNorms: an encoder layer has two (2 · 2 · d_model scalars)"),
+        ])
         counted.append(f"{expected:,} for (d_model={d_model}, d_ff={d_ff})")
-    print("correct: " + "; ".join(counted))
+    print("correct")
+    print("  " + "; ".join(counted))
     return True
 
 
@@ -355,18 +430,21 @@ def check_transformer_params(fn) -> bool:
     for V, d_model, h, d_ff, N in ((10, 8, 2, 16, 1), (13, 8, 2, 12, 2), (37000, 512, 8, 2048, 6),
                                    (37000, 1024, 16, 4096, 6)):
         got = fn(V, d_model, d_ff, N)
-        if got is None:
-            return _not_attempted()
+        if not_attempted(got):
+            return False
         cfg = TransformerConfig(vocab_size=V, d_model=d_model, h=h, d_ff=d_ff, N=N)
         expected = count_parameters(cfg) if V > 100 else Transformer(cfg, seed=0).num_parameters()
-        if not isinstance(got, (int, numpy.integer)) or isinstance(got, bool):
-            raise AssertionError(f"Transformer parameters: expected an int, got {type(got).__name__}")
-        if int(got) != expected:
-            off = int(got) - expected
-            hint = ("; that is 2·V·d_model too many: E is shared by the two embeddings and the output "
-                    "projection, count it once") if off == 2 * V * d_model else ""
-            raise AssertionError(f"Transformer parameters for V={V}, d_model={d_model}, d_ff={d_ff}, N={N}: "
-                                 f"expected {expected:,}, got {int(got):,} (off by {off:+,}){hint}")
+        d = d_model
+        cross_attention = 4 * d * d + 4 * d + 2 * d                # W^Q..W^O, their biases, one LayerNorm
+        check_count(f"Transformer parameters for V={V}, d_model={d}, d_ff={d_ff}, N={N}", got, expected, hints=[
+            (expected + 2 * V * d, "that is 2·V·d_model too many: E is shared by the two embeddings and the output "
+                                   "projection, count it once"),
+            (expected + V * d, "V·d_model too many: E is shared three ways (source, target, output), count it once"),
+            (expected - V * d, "the embedding matrix E (V × d_model) is missing"),
+            (expected - N * cross_attention, "each decoder layer has a third sub-layer, encoder-decoder attention, "
+                                             "with its own weights, biases and LayerNorm"),
+        ])
         counted.append(f"{expected:,}")
-    print("correct: " + ", ".join(counted) + " (two tiny models built and counted, then base and big)")
+    print("correct")
+    print("  " + ", ".join(counted) + " (two tiny models built and counted, then base and big)")
     return True
