@@ -28,7 +28,7 @@ import jupytext
 import nbformat
 from nbclient import NotebookClient
 
-from minitransformer.checkpoint import atomic_write_bytes
+from minitransformer.files import atomic_write_bytes
 
 HERE = pathlib.Path(__file__).resolve().parent
 HEADER = "# ---\n# jupyter:\n#   jupytext:\n"       # what jupytext writes at the top of a paired .py
