@@ -114,6 +114,13 @@ def check_additive_attention_backward(fn) -> bool:
         "e_ij = v · T_ij, so dT_ij = dE_ij · v: the factor v is missing":
             _additive_backward(dout, cache, times_v=False),
     }
+    for i, name in enumerate(names[:2]):            # dQ, dK: the sum over pairs, on the wrong axis
+        shape = getattr(got[i], "shape", None)
+        if shape is not None and tuple(shape) == ref[1 - i].shape != ref[i].shape:
+            raise AssertionError(
+                f"{name}: shape mismatch: expected {ref[i].shape}, got {tuple(shape)}\n  hint: q_i W_q is "
+                "added to every pair (i, j), so dQ sums dU over the keys j (axis 2); k_j W_k's "
+                "gradient dK sums over the queries i (axis 1)")
     errors = {}
     for i, name in enumerate(names):
         hints = [(alt[i], text) for text, alt in wrong.items()]
