@@ -606,12 +606,13 @@ print(f"the recurrent loop vs the same FLOPs as one product: {ratio.min():.0f}x 
 # * The dotted line is the recurrent layer's FLOPs done as one product, as if every $h_{t-1}$
 #   were known in advance (it is not; this is not a recurrent layer, only a lower bound).
 #   The gap between it and the real loop is the price of the sequential operations, on one
-#   core. On a GPU, where one product runs on thousands of cores, the gap is far larger.
+#   core. With more cores the one product could be spread over them and the loop could not,
+#   so there the gap can only grow.
 #
 # ### When is self-attention cheaper than recurrence?
 #
-# §4: "self-attention layers are faster than recurrent layers when the sequence length $n$
-# is smaller than the representation dimensionality $d$". Compare the exact counts:
+# §4 says a self-attention layer is faster than a recurrent one when the sequence length $n$
+# is below the representation width $d$. Compare the exact counts:
 #
 # $$\frac{\text{FLOPs(attention)}}{\text{FLOPs(recurrent)}} = \frac{8nd^2 + 4n^2d}{4nd^2} = 2 + \frac{n}{d}.$$
 #
@@ -619,8 +620,9 @@ print(f"the recurrent loop vs the same FLOPs as one product: {ratio.min():.0f}x 
 # twice the FLOPs of our plain recurrent layer. The paper's comparison is about the part
 # that grows: attention's cost for relating positions, $4n^2d$, is smaller than a whole
 # recurrent layer, $4nd^2$, exactly when $n < d$; and its recurrent models were LSTMs, with
-# four gates: $16nd^2$, which attention undercuts while $n < 2d$. (Sentences of a few dozen
-# word pieces against $d_\text{model} = 512$: $n < d$ holds for most of the paper's data.)
+# four gates: $16nd^2$, which attention undercuts while $n < 2d$. (The paper adds that
+# $n < d$ is the usual case for sentences cut into word pieces or byte pairs, with
+# $d_\text{model} = 512$.)
 # Measured time tells a different story again, because the recurrent layer's FLOPs run as
 # $n$ small products in a row. The map below is the measured ratio, attention over
 # recurrent, on the offline $n \times d$ grid:
@@ -657,8 +659,9 @@ for i, d_ in enumerate(grid_d):
 # products in a row make it the slower one. For narrow layers that middle band reaches far
 # above the diagonal, $n \gg d$: the loop's cost per step is mostly the fixed cost of a call,
 # not FLOPs. For wide layers it ends around $n \approx d$ to a few $d$: each recurrent step
-# is a vector times a $d \times d$ matrix, limited by reading $W_h$ from memory at every
-# step, while attention's products run at full speed. So the paper's $n < d$ describes how
+# is a vector times a $d \times d$ matrix, which does little arithmetic per number it reads
+# and runs far below the speed of a large product (the dotted line above: the same FLOPs as
+# one product ran 3 to 13 times faster). So the paper's $n < d$ describes how
 # the FLOPs grow; how efficiently each kind of work runs moves the measured boundary, on
 # this CPU in attention's favour. (Cells near a ratio of 1 change between runs on this
 # shared machine; read the pattern, not single cells.)
@@ -934,8 +937,8 @@ print("path length vs r at n = 64:", dict(zip(r_list, path_r)))
 #
 # ## 7. Two corrections, with measurements
 #
-# Explanations of Table 1 are often repeated from memory, and two of its entries are
-# commonly misquoted. Our measurements settle both.
+# Two of Table 1's entries are misquoted in some popular explanations of the paper. Our
+# measurements settle both.
 #
 # **"A convolutional layer needs $O(\log_k n)$ sequential operations."** No: one
 # convolutional layer needs $O(1)$. Its $k$ products read only the layer's input, so they
@@ -1072,10 +1075,11 @@ print(f"n = 128: additive takes {t_add[0, j] / t_dot[0, j]:.0f}x (d_k = {add_dk[
 # %% [markdown]
 # Both grow like $n^2$; additive attention's constant is larger, and grows with $d_k$, in
 # time and in memory. The FLOP counts alone would not predict the time gap: it comes from how
-# the work is done (one matrix product against a large elementwise `tanh` and a tensor that
-# does not fit in cache). This is the paper's reason for dot-product attention. §3.2.1 also
-# notes the one thing additive attention did better: without the scale $1/\sqrt{d_k}$ it beat
-# dot-product attention at large $d_k$, which is why the scale is there (lesson 1).
+# the work is done: one matrix product, against an elementwise `tanh` over a large
+# intermediate tensor (4 MiB at $n = 128$, $d_k = 64$, measured above). This is the
+# paper's reason for dot-product attention. §3.2.1 also notes the one thing additive
+# attention did better: without the scale $1/\sqrt{d_k}$, it beat dot-product attention at
+# large $d_k$, which is why the scale is there (lesson 1).
 #
 # ## 9. Table 1, measured at toy scale
 #
@@ -1108,8 +1112,9 @@ Markdown("\n".join(lines))
 # Read across: only the recurrent layer's calls grow with $n$ (sequential operations $O(n)$);
 # only attention's time grows faster than linearly in $n$ ($O(n^2 d)$); against $d$ the
 # recurrent layer, the convolution and attention (its projections, at $n = 64$) grow towards
-# $d^2$ as $d$ gets large; and only full self-attention keeps its path at one layer. The time exponents are measured on one
-# shared CPU core and drift with the machine's load; the FLOPs and the path lengths are exact.
+# $d^2$ as $d$ gets large; and only full self-attention keeps its path at one layer. The time
+# exponents are measured on one shared CPU core and drift with the machine's load; the FLOPs
+# and the path lengths are exact.
 #
 # ## Exercises
 #
@@ -1172,8 +1177,8 @@ check_layers_needed(my_layers_needed)
 # Write `my_layer_flops(kind, n, d, r)`: the matrix-product FLOPs (a multiply-add is 2) of
 # one forward of one sentence through a `"recurrent"` layer (§2.1, $d_\text{in} = d$), a
 # self-`"attention"` layer (the package's `MultiHeadAttention`, projections included) or a
-# `"restricted_attention"` layer (§2.3, windows of $2r+1$ keys, padding included). Without
-# looking at the table in §3. The checker counts the attention layer's FLOPs by running the
+# `"restricted_attention"` layer (§2.3, windows of $2r+1$ keys, padding included). Try it
+# without looking at the table in §3. The checker counts the attention layer's FLOPs by running the
 # package's layer under a wrapped `backend.matmul`, as §3 did.
 
 # %%
