@@ -1,7 +1,7 @@
 """Checking cells for the exercises of lesson 8 (why self-attention: §1, §2, §4, Table 1).
 
-The checkers follow the contract documented at the top of ``lessons_0_3`` and reuse its
-helpers: a stub that returns None prints ``NOT_ATTEMPTED`` and returns False; a wrong
+The checkers follow the contract documented at the top of ``lessons_0_3`` (on main, of
+``_common``) and reuse its helpers: a stub that returns None prints ``NOT_ATTEMPTED`` and returns False; a wrong
 answer raises AssertionError naming the likely mistake; a right one prints ``correct``
 with the measured errors and returns True. Inputs are fixed, seeded float64 arrays,
 handed over as copies.
@@ -24,14 +24,16 @@ import numpy as np
 from .. import backend
 from ..gradcheck import numerical_gradient
 from ..layers.attention import MultiHeadAttention, softmax_lastaxis
-from .lessons_0_3 import (
-    NOT_ATTEMPTED,
-    _check_array,
-    _describe,
-    _not_attempted,
-    _report_correct,
-    _unpack,
-)
+
+try:        # the shared checker helpers, in exercises/_common.py on main since the lesson-format merge
+    from ._common import NOT_ATTEMPTED, check_array, describe, not_attempted, report_correct, unpack
+except ImportError:  # this branch's base, where lessons_0_3 holds them; drop this fallback once merged
+    from .lessons_0_3 import NOT_ATTEMPTED
+    from .lessons_0_3 import _check_array as check_array
+    from .lessons_0_3 import _describe as describe
+    from .lessons_0_3 import _not_attempted as not_attempted
+    from .lessons_0_3 import _report_correct as report_correct
+    from .lessons_0_3 import _unpack as unpack
 
 __all__ = [
     "NOT_ATTEMPTED",
@@ -96,10 +98,10 @@ def check_additive_attention_backward(fn) -> bool:
     out, cache = _additive_forward(Q, K, V, W_q, W_k, v)
     dout = rng.standard_normal(out.shape)
     got = fn(dout.copy(), AdditiveCache(*(a.copy() for a in cache)))
-    if _not_attempted(got):
+    if not_attempted(got):
         return False
     names = ["dQ", "dK", "dV", "dW_q", "dW_k", "dv"]
-    got = _unpack(got, names)
+    got = unpack(got, names)
     ref = _additive_backward(dout, cache)
 
     def f():
@@ -129,8 +131,8 @@ def check_additive_attention_backward(fn) -> bool:
                                                    "adds them up, so sum them"))
         if name in ("dW_q", "dW_k"):
             hints.append((ref[i] / B, "dW is averaged over the batch; the loss adds the sentences up, so sum"))
-        errors[name] = _check_array(name, got[i], ref[i], numeric[i], hints=hints)
-    return _report_correct(errors)
+        errors[name] = check_array(name, got[i], ref[i], numeric[i], hints=hints)
+    return report_correct(errors)
 
 
 # -- exercise 3: maximum path length -------------------------------------------------
@@ -176,7 +178,7 @@ def layers_needed_by_propagation(kind: str, n: int, k: int) -> int:
 
 def _as_count(got, label):
     if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.integer, np.floating)):
-        raise AssertionError(f"{label}: expected a whole number of layers, got {_describe(got)}")
+        raise AssertionError(f"{label}: expected a whole number of layers, got {describe(got)}")
     if float(got) != round(float(got)):
         raise AssertionError(f"{label}: expected a whole number of layers, got {got!r} "
                              f"(round up: a fraction of a layer does not exist)")
@@ -196,7 +198,7 @@ def check_layers_needed(fn) -> bool:
              ("restricted_attention", 10, 4), ("restricted_attention", 64, 8),
              ("restricted_attention", 100, 7)]
     first = fn(*cases[0])
-    if _not_attempted(first):
+    if not_attempted(first):
         return False
     for case in cases:
         kind, n, k = case
@@ -285,7 +287,7 @@ def check_layer_flops(fn) -> bool:
              ("attention", 100, 8, 0), ("attention", 7, 12, 0), ("restricted_attention", 64, 32, 4),
              ("restricted_attention", 50, 16, 3)]
     first = fn(*cases[0])
-    if _not_attempted(first):
+    if not_attempted(first):
         return False
     for case in cases:
         kind, n, d, r = case
@@ -294,7 +296,7 @@ def check_layer_flops(fn) -> bool:
         try:
             value = float(got)
         except (TypeError, ValueError):
-            raise AssertionError(f"{label}: expected a number of FLOPs, got {_describe(got)}") from None
+            raise AssertionError(f"{label}: expected a number of FLOPs, got {describe(got)}") from None
         expected = _reference_flops(kind, n, d, r)
         if value == expected:
             continue
