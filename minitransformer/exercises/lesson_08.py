@@ -1,7 +1,6 @@
 """Checking cells for the exercises of lesson 8 (why self-attention: §1, §2, §4, Table 1).
 
-The checkers follow the contract documented at the top of ``lessons_0_3`` (on main, of
-``_common``) and reuse its helpers: a stub that returns None prints ``NOT_ATTEMPTED`` and returns False; a wrong
+The checkers follow the contract documented at the top of ``_common`` and reuse its helpers: a stub that returns None prints ``NOT_ATTEMPTED`` and returns False; a wrong
 answer raises AssertionError naming the likely mistake; a right one prints ``correct``
 with the measured errors and returns True. Inputs are fixed, seeded float64 arrays,
 handed over as copies.
@@ -25,15 +24,7 @@ from .. import backend
 from ..gradcheck import numerical_gradient
 from ..layers.attention import MultiHeadAttention, softmax_lastaxis
 
-try:        # the shared checker helpers, in exercises/_common.py on main since the lesson-format merge
-    from ._common import NOT_ATTEMPTED, check_array, describe, not_attempted, report_correct, unpack
-except ImportError:  # this branch's base, where lessons_0_3 holds them; drop this fallback once merged
-    from .lessons_0_3 import NOT_ATTEMPTED
-    from .lessons_0_3 import _check_array as check_array
-    from .lessons_0_3 import _describe as describe
-    from .lessons_0_3 import _not_attempted as not_attempted
-    from .lessons_0_3 import _report_correct as report_correct
-    from .lessons_0_3 import _unpack as unpack
+from ._common import NOT_ATTEMPTED, check_array, describe, not_attempted, report_correct, unpack
 
 __all__ = [
     "NOT_ATTEMPTED",
