@@ -36,9 +36,11 @@
 # | masks | `Transformer.masks`, `minitransformer.data.batching.padding_mask`, `causal_mask` |
 # | loss | `minitransformer.layers.loss.LabelSmoothedCrossEntropy` |
 # | parameter count | `minitransformer.model.count_parameters(cfg)` |
+#
+# The whole model's backward chains the pieces derived in [docs/derivations.md](../docs/derivations.md), §1–§11; the
+# stack's wiring is in [§9, residual connections](../docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54).
 
 # %%
-# %matplotlib inline
 import numpy as np
 import matplotlib.pyplot as plt
 
@@ -258,7 +260,15 @@ for name, paper in (("base", 65e6), ("big", 213e6)):
 #
 # ## Exercises
 #
-# Each checking cell prints *not attempted yet* until you fill in the function above it; a wrong answer raises an `AssertionError` that says what is wrong.
+# Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
+# runs your function on fixed random inputs and compares it with the package's answer **and**,
+# for a gradient, with a numerical gradient. While the stub still returns `None` it prints
+# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
+# when your answer matches a common mistake, a `hint:` line naming it; a right one prints
+# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
+# you want to peek.
 #
 # ### Exercise 7.1 — shifting the target right
 #

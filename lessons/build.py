@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import pathlib
 import sys
 import time
@@ -75,7 +76,7 @@ def first_difference(source: pathlib.Path, ipynb: pathlib.Path) -> str | None:
             return (f"{ipynb.name} differs from {source.name} at cell {i} "
                     f"(type: {h[0]} in the notebook, {w[0]} in the source)")
         if w[1] != h[1]:
-            lines = zip(w[1].splitlines() + [""], h[1].splitlines() + [""])
+            lines = itertools.zip_longest(w[1].split("\n"), h[1].split("\n"), fillvalue="(no line)")
             n, (w_line, h_line) = next((n, pair) for n, pair in enumerate(lines) if pair[0] != pair[1])
             return (f"{ipynb.name} differs from {source.name} at cell {i} (source, line {n + 1} of the cell: "
                     f"{w_line[:60]!r} in the source, {h_line[:60]!r} in the notebook)")
