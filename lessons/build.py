@@ -92,12 +92,28 @@ def orphans(folder: pathlib.Path = HERE) -> list[str]:
             for p in sorted(folder.glob("[0-9][0-9]_*.ipynb")) if p.stem not in sources]
 
 
+def merge_streams(nb: nbformat.NotebookNode) -> None:
+    """Join consecutive stdout (or stderr) outputs of a cell: how printed text is split into
+    messages depends on timing, and must not make two builds of one lesson differ."""
+    for cell in nb.cells:
+        merged = []
+        for out in cell.get("outputs", []):
+            if merged and out.output_type == "stream" and merged[-1].output_type == "stream" \
+                    and merged[-1].name == out.name:
+                merged[-1].text += out.text
+            else:
+                merged.append(out)
+        if "outputs" in cell:
+            cell.outputs = merged
+
+
 def build(source: pathlib.Path, execute: bool) -> None:
     nb = notebook(source)
     t0 = time.perf_counter()
     if execute:
         NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
                        resources={"metadata": {"path": str(HERE)}}).execute()
+        merge_streams(nb)
     path = source.with_suffix(".ipynb")
     text = nbformat.writes(nb)
     atomic_write_bytes(str(path), (text if text.endswith("\n") else text + "\n").encode())  # as nbformat.write does
