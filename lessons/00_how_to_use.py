@@ -29,13 +29,26 @@
 # and equation numbers, the math, a small worked example, the derivation of the backward
 # pass, a gradient check, a picture, and exercises with checking cells (solutions at the end).
 #
+# The lessons, in reading order (each notebook `lessons/NN_name.ipynb` is built from `lessons/NN_name.py`):
+#
 # | lesson | paper | package |
 # | --- | --- | --- |
+# | 0 how to use these lessons (this one) | — | `minitransformer.gradcheck`, `minitransformer.backend` |
 # | 1 scaled dot-product attention | §3.2.1, Eq. (1) | `minitransformer.layers.attention.attention_forward`, `attention_backward` |
 # | 2 multi-head attention | §3.2.2–3.2.3 | `minitransformer.layers.attention.MultiHeadAttention`, `split_heads`, `merge_heads` |
 # | 3 position-wise feed-forward network | §3.3, Eq. (2) | `minitransformer.layers.feedforward.FeedForward` |
+# | 4 residual connections and LayerNorm | §3.1 | `minitransformer.layers.layernorm`, `minitransformer.layers.residual.Residual` |
+# | 5 embeddings and softmax | §3.4 | `minitransformer.layers.embedding`, `minitransformer.layers.loss` |
+# | 6 positional encoding | §3.5 | `minitransformer.layers.positional` |
+# | 7 the encoder-decoder assembled | §3.1 | `minitransformer.model.Transformer` |
+# | 8 why self-attention | §1, §2, §4 | the layers of lessons 1–3 |
+# | 9 training | §5 | `minitransformer.optim.Adam`, `NoamSchedule`, `minitransformer.train` |
+# | 10 decoding and translation | §6.1 | `minitransformer.decoding.greedy_decode`, `beam_search`; `minitransformer.metrics` |
+# | 11 model variations | §6.2, Table 3 | `minitransformer.model.TransformerConfig`, `PRESETS` |
+# | 12 planted bugs: which check catches what | — | `minitransformer.gradcheck`, the tests |
 #
-# The lessons after these continue through the rest of the paper in the same way.
+# Every backward pass in the package is derived step by step in [docs/derivations.md](../docs/derivations.md); this lesson's
+# linear layer is [its §1](../docs/derivations.md#1-linear-layer).
 
 # %% [markdown]
 # ## 1. Install, run, test
@@ -188,7 +201,7 @@ plt.show()
 # hundred entries); the shapes are small, but every code path is the same as at full size.
 
 # %%
-from minitransformer.gradcheck import check_layer, gradcheck, numerical_gradient, rel_error
+from minitransformer.gradcheck import check_layer, gradcheck, numerical_gradient
 
 try:
     numerical_gradient(lambda: 0.0, np.zeros(3, dtype=np.float32))
@@ -215,7 +228,7 @@ except TypeError as err:
 # parameter gradient with central differences:
 
 # %%
-from minitransformer.layers.linear import Linear, linear_backward, linear_forward
+from minitransformer.layers.linear import Linear, linear_forward
 
 rng = np.random.default_rng(0)
 layer = Linear(4, 3, rng)                  # W: (4, 3), b: (3,), float64 (set above)
@@ -230,7 +243,7 @@ report.assert_ok()
 #
 # Below is a backward for the same layer with one mistake in it. It runs, it returns arrays of
 # the right shapes, and nothing crashes — the kind of bug only a gradient check finds. The
-# report points at the guilty tensor (exercise 2 asks you to fix it).
+# report points at the guilty tensor (exercise 0.2 asks you to fix it).
 
 # %%
 def buggy_linear_backward(dy, x, W, b):
@@ -450,16 +463,18 @@ for cfg in launch["configurations"]:
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise has a cell with a stub to fill in and a checking cell below it. The
-# checker runs your function on fixed random inputs and compares it with the
-# package's answer **and** with a numerical gradient. While the stub still returns
-# `None` it prints *not attempted yet*; a wrong answer raises an `AssertionError`
-# that says what is wrong (a shape, or how far off the values are); a right one
-# prints `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
-# Solutions are at the very end of the notebook, if you want to peek.
+# Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
+# runs your function on fixed random inputs and compares it with the package's answer **and**,
+# for a gradient, with a numerical gradient. While the stub still returns `None` it prints
+# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
+# when your answer matches a common mistake, a `hint:` line naming it; a right one prints
+# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
+# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
+# you want to peek.
 
 # %% [markdown]
-# ### Exercise 1 — a numerical gradient
+# ### Exercise 0.1 — a numerical gradient
 #
 # Write the central difference of §3 yourself. `f()` takes no arguments and reads `x`; return an
 # array shaped like `x` whose entry `i` is $\big(f(x + h e_i) - f(x - h e_i)\big)/(2h)$.
@@ -479,7 +494,7 @@ check_numerical_gradient(my_numerical_gradient)
 
 
 # %% [markdown]
-# ### Exercise 2 — find and fix the bug
+# ### Exercise 0.2 — find and fix the bug
 #
 # `buggy_linear_backward` in §3 has one mistake, and the gradient check named the tensor.
 # Write a correct `my_linear_backward(dy, x, W, b)` returning `(dx, dW, db)` for $y = xW + b$

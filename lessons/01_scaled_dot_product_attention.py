@@ -36,7 +36,10 @@
 # | the row softmax | `minitransformer.layers.attention.softmax_lastaxis` |
 # | backward (derived in §4) | `minitransformer.layers.attention.attention_backward` |
 # | what forward saves for backward | `minitransformer.layers.attention.AttentionCache` |
-# | masks | `minitransformer.data.batching.causal_mask`, `padding_mask`; `attention.MASK_FILL` |
+# | masks | `minitransformer.layers.masks.causal_mask`, `padding_mask`; `attention.MASK_FILL` |
+#
+# The derivations in full: [docs/derivations.md §4, the softmax Jacobian](../docs/derivations.md#4-softmax-and-its-jacobian)
+# and [§5, scaled dot-product attention with masks](../docs/derivations.md#5-scaled-dot-product-attention-321-eq-1-with-masks).
 
 # %%
 import numpy as np
@@ -51,7 +54,7 @@ plt.rcParams.update({"figure.dpi": 80, "axes.grid": True, "grid.alpha": 0.3})
 # %%
 from minitransformer.layers.masks import causal_mask, padding_mask
 from minitransformer.gradcheck import gradcheck, numerical_gradient, rel_error
-from minitransformer.layers.attention import (MASK_FILL, attention_backward, attention_forward,
+from minitransformer.layers.attention import (attention_backward, attention_forward,
                                               softmax_lastaxis)
 
 # %% [markdown]
@@ -115,6 +118,13 @@ print("matches the hand computation:", np.allclose(out[0, 0], by_hand, atol=1e-4
 # Why not $-\infty$? If *every* key of a row is masked, $-\infty - (-\infty)$ is `nan`, and one
 # `nan` spreads through the whole batch. With a large finite number the row stays finite, and
 # the package then sets such a row's weights to 0 (its output is 0, its gradient is 0).
+#
+# **True means "may attend" here; PyTorch's `nn.MultiheadAttention` means the opposite.** Its
+# boolean `attn_mask` and `key_padding_mask` (and those of `nn.Transformer`) mark with True the
+# keys a query must *not* attend to, so a mask of this package goes in as `~mask` (and a padding
+# mask as `ids == pad_id`), as `tests/test_torch_parity.py` does. To add to the confusion,
+# `torch.nn.functional.scaled_dot_product_attention` reads a boolean mask as this package does,
+# True = may attend. (Both checked with torch 2.13.)
 
 # %%
 rng = np.random.default_rng(0)
@@ -357,16 +367,18 @@ report.assert_ok()
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise has a cell with a stub to fill in and a checking cell below it. The
-# checker runs your function on fixed random inputs and compares it with the
-# package's answer **and** with a numerical gradient. While the stub still returns
-# `None` it prints *not attempted yet*; a wrong answer raises an `AssertionError`
-# that says what is wrong (a shape, or how far off the values are); a right one
-# prints `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
-# Solutions are at the very end of the notebook, if you want to peek.
+# Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
+# runs your function on fixed random inputs and compares it with the package's answer **and**,
+# for a gradient, with a numerical gradient. While the stub still returns `None` it prints
+# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
+# when your answer matches a common mistake, a `hint:` line naming it; a right one prints
+# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
+# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
+# you want to peek.
 
 # %% [markdown]
-# ### Exercise 1 — softmax backward
+# ### Exercise 1.1 — softmax backward
 #
 # Given `A = softmax(S)` over the last axis and `dA` $= \partial L/\partial A$, both of shape
 # `(B, h, S_q, S_k)`, return `dS` $= \partial L/\partial S$ without building the Jacobian (§3).
@@ -384,7 +396,7 @@ check_softmax_backward(my_softmax_backward)
 
 
 # %% [markdown]
-# ### Exercise 2 — a causal mask
+# ### Exercise 1.2 — a causal mask
 #
 # Return the decoder's mask for `T` positions: a boolean array of shape `(1, 1, T, T)` that is
 # True where query `i` may attend to key `j`, i.e. where `j <= i`. (`np.tril` helps.) The
@@ -403,7 +415,7 @@ check_causal_mask(my_causal_mask)
 
 
 # %% [markdown]
-# ### Exercise 3 — attention backward, from the cache
+# ### Exercise 1.3 — attention backward, from the cache
 #
 # Write the whole backward pass of §5. `cache` is the `AttentionCache` that
 # `attention_forward` returned: `cache.Q`, `cache.K`, `cache.V`, `cache.A` (the weights,

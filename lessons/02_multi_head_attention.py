@@ -35,10 +35,13 @@
 # | the layer, forward and backward | `minitransformer.layers.attention.MultiHeadAttention` |
 # | splitting into heads, and Concat | `minitransformer.layers.attention.split_heads`, `merge_heads` |
 # | Eq. (1) inside each head | `minitransformer.layers.attention.attention_forward`, `attention_backward` |
-# | the masks of §3.2.3 | `minitransformer.data.batching.causal_mask`, `padding_mask` |
+# | the masks of §3.2.3 | `minitransformer.layers.masks.causal_mask`, `padding_mask` |
 #
 # The package, like most implementations, also adds a bias after each projection (the paper's
 # equations have none); the check in §1 shows it.
+#
+# The derivations in full: [docs/derivations.md §6, multi-head attention](../docs/derivations.md#6-multi-head-attention-projections-split-and-concat-322),
+# including [the fused projection](../docs/derivations.md#the-fused-projection) that exercise 2.4 asks you to differentiate.
 
 # %%
 import os
@@ -61,8 +64,8 @@ plt.rcParams.update({"figure.dpi": 80, "axes.grid": True, "grid.alpha": 0.3})
 # %%
 import time
 
+from minitransformer.gradcheck import check_layer, gradcheck
 from minitransformer.layers.masks import causal_mask, padding_mask
-from minitransformer.gradcheck import check_layer, gradcheck, rel_error
 from minitransformer.layers.attention import (MultiHeadAttention, attention_backward, attention_forward,
                                               merge_heads, split_heads)
 
@@ -133,12 +136,13 @@ print("max |layer - literal Eq.|:", np.abs(mha.forward(x) - literal).max())
 # `MultiHeadAttention.backward` you can see this in the line
 #
 # ```python
-# dheads = split_heads(backend.matmul(dy, self.W_o.data.T), h)   # backward of: concat = merge_heads(heads)
+# dheads = split_heads(backend.matmul(dy, self.W_o.data.T), h)     # (B, h, S_q, d_k)
 # ```
 #
-# and in the lines that write `dQ`, `dK`, `dV` side by side into one `(B, S, 3·d_model)` array:
-# the backward of the fused `W_qkv` product and its reshape/transpose into three heads' worth
-# of Q, K and V. A gradient check on `merge_heads` alone:
+# (the backward of `concat = merge_heads(heads)`), and in the lines that write `dQ`, `dK`, `dV`
+# side by side into one `(B, S, 3·d_model)` array: the backward of the fused `W_qkv` product and
+# its reshape/transpose into three heads' worth of Q, K and V (exercise 2.4 asks you to write
+# it). A gradient check on `merge_heads` alone:
 
 # %%
 rng = np.random.default_rng(1)
@@ -161,7 +165,7 @@ report.assert_ok()
 # $$h \cdot B \cdot 4\, S_q S_k \frac{d_\text{model}}{h} = 4\, B\, S_q S_k\, d_\text{model}\qquad\text{— no } h \text{ left.}$$
 #
 # The projections $W^Q, W^K, W^V, W^O$ are $d_\text{model} \times d_\text{model}$ whatever $h$ is,
-# so they do not depend on $h$ either (exercise 2 counts the whole layer). What does grow with
+# so they do not depend on $h$ either (exercise 2.2 counts the whole layer). What does grow with
 # $h$ is everything done *per score*: there are $B \cdot h \cdot S_q \cdot S_k$ scores, each
 # scaled, masked, exponentiated, summed and divided (a handful of operations each), and each
 # stored — $h$ times the memory of one head.
@@ -324,16 +328,18 @@ report.assert_ok()
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise has a cell with a stub to fill in and a checking cell below it. The
-# checker runs your function on fixed random inputs and compares it with the
-# package's answer **and** with a numerical gradient. While the stub still returns
-# `None` it prints *not attempted yet*; a wrong answer raises an `AssertionError`
-# that says what is wrong (a shape, or how far off the values are); a right one
-# prints `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
-# Solutions are at the very end of the notebook, if you want to peek.
+# Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
+# runs your function on fixed random inputs and compares it with the package's answer **and**,
+# for a gradient, with a numerical gradient. While the stub still returns `None` it prints
+# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
+# when your answer matches a common mistake, a `hint:` line naming it; a right one prints
+# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
+# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
+# you want to peek.
 
 # %% [markdown]
-# ### Exercise 1 — the backward of Concat
+# ### Exercise 2.1 — the backward of Concat
 #
 # `merge_heads` maps `heads` of shape `(B, h, S, d_k)` to `concat` of shape `(B, S, h·d_k)`.
 # Given `dconcat` $= \partial L / \partial\,\mathrm{concat}$ and `h`, return `dheads`, using only
@@ -352,7 +358,7 @@ check_merge_heads_backward(my_merge_heads_backward)
 
 
 # %% [markdown]
-# ### Exercise 2 — FLOPs of the whole layer
+# ### Exercise 2.2 — FLOPs of the whole layer
 #
 # Return the FLOPs of the matrix products in one forward pass of `MultiHeadAttention` with
 # `B` sentences, `S_q` query positions, `S_k` key/value positions (encoder–decoder attention:
@@ -374,7 +380,7 @@ check_attention_flops(my_attention_flops)
 
 
 # %% [markdown]
-# ### Exercise 3 — the decoder's self-attention mask
+# ### Exercise 2.3 — the decoder's self-attention mask
 #
 # Given target token ids `tgt_ids` of shape `(B, T)` and the padding id, return the boolean
 # mask of shape `(B, 1, T, T)` for the decoder's masked self-attention: query `i` may attend to
@@ -391,6 +397,34 @@ def my_decoder_mask(tgt_ids, pad_id):
 from minitransformer.exercises.lessons_0_3 import check_decoder_mask
 
 check_decoder_mask(my_decoder_mask)
+
+
+# %% [markdown]
+# ### Exercise 2.4 — the backward of the fused projection
+#
+# Self-attention makes $Q$, $K$ and $V$ with one product (§1 above): for $x$ of shape
+# `(B, S, d_model)`,
+#
+# $$[\,Q_\text{all} \mid K_\text{all} \mid V_\text{all}\,] = x\,W_\text{qkv} + b_\text{qkv},
+# \qquad W_\text{qkv} = [\,W^Q \mid W^K \mid W^V\,] \in \mathbb{R}^{d_\text{model} \times 3 d_\text{model}},$$
+#
+# and then splits each of the three blocks into heads with `split_heads`. Given the gradients
+# `dQ`, `dK`, `dV` of shape `(B, h, S, d_k)` (what `attention_backward` returns), `x` and
+# `W_qkv`, return `(dx, dW_qkv, db_qkv)`. Undo the split (exercise 2.1), put the three blocks
+# side by side in the right order, then it is a linear layer's backward (lesson 0, exercise 0.2).
+# The derivation: [docs/derivations.md, the fused projection](../docs/derivations.md#the-fused-projection).
+# Use NumPy only (not `merge_heads`).
+
+# %%
+def my_qkv_projection_backward(dQ, dK, dV, x, W_qkv):
+    # YOUR CODE HERE: return (dx, dW_qkv, db_qkv) with the shapes of x, W_qkv and b_qkv
+    return None
+
+
+# %%
+from minitransformer.exercises.lessons_0_3 import check_qkv_projection_backward
+
+check_qkv_projection_backward(my_qkv_projection_backward)
 
 
 # %% [markdown]
@@ -428,3 +462,20 @@ def solution_decoder_mask(tgt_ids, pad_id):
     return causal & keys_ok                                          # broadcasts to (B, 1, T, T)
 
 check_decoder_mask(solution_decoder_mask)
+
+
+# %%
+def solution_qkv_projection_backward(dQ, dK, dV, x, W_qkv):
+    B, h, S, d_k = dQ.shape
+    d_model = h * d_k
+
+    def merge(g):                                       # (B, h, S, d_k) -> (B·S, d_model): undo split_heads
+        return g.transpose(0, 2, 1, 3).reshape(B * S, d_model)
+
+    dqkv = np.concatenate([merge(dQ), merge(dK), merge(dV)], axis=-1)   # (B·S, 3·d_model), blocks Q | K | V
+    dW_qkv = x.reshape(-1, d_model).T @ dqkv                            # (d_model, 3·d_model)
+    db_qkv = dqkv.sum(axis=0)                                           # the bias is added at every position
+    dx = (dqkv @ W_qkv.T).reshape(B, S, d_model)                        # the three paths into x, summed
+    return dx, dW_qkv, db_qkv
+
+check_qkv_projection_backward(solution_qkv_projection_backward)

@@ -28,6 +28,9 @@
 # | --- | --- |
 # | Eq. (2), forward and backward | `minitransformer.layers.feedforward.FeedForward` |
 # | each of the two affine maps | `minitransformer.layers.linear.Linear`, `linear_forward`, `linear_backward` |
+#
+# The derivation in full: [docs/derivations.md §7, the feed-forward network and ReLU](../docs/derivations.md#7-position-wise-feed-forward-network-and-relu-33-eq-2),
+# built on [§1, the linear layer](../docs/derivations.md#1-linear-layer).
 
 # %%
 import numpy as np
@@ -43,7 +46,7 @@ plt.rcParams.update({"figure.dpi": 80, "axes.grid": True, "grid.alpha": 0.3})
 from minitransformer.gradcheck import check_layer, rel_error
 from minitransformer.layers.attention import MultiHeadAttention
 from minitransformer.layers.feedforward import FeedForward
-from minitransformer.layers.linear import linear_backward, linear_forward
+from minitransformer.layers.linear import linear_forward
 
 # %% [markdown]
 # Most of a layer's parameters are here: $2\, d_\text{model} d_\text{ff} + d_\text{ff} + d_\text{model}$
@@ -226,16 +229,18 @@ report.assert_ok()
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise has a cell with a stub to fill in and a checking cell below it. The
-# checker runs your function on fixed random inputs and compares it with the
-# package's answer **and** with a numerical gradient. While the stub still returns
-# `None` it prints *not attempted yet*; a wrong answer raises an `AssertionError`
-# that says what is wrong (a shape, or how far off the values are); a right one
-# prints `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
-# Solutions are at the very end of the notebook, if you want to peek.
+# Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
+# runs your function on fixed random inputs and compares it with the package's answer **and**,
+# for a gradient, with a numerical gradient. While the stub still returns `None` it prints
+# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
+# when your answer matches a common mistake, a `hint:` line naming it; a right one prints
+# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
+# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
+# you want to peek.
 
 # %% [markdown]
-# ### Exercise 1 — ReLU backward
+# ### Exercise 3.1 — ReLU backward
 #
 # Given `dh` $= \partial L / \partial u$ for $u = \max(0, z)$ and the pre-activation `z`, return
 # `dz` $= \partial L / \partial z$ (same shape).
@@ -253,7 +258,7 @@ check_relu_backward(my_relu_backward)
 
 
 # %% [markdown]
-# ### Exercise 2 — FFN backward
+# ### Exercise 3.2 — FFN backward
 #
 # Write the whole backward of Eq. (2) from §4, given the input `x` of shape `(B, S, d_model)`,
 # the parameters `W1 (d_model, d_ff)`, `b1 (d_ff,)`, `W2 (d_ff, d_model)`, `b2 (d_model,)` and

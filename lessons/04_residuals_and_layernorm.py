@@ -31,9 +31,11 @@
 # | the wrapper (post-LN by default) | `minitransformer.layers.residual.Residual(d_model, P_drop, pre_ln=False)` |
 # | a stack of wrapped layers | `minitransformer.model.Encoder`, `Decoder`; `TransformerConfig(pre_ln=...)` |
 # | the gradient checker | `minitransformer.gradcheck.check_layer`, `gradcheck`, `rel_error` |
+#
+# The derivations in full: [docs/derivations.md §8, layer normalization](../docs/derivations.md#8-layer-normalization-31-ba-et-al-2016),
+# [§9, residual connections](../docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54) and [§10, dropout](../docs/derivations.md#10-dropout-54).
 
 # %%
-# %matplotlib inline
 import numpy as np
 import matplotlib.pyplot as plt
 
@@ -97,8 +99,20 @@ print("the cache keeps      :", cache._fields)
 #
 # $$\boxed{\;\frac{\partial L}{\partial x} = r\,\Big(g - \overline{g} - \hat x\;\overline{g\odot\hat x}\Big)\;}$$
 #
-# with the bars meaning "mean over the $n$ features". This is, line for line, `layernorm_backward`:
-# `g = dy * gamma; dx = rstd * (g - g.mean(-1) - x_hat * (g * x_hat).mean(-1))`.
+# with the bars meaning "mean over the $n$ features". Here is the package's `layernorm_backward`,
+# printed from its source:
+
+# %%
+import inspect
+
+print(inspect.getsource(layernorm_backward))
+
+# %% [markdown]
+# The last four lines are the boxed formula, built in one buffer to save memory: they form
+# $\hat x\,\overline{g\odot\hat x} - g + \overline{g}$ in place and multiply it by $-r$, which is
+# $r\,(g - \overline g - \hat x\,\overline{g\odot\hat x})$. (`backend.rowdot(g, x_hat) / d` is
+# $\overline{g\odot\hat x}$ computed without the product array $g\odot\hat x$.) The gradients of
+# $\gamma$ and $\beta$ are its first two lines.
 #
 # **What the formula says.** The Jacobian is $J = r\,(I - \tfrac1n\mathbf 1\mathbf 1^\top - \tfrac1n\hat x\hat x^\top)$.
 # Because $\hat x \perp \mathbf 1$ and $\|\hat x\|^2 = n\,\sigma^2/(\sigma^2+\epsilon)\approx n$, it is (up to
@@ -135,7 +149,7 @@ print("max |dx - J (gamma*dy)| =", np.abs(dx - J @ (gamma * dy)).max())
 # behind $\gamma = 1$.
 
 # %%
-from minitransformer.gradcheck import check_layer, gradcheck, numerical_gradient, rel_error
+from minitransformer.gradcheck import check_layer
 
 ln = LayerNorm(8, name="ln")
 ln.gamma.data[:] = rng.standard_normal(8)
@@ -225,7 +239,7 @@ print(report)
 # connection each factor becomes "identity plus something", which is much better behaved.
 #
 # The test: a stack of 64 feed-forward sub-layers ($d_\text{model}=32$, $d_\text{ff}=128$, the package's
-# `FeedForward` with its own initialization), wired four ways with the *same weights*:
+# `FeedForward` with its own initialization, Glorot uniform), wired four ways with the *same weights*:
 #
 # | name | one layer |
 # | --- | --- |
@@ -326,7 +340,7 @@ for kind, g in grad_norm.items():
 #
 # * **plain**: the signal and the gradient both shrink by a roughly constant factor per layer; after 64
 #   layers the gradient at the input is about sixteen orders of magnitude smaller than at the top (table
-#   above). Nothing below the top few layers would learn.
+#   above). Before blaming depth, look at where that factor comes from: the next experiment.
 # * **LN, no residual**: LayerNorm rescues the *forward* signal (its norm is reset every layer), but the
 #   gradient is still a product of 64 Jacobians. Its size after 64 layers depends on the draw: the spread
 #   over the 8 stacks is wide (two orders of magnitude at the input), and it widens with every layer the
@@ -337,8 +351,82 @@ for kind, g in grad_norm.items():
 #   gradient onto the skip path's $\partial L/\partial y$; the activations grow too (right panel), since the
 #   residual stream is a sum of 64 branch outputs that is never normalized.
 #
-# This is one toy setting at initialization, not a training run; it shows the mechanism (a skip path that
-# carries the gradient past the sub-layer's Jacobian), not how well each variant trains.
+# ### Depth, or the initialization? A He-initialized control
+#
+# `FeedForward`'s two `Linear` layers start from Glorot (Xavier) uniform weights (`init_weight` in
+# `minitransformer/layers/linear.py`), of variance $2/(d_\text{in}+d_\text{out}) = 2/160$ here, a rule made for
+# layers without a ReLU. Follow the mean square of one entry through a plain block
+# $x \to W_1 \to \mathrm{ReLU} \to W_2$: the product with $W_1$ multiplies it by
+# $d_\text{model}\,\mathrm{Var}(W_1) = 32/80 = 0.4$, the ReLU halves it (it zeroes the negative half of a
+# symmetric input), and the product with $W_2$ multiplies it by $d_\text{ff}\,\mathrm{Var}(W_2) = 128/80 = 1.6$:
+# $0.32$ per block. Norms shrink by $\sqrt{0.32} \approx 0.57$ per block, and $0.57^{64} \approx 10^{-16}$.
+# The backward pass meets the same factors in reverse order ($W_2^\top$: $32/80$, the ReLU: $\tfrac12$,
+# $W_1^\top$: $128/80$), hence the same sixteen orders of magnitude for the gradient.
+#
+# He et al. (2015) choose the variance of a ReLU network's weights so that this factor is 1:
+# $\mathrm{Var}(W_1) = 2/d_\text{model}$ for the matrix whose output goes through a ReLU, and
+# $\mathrm{Var}(W_2) = 1/d_\text{ff}$ for the one whose output does not. Forward,
+# $32\cdot\tfrac{2}{32}\cdot\tfrac12\cdot128\cdot\tfrac{1}{128} = 1$; backward,
+# $32\cdot\tfrac{1}{128}\cdot\tfrac12\cdot128\cdot\tfrac{2}{32} = 1$. Below, the same 8 stacks (same inputs,
+# same $G$) with He-initialized weights, and again with every weight multiplied by a gain $g$ around 1,
+# plain and post-LN:
+
+# %%
+def he_init(ffns, rng, gain=1.0):
+    """He et al. (2015) for ReLU: Var(W1) = 2/d_model (a ReLU follows), Var(W2) = 1/d_ff (none does), x gain^2."""
+    for f in ffns:
+        f.linear1.W.data[:] = gain * np.sqrt(2.0 / d) * rng.standard_normal((d, d_ff))
+        f.linear2.W.data[:] = gain * np.sqrt(1.0 / d_ff) * rng.standard_normal((d_ff, d))
+
+
+def input_gradient_ratios(kind, gain):
+    """||dL/dx_0|| / ||dL/dx_64|| for each of the 8 stacks, He-initialized with this gain."""
+    ratios = []
+    for s in range(n_stacks):
+        r = np.random.default_rng(100 + s)                   # the same stacks, inputs and G as above
+        ffns = [FeedForward(d, d_ff, r, f"ffn{i}") for i in range(depth)]
+        x0, G = r.standard_normal((4, 10, d)), r.standard_normal((4, 10, d))
+        he_init(ffns, np.random.default_rng(500 + s), gain)
+        g, _ = run_stack([KINDS[kind](f) for f in ffns], x0, G)
+        ratios.append(g[0] / g[-1])
+    return np.array(ratios)
+
+
+gains = [0.8, 0.9, 1.0, 1.1, 1.2]
+compared = ["plain F(x)", "post-LN: LN(x + F(x))"]
+he_ratios = {(kind, g): input_gradient_ratios(kind, g) for kind in compared for g in gains}
+
+print(f"{'stack, He init x gain':<34}{'median':>10}{'smallest':>11}{'largest':>10}   of ||dL/dx_0|| / ||dL/dx_64||")
+for (kind, g), ratio in he_ratios.items():
+    print(f"{f'{kind}, gain {g}':<34}{np.median(ratio):10.2e}{ratio.min():11.2e}{ratio.max():10.2e}")
+
+fig, ax = plt.subplots(figsize=(6.5, 3.4))
+for kind in compared:
+    ax.semilogy(gains, [np.median(he_ratios[kind, g]) for g in gains], "o-", color=colors[kind], label=kind)
+    ax.fill_between(gains, [he_ratios[kind, g].min() for g in gains], [he_ratios[kind, g].max() for g in gains],
+                    color=colors[kind], alpha=0.2)
+ax.axvline(1.0, color="gray", lw=0.8)
+ax.set(xlabel="gain g (every weight = g x its He initialization)", ylabel="$\\|\\partial L/\\partial x_0\\|$ / top gradient",
+       title="64 layers: median and range over 8 stacks")
+ax.legend(fontsize=8); plt.tight_layout(); plt.show()
+
+# %% [markdown]
+# **With He's initialization the plain 64-layer stack keeps its gradient**: the median ratio is about 0.4
+# (table), nothing like $10^{-16}$. The sixteen orders of magnitude of the first experiment measured the
+# Glorot initialization's factor of 0.57 per block, compounded 64 times, not something a deep stack without
+# residuals must suffer.
+#
+# **What the residual buys shows when the gain moves off 1.** Without a skip path the gradient at the input is a
+# product of 128 weight matrices (two per block), so its size goes like $g^{128}$: weights 10% too small or too
+# large move it by about six orders of magnitude ($0.9^{128} \approx 10^{-6}$, $1.1^{128} \approx 2\times10^{5}$,
+# and the table agrees). The post-LN stack stays within about a factor of ten of the top gradient at every gain
+# tried. Each of its layers is "identity plus branch", followed by a LayerNorm that rescales whatever the sum
+# gained, so the gradient's size no longer depends on every layer's weights having exactly the right scale.
+# A plain stack needs that scale exactly right at initialization, and (an argument, not measured here) training
+# moves the weights away from any carefully chosen starting scale.
+#
+# This is one toy setting at initialization, not a training run; it shows the mechanism, not how well each
+# variant trains.
 #
 # ## 5. Post-LN (the paper) and pre-LN
 #
@@ -367,7 +455,15 @@ for pre_ln in (False, True):
 # %% [markdown]
 # ## Exercises
 #
-# Each checking cell prints *not attempted yet* until you fill in the function above it; a wrong answer raises an `AssertionError` that says what is wrong.
+# Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
+# runs your function on fixed random inputs and compares it with the package's answer **and**,
+# for a gradient, with a numerical gradient. While the stub still returns `None` it prints
+# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
+# when your answer matches a common mistake, a `hint:` line naming it; a right one prints
+# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
+# you want to peek.
 #
 # ### Exercise 4.1 — LayerNorm backward
 #

@@ -33,9 +33,11 @@
 # | logits $= yE^\top$ and its backward | `TiedOutputProjection` |
 # | softmax (as log-softmax, inside the loss) | `minitransformer.layers.loss.log_softmax`, `LabelSmoothedCrossEntropy` |
 # | the three-way tie | `minitransformer.model.Transformer`: one `Parameter` `E` held by `src_embed`, `tgt_embed`, `generator` |
+#
+# The derivations in full: [docs/derivations.md §2, embedding, scatter-add and tying](../docs/derivations.md#2-token-embedding-scatter-add-and-weight-tying-34)
+# and [§11, label-smoothed cross-entropy](../docs/derivations.md#11-label-smoothed-cross-entropy-54).
 
 # %%
-# %matplotlib inline
 import numpy as np
 import matplotlib.pyplot as plt
 
@@ -145,6 +147,65 @@ proj = TiedOutputProjection(emb.E)          # the same Parameter object
 print(check_layer(proj, rng.standard_normal((2, 3, 4))))
 
 # %% [markdown]
+# ### The softmax and the loss, differentiated together
+#
+# The output projection's backward starts from $\partial L/\partial\,\text{logits}$, which the loss hands down.
+# The package never builds the softmax's $V\times V$ Jacobian (lesson 1): it differentiates the softmax and
+# the label-smoothed cross-entropy of §5.4 as one function, and the result is short.
+#
+# One position: logits $z\in\mathbb R^V$, target token $y$, smoothing $\varepsilon_{ls}$ (0.1 in the paper). The
+# smoothed target distribution is
+#
+# $$q_v = (1-\varepsilon_{ls})\,[v = y] + \frac{\varepsilon_{ls}}{V}$$
+#
+# (PyTorch's convention; some implementations spread $\varepsilon_{ls}$ over the $V-1$ wrong tokens instead), and
+# the loss is the cross-entropy $\ell = -\sum_v q_v\log p_v$ with $p = \mathrm{softmax}(z)$. Since
+# $\log p_v = z_v - \log\sum_m e^{z_m}$,
+#
+# $$\frac{\partial\log p_v}{\partial z_k} = [v = k] - p_k
+# \quad\Rightarrow\quad
+# \frac{\partial\ell}{\partial z_k} = -\sum_v q_v\big([v=k] - p_k\big) = -q_k + p_k\sum_v q_v = p_k - q_k ,$$
+#
+# because $q$ sums to 1. **The gradient is the prediction minus the smoothed target**, $p - q$: that is
+# $p_k - \varepsilon_{ls}/V$ for every $k$, and a further $-(1-\varepsilon_{ls})$ at $k = y$. The package
+# (`cross_entropy_backward`) subtracts that term *at the index* $y$ of each position, with one indexed write;
+# it never looks for the target by its value. Each row of $p - q$ sums to 0: adding a constant to every logit
+# changes nothing, so the gradient has no component along $(1,\dots,1)$.
+#
+# **Padding and the mean.** The batch loss is the mean over the $N$ positions whose target is not `<pad>`:
+# $L = \frac1N\sum_{(b,t):\,y_{bt}\neq\text{pad}}\ell_{bt}$. A pad position is not in the sum, so its logits get a
+# gradient of exactly 0, and every other position gets $(p - q)/N$. $N$ counts real tokens only (dividing by
+# $B\cdot T$ would make the step size depend on how much padding a batch happens to have).
+#
+# Checked: $p - q$ written out by hand, the package's `cross_entropy_backward`, and the numerical gradient
+# of `cross_entropy_forward`:
+
+# %%
+from minitransformer.layers.loss import cross_entropy_backward, cross_entropy_forward
+
+rng = np.random.default_rng(5)
+B, T, V, pad, eps_ls = 2, 4, 6, 0, 0.1
+logits = 2 * rng.standard_normal((B, T, V))
+targets = np.array([[3, 1, 5, 0], [2, 2, 0, 0]])                  # 0 = <pad>: 5 real tokens
+loss, cache = cross_entropy_forward(logits, targets, pad, eps_ls)
+
+p = np.exp(logits - logits.max(axis=-1, keepdims=True))
+p /= p.sum(axis=-1, keepdims=True)                                 # softmax
+q = np.full((B, T, V), eps_ls / V)                                 # eps/V everywhere ...
+np.put_along_axis(q, targets[..., None], 1 - eps_ls + eps_ls / V, axis=-1)   # ... and 1 - eps more at y
+valid = targets != pad                                             # (B, T)
+N = int(valid.sum())
+by_hand = (p - q) * valid[..., None] / N
+
+package = cross_entropy_backward(cache)
+numeric = numerical_gradient(lambda: cross_entropy_forward(logits, targets, pad, eps_ls)[0], logits)
+print(f"loss {loss:.4f}, the mean over N = {N} non-pad tokens")
+print(f"(p - q)/N by hand vs cross_entropy_backward: rel error {rel_error(by_hand, package):.1e}")
+print(f"cross_entropy_backward vs numerical gradient: rel error {rel_error(package, numeric):.1e}")
+print("largest gradient at a pad position:", np.abs(package[~valid]).max())
+print("largest |row sum| of the gradient: ", f"{np.abs(package.sum(axis=-1)).max():.1e}")
+
+# %% [markdown]
 # ## 4. Three-way tying: one matrix, three gradients, summed
 #
 # Let $\ell(A, B, C)$ be the loss of a model that uses $A$ for the source embedding, $B$ for the target
@@ -252,7 +313,15 @@ print(f"saved = 2 V d_model   : {saved:>12,}   ({saved / (tied + saved):.1%} of 
 #
 # ## Exercises
 #
-# Each checking cell prints *not attempted yet* until you fill in the function above it; a wrong answer raises an `AssertionError` that says what is wrong.
+# Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
+# runs your function on fixed random inputs and compares it with the package's answer **and**,
+# for a gradient, with a numerical gradient. While the stub still returns `None` it prints
+# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
+# when your answer matches a common mistake, a `hint:` line naming it; a right one prints
+# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
+# you want to peek.
 #
 # ### Exercise 5.1 — embedding backward, with repeated tokens
 #

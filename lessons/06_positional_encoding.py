@@ -33,9 +33,10 @@
 # | the table | `minitransformer.layers.positional.sinusoidal_table(max_len, d_model)` |
 # | $x + PE$ and its backward (the identity) | `PositionalEncoding.forward`, `.backward` |
 # | in the model | `Transformer.src_pos`, `tgt_pos` (one shared table); dropout on the sum (§5.4): `src_dropout`, `tgt_dropout` |
+#
+# The derivation in full: [docs/derivations.md §3, positional encoding](../docs/derivations.md#3-positional-encoding-35).
 
 # %%
-# %matplotlib inline
 import numpy as np
 import matplotlib.pyplot as plt
 
@@ -189,12 +190,35 @@ print(report); report.assert_ok()
 #
 # * **The values stay bounded.** Every entry is a sine or cosine, so $|PE_{pos,j}|\le1$, and each row has the
 #   same norm, $\|PE_{pos}\|^2 = \sum_i(\sin^2+\cos^2) = d_\text{model}/2$, at every position.
-# * **Similarity depends only on distance.** Attention compares vectors with dot products. Because $M_k$ is
-#   orthogonal, $PE_{pos}\cdot PE_{pos+k}$ depends on $k$ alone (exercise 6.2 asks for the closed form), so
-#   the similarity-versus-distance curve measured at position 0 and at position 5000 is the same curve, and it
-#   continues smoothly past 64.
+# * **Similarity depends only on distance.** Attention compares vectors with dot products, and
+#   $PE_{pos}\cdot PE_{pos+k}$ depends on $k$ alone, as argued below, so the similarity-versus-distance curve
+#   measured from position 0 and from position 5000 is one curve, and it continues smoothly past 64.
 # * **One rotation generates every position.** $PE_{pos} = M_1^{\,pos}\,PE_0$: the same fixed map that links
 #   neighbours inside the training range produces positions far outside it.
+#
+# **Why the dot product depends on $k$ alone.** That $M_k$ is orthogonal is not enough: an orthogonal matrix
+# keeps lengths, $\|M_k v\| = \|v\|$, but $v\cdot M_k v$ generally still depends on $v$ (checked below with a random
+# orthogonal matrix). Two more facts are needed. Write $u_i = (\sin pos\,\omega_i,\ \cos pos\,\omega_i)$ for the pair
+# of columns of frequency $i$; since $M_k$ is block-diagonal,
+#
+# $$PE_{pos}\cdot PE_{pos+k} = PE_{pos}\cdot M_k PE_{pos} = \sum_{i=0}^{d_\text{model}/2-1} u_i\cdot R_i(k)\,u_i .$$
+#
+# 1. Each block is a rotation *of the plane*, by the angle $k\omega_i$, and a plane rotation turns every vector
+#    by the same angle, so $u\cdot R(\theta)\,u = \|u\|^2\cos\theta$ for every $u$. Multiplied out:
+#    $u_1(u_1\cos\theta + u_2\sin\theta) + u_2(-u_1\sin\theta + u_2\cos\theta) = (u_1^2 + u_2^2)\cos\theta$.
+#    (In more than two dimensions no such identity holds: a rotation can fix some directions and turn others.)
+# 2. Each pair has unit length at every position: $\|u_i\|^2 = \sin^2(pos\,\omega_i) + \cos^2(pos\,\omega_i) = 1$.
+#
+# Together:
+#
+# $$PE_{pos}\cdot PE_{pos+k} = \sum_{i=0}^{d_\text{model}/2-1}\cos(k\,\omega_i),$$
+#
+# with no $pos$ left. (The same conclusion by another road: $PE_{pos} = M_1^{pos}PE_0$ and $M_k = M_1^k$, so
+# $PE_{pos}\cdot PE_{pos+k} = PE_0^\top (M_1^{pos})^\top M_1^{k}\,M_1^{pos} PE_0 = PE_0^\top M_1^k PE_0$, because
+# $(M_1^{pos})^\top = M_1^{-pos}$ for an orthogonal matrix and powers of one matrix commute. Orthogonality is
+# used there too, but together with every shift being a power of the one map $M_1$.) Both claims are checked
+# in the next cell: the closed form against the table, and a random orthogonal matrix whose quadratic form
+# does change along the rows of the table.
 
 # %%
 d = 64
@@ -208,6 +232,17 @@ ks = np.arange(0, 512)
 sim_0 = T[ks] @ T[0] / (d / 2)                  # cosine similarity, measured from position 0
 sim_5000 = T[5000 + ks] @ T[5000] / (d / 2)     # ... and from position 5000
 print("max difference between the two curves:", np.abs(sim_0 - sim_5000).max())
+
+omega = 10000.0 ** (-np.arange(0, d, 2) / d)
+closed_form = np.cos(ks[:, None] * omega).sum(axis=1)              # sum_i cos(k w_i)
+print("max |PE(pos) . PE(pos+k) - sum_i cos(k w_i)| at pos 0 and 5000:",
+      f"{max(np.abs(T[ks] @ T[0] - closed_form).max(), np.abs(T[5000 + ks] @ T[5000] - closed_form).max()):.1e}")
+M10 = shift_matrix(10, d)
+Q_random, _ = np.linalg.qr(np.random.default_rng(6).standard_normal((d, d)))   # orthogonal, not block rotations
+print("orthogonal:", np.abs(Q_random.T @ Q_random - np.eye(d)).max() < 1e-12, np.abs(M10.T @ M10 - np.eye(d)).max() < 1e-12)
+for name, M in (("M_10", M10), ("random orthogonal Q", Q_random)):
+    quad = np.einsum("pi,ij,pj->p", T[:1000], M, T[:1000])         # PE(pos) . M PE(pos) for pos = 0..999
+    print(f"PE(pos) . {name} PE(pos), pos 0-999: from {quad.min():8.4f} to {quad.max():8.4f}")
 
 M1, v, worst = shift_matrix(1, d), T[0].copy(), 0.0
 for pos in range(1, 5001):
@@ -255,7 +290,15 @@ print("max_len=256: logits", longer.forward(src, tgt_in).shape)
 # %% [markdown]
 # ## Exercises
 #
-# Each checking cell prints *not attempted yet* until you fill in the function above it; a wrong answer raises an `AssertionError` that says what is wrong.
+# Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
+# runs your function on fixed random inputs and compares it with the package's answer **and**,
+# for a gradient, with a numerical gradient. While the stub still returns `None` it prints
+# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
+# when your answer matches a common mistake, a `hint:` line naming it; a right one prints
+# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
+# you want to peek.
 #
 # ### Exercise 6.1 — the table
 #
@@ -278,9 +321,10 @@ check_sinusoidal_pe(my_sinusoidal_pe)
 # %% [markdown]
 # ### Exercise 6.2 — similarity in closed form
 #
-# Show that $PE_{pos}\cdot PE_{pos+k}$ does not depend on $pos$ by finding its closed form (hint:
-# $\sin a\sin b + \cos a\cos b$). Write `my_pe_similarity(k, d_model)` that takes an array of offsets `k` and
-# returns the array of dot products, without building the table.
+# §4 derived the closed form of $PE_{pos}\cdot PE_{pos+k}$ (if you skipped it, try on your own first: the
+# hint is $\sin a\sin b + \cos a\cos b$). Write `my_pe_similarity(k, d_model)` that takes an array of offsets
+# `k` and returns the array of dot products, without building the table and without a Python loop over `k`.
+# The checker compares it with dot products of table rows from two different starting positions.
 
 # %%
 def my_pe_similarity(k, d_model):

@@ -33,12 +33,14 @@
 # | layers and stacks | `minitransformer.model.EncoderLayer`, `DecoderLayer`, `Encoder`, `Decoder` |
 # | the whole model | `Transformer(cfg)`: `forward(src, tgt_in) -> logits`, `backward(dlogits)` |
 # | batches: `tgt_in` = `<bos>` + target, `tgt_out` = target + `<eos>` | `minitransformer.data.batching.make_batch` |
-# | masks | `Transformer.masks`, `minitransformer.data.batching.padding_mask`, `causal_mask` |
+# | masks | `minitransformer.layers.masks.padding_mask`, `decoder_mask` (padding AND `causal_mask`); a `Batch` carries them |
 # | loss | `minitransformer.layers.loss.LabelSmoothedCrossEntropy` |
 # | parameter count | `minitransformer.model.count_parameters(cfg)` |
+#
+# The whole model's backward chains the pieces derived in [docs/derivations.md](../docs/derivations.md), §1–§11; the
+# stack's wiring is in [§9, residual connections](../docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54).
 
 # %%
-# %matplotlib inline
 import numpy as np
 import matplotlib.pyplot as plt
 
@@ -47,6 +49,64 @@ from minitransformer import backend
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
 np.set_printoptions(precision=4, suppress=True, linewidth=110)
 backend.set_default_dtype("float64")   # new parameters in float64: gradient checks need it
+
+# %% [markdown]
+# ## 0. Figure 1, with the shapes
+#
+# The paper's Figure 1 draws the architecture; here is the same picture with the shape of the array that
+# flows along every arrow, in the paper's letters ($B$ sentences, $S$ source and $T$ target positions,
+# $V$ tokens). Each box names the package object that computes it. The decoder's encoder-decoder
+# attention is the only place the two stacks meet: its keys and values come from the memory.
+
+# %%
+from matplotlib.patches import FancyBboxPatch
+
+def box(ax, x, y, text, color, w=3.3, h=0.62):
+    ax.add_patch(FancyBboxPatch((x - w / 2, y - h / 2), w, h, boxstyle="round,pad=0.05", fc=color, ec="0.3"))
+    ax.text(x, y, text, ha="center", va="center", fontsize=7.5)
+
+def arrow(ax, x0, y0, x1, y1, label=None, side=1):
+    ax.annotate("", (x1, y1), (x0, y0), arrowprops=dict(arrowstyle="->", color="0.25", lw=1))
+    if label:
+        ax.text((x0 + x1) / 2 + 0.12 * side, (y0 + y1) / 2, label, fontsize=6.5, color="tab:blue",
+                ha="left" if side > 0 else "right", va="center")
+
+fig, ax = plt.subplots(figsize=(10, 7.4))
+E, D = 2.2, 7.8                                                # x of the encoder and decoder columns
+enc = [(0.6, "src ids", "white"), (1.6, "src_embed: E[ids] · √d_model", "#f6e7c1"),
+       (2.6, "src_pos: + PE (§3.5)", "#e8e8e8"), (3.6, "src_dropout (§5.4)", "#e8e8e8"),
+       (4.8, "res_attn: LayerNorm(x + MHA(x, x, x))", "#cfe3f5"),
+       (5.9, "res_ffn: LayerNorm(x + FFN(x))", "#d4efcf")]
+dec = [(0.6, "tgt_in ids = <bos> + target", "white"), (1.6, "tgt_embed: E[ids] · √d_model", "#f6e7c1"),
+       (2.6, "tgt_pos: + PE", "#e8e8e8"), (3.6, "tgt_dropout", "#e8e8e8"),
+       (4.8, "res_self: LayerNorm(y + MHA(y, y, y), causal mask)", "#cfe3f5"),
+       (5.9, "res_cross: LayerNorm(y + MHA(y, memory, memory))", "#f5d0d0"),
+       (7.0, "res_ffn: LayerNorm(y + FFN(y))", "#d4efcf"), (8.2, "generator: y Eᵀ (tied, §3.4)", "#f6e7c1"),
+       (9.2, "softmax -> P(next token)", "white")]
+for (y, t, c) in enc:
+    box(ax, E, y, t, c)
+for (y, t, c) in dec:
+    box(ax, D, y, t, c, w=4.1)
+enc_shapes = ["(B, S)", "(B, S, d_model)", "(B, S, d_model)", "(B, S, d_model)", "(B, S, d_model)"]
+for (y0, _, _), (y1, _, _), label in zip(enc, enc[1:], enc_shapes):
+    arrow(ax, E, y0 + 0.31, E, y1 - 0.31, label)
+dec_shapes = ["(B, T)", "(B, T, d_model)", "(B, T, d_model)", "(B, T, d_model)", "(B, T, d_model)",
+              "(B, T, d_model)", "(B, T, d_model)", "(B, T, V) logits"]
+for (y0, _, _), (y1, _, _), label in zip(dec, dec[1:], dec_shapes):
+    arrow(ax, D, y0 + 0.31, D, y1 - 0.31, label)
+ax.add_patch(plt.Rectangle((E - 2.0, 4.3), 4.0, 2.1, fill=False, ls="--", ec="0.4"))
+ax.text(E - 2.05, 6.55, "encoder layer, × N  (EncoderLayer)", fontsize=7.5)
+ax.add_patch(plt.Rectangle((D - 2.4, 4.3), 4.8, 3.2, fill=False, ls="--", ec="0.4"))
+ax.text(D - 2.45, 7.65, "decoder layer, × N  (DecoderLayer)", fontsize=7.5)
+box(ax, E, 7.3, "memory", "#fff3b0", w=1.6)
+arrow(ax, E, 6.4, E, 7.3 - 0.31, "(B, S, d_model)")
+arrow(ax, E + 0.8, 7.3, D - 2.05, 5.9, "keys, values (every decoder layer)", side=1)
+ax.text(0.0, 9.6, "src_mask (B, 1, 1, S): padding;   tgt_mask (B, 1, T, T): causal AND padding;   "
+        f"this lesson's toy: B = 2, S = 5, T = 6, d_model = {8}, V = 10, N = 2",
+        fontsize=7.5, color="0.3")
+ax.set(xlim=(-0.2, 10.4), ylim=(0, 10)); ax.axis("off")
+ax.set_title("Figure 1 of the paper, with the shapes (post-LN, as in the paper)", fontsize=10)
+plt.show()
 
 # %% [markdown]
 # ## 1. A toy batch and its masks
@@ -123,6 +183,24 @@ for i, layer in enumerate(model.decoder.layers):
 logits = model.generator.forward(y);       show("logits = y E^T (B, T, V)", logits)
 loss = loss_fn.forward(logits, tgt_out)
 print(f"loss (label-smoothed cross-entropy, mean over {int((tgt_out != 0).sum())} non-pad targets) = {loss:.4f}")
+
+# %% [markdown]
+# **Is this loss what an untrained model should give?** A model that spreads its probability evenly over
+# the $V$ tokens pays $-\log(1/V) = \ln V$ per target, and with label smoothing too: against a uniform
+# prediction every target distribution $q$ costs exactly $\ln V$, since $\sum_v q_v = 1$. This model is not
+# quite uniform. Its logits are $y E^\top$: $y$ leaves a LayerNorm with unit variance per feature, and $E$'s
+# entries have variance $1/d_\text{model}$ (lesson 5), so every logit has variance about
+# $d_\text{model}\cdot 1 \cdot 1/d_\text{model} = 1$. For logits $z_v \sim \mathcal N(0, \sigma^2)$ unrelated to
+# the target, $E[\log\sum_v e^{z_v}] \approx \ln V + \sigma^2/2$, so we expect about $\ln V + 0.5$. A first
+# loss far above that means the initial logits are too large (too confident): the first thing to look at
+# when a run starts badly (lesson 9).
+
+# %%
+sigma2 = logits.var()
+print(f"initial loss {loss:.4f}   ln V = ln {cfg.vocab_size} = {np.log(cfg.vocab_size):.4f}   "
+      f"variance of the logits {sigma2:.2f}   ln V + variance/2 = {np.log(cfg.vocab_size) + sigma2 / 2:.4f}")
+p = np.exp(logits - logits.max(-1, keepdims=True)); p /= p.sum(-1, keepdims=True)
+print(f"largest predicted probability anywhere: {p.max():.3f}   (uniform would be {1 / cfg.vocab_size:.3f})")
 
 # %% [markdown]
 # ## 3. Backward, one stage at a time
@@ -257,10 +335,54 @@ for name, paper in (("base", 65e6), ("big", 213e6)):
 # the vocabulary alone. The paper does not say how its figures were counted, and we do not guess; what is
 # printed above is exactly what this package's models hold. Untied embeddings would give about 101 M for
 # base, far from 65 M, so the paper's figure is at least consistent with a shared matrix counted once.
+
+# %% [markdown]
+# ## 6. At inference: one position at a time, with a key/value cache (§6.1 preview)
 #
+# Training sees the whole target at once (teacher forcing) and the causal mask hides the future. At
+# inference there is no target: the decoder must produce position $t$ before it can read it as input at
+# $t+1$. Re-running the decoder on the whole prefix at every step would cost $O(T^2)$ position-passes; the
+# model instead keeps every layer's keys and values of the positions already decoded in a `KVCache`, and
+# `Transformer.decode_step(y_t, t, cache)` runs **only the new position** through the $N$ layers. Its query
+# attends to the $t+1$ cached keys, which is exactly what the causal mask allowed row $t$ to see.
+#
+# If that is right, feeding `tgt_in` one token at a time must give the same logits, row by row, as the
+# teacher-forced `forward`. Dropout must be off (`eval_mode`), since the two passes would otherwise draw
+# different masks. Lesson 10 builds greedy and beam search on this step.
+
+# %%
+from minitransformer.layers.parameter import eval_mode
+from minitransformer.model import KVCache
+
+with eval_mode(model):
+    teacher_forced = model.forward(src, tgt_in)                  # (B, T, V), all positions at once
+    memory = model.encode(src)                                   # (B, S, d_model), once per sentence
+    cache = KVCache(model, memory, padding_mask(src, cfg.pad_id), T_max=tgt_in.shape[1])
+    stepwise = np.stack([model.decode_step(tgt_in[:, t:t + 1], t, cache)   # (B, V) per step
+                         for t in range(tgt_in.shape[1])], axis=1)
+print("cached K of decoder layer 0:", cache.self_kv[0][0].shape, " (B, h, T_max, d_k)")
+print("step-by-step logits", stepwise.shape, " teacher-forced", teacher_forced.shape)
+real = tgt_in != cfg.pad_id                                      # padded positions are never decoded
+print(f"max |difference| over the real positions: {np.abs(stepwise - teacher_forced)[real].max():.1e}")
+print(f"max |difference| at the padded positions:  {np.abs(stepwise - teacher_forced)[~real].max():.1e}")
+
+# %% [markdown]
+# The two agree to rounding (float64). The padded target positions of sentence 1 differ, and should: the
+# teacher-forced pass masks padded *keys*, while the stepwise pass, fed a pad token, attends to it like any
+# other token. A real decoder never feeds a pad; it stops at `<eos>`.
+
+# %% [markdown]
 # ## Exercises
 #
-# Each checking cell prints *not attempted yet* until you fill in the function above it; a wrong answer raises an `AssertionError` that says what is wrong.
+# Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
+# runs your function on fixed random inputs and compares it with the package's answer **and**,
+# for a gradient, with a numerical gradient. While the stub still returns `None` it prints
+# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
+# when your answer matches a common mistake, a `hint:` line naming it; a right one prints
+# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
+# you want to peek.
 #
 # ### Exercise 7.1 — shifting the target right
 #

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import pathlib
 import sys
 import time
@@ -75,7 +76,7 @@ def first_difference(source: pathlib.Path, ipynb: pathlib.Path) -> str | None:
             return (f"{ipynb.name} differs from {source.name} at cell {i} "
                     f"(type: {h[0]} in the notebook, {w[0]} in the source)")
         if w[1] != h[1]:
-            lines = zip(w[1].splitlines() + [""], h[1].splitlines() + [""])
+            lines = itertools.zip_longest(w[1].split("\n"), h[1].split("\n"), fillvalue="(no line)")
             n, (w_line, h_line) = next((n, pair) for n, pair in enumerate(lines) if pair[0] != pair[1])
             return (f"{ipynb.name} differs from {source.name} at cell {i} (source, line {n + 1} of the cell: "
                     f"{w_line[:60]!r} in the source, {h_line[:60]!r} in the notebook)")
@@ -91,12 +92,28 @@ def orphans(folder: pathlib.Path = HERE) -> list[str]:
             for p in sorted(folder.glob("[0-9][0-9]_*.ipynb")) if p.stem not in sources]
 
 
+def merge_streams(nb: nbformat.NotebookNode) -> None:
+    """Join consecutive stdout (or stderr) outputs of a cell: how printed text is split into
+    messages depends on timing, and must not make two builds of one lesson differ."""
+    for cell in nb.cells:
+        merged = []
+        for out in cell.get("outputs", []):
+            if merged and out.output_type == "stream" and merged[-1].output_type == "stream" \
+                    and merged[-1].name == out.name:
+                merged[-1].text += out.text
+            else:
+                merged.append(out)
+        if "outputs" in cell:
+            cell.outputs = merged
+
+
 def build(source: pathlib.Path, execute: bool) -> None:
     nb = notebook(source)
     t0 = time.perf_counter()
     if execute:
         NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
                        resources={"metadata": {"path": str(HERE)}}).execute()
+        merge_streams(nb)
     path = source.with_suffix(".ipynb")
     text = nbformat.writes(nb)
     atomic_write_bytes(str(path), (text if text.endswith("\n") else text + "\n").encode())  # as nbformat.write does

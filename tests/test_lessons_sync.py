@@ -9,12 +9,14 @@ and name the lesson and the first differing cell. They use the same comparison a
 
 import importlib.util
 import pathlib
+import re
 import shutil
 
 import nbformat
 import pytest
 
 LESSONS = pathlib.Path(__file__).resolve().parents[1] / "lessons"
+DERIVATIONS = LESSONS.parent / "docs" / "derivations.md"
 
 _spec = importlib.util.spec_from_file_location("lessons_build", LESSONS / "build.py")
 build = importlib.util.module_from_spec(_spec)
@@ -36,6 +38,22 @@ def test_every_notebook_has_a_source():
 def test_scripts_are_not_lessons():
     names = {p.name for p in build.lessons(LESSONS).values()}
     assert "debug_attention.py" not in names and "build.py" not in names
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_lessons_link_their_derivations():
+    """Lessons 0-7 link their section of docs/derivations.md, and every such link's anchor exists."""
+    anchors = {_anchor(line.lstrip("#")) for line in DERIVATIONS.read_text().splitlines() if line.startswith("#")}
+    for number, source in build.lessons(LESSONS).items():
+        links = re.findall(r"\.\./docs/derivations\.md(?:#([\w\-]+))?", source.read_text())
+        if number <= "07":
+            assert links, f"{source.name} does not link docs/derivations.md"
+        missing = [a for a in links if a and a not in anchors]
+        assert not missing, f"{source.name} links anchors that docs/derivations.md lacks: {missing}"
 
 
 # -- the check can fail ------------------------------------------------------------------
@@ -70,6 +88,15 @@ def test_a_removed_cell_is_caught(copy_of_lesson_3):
     copy_of_lesson_3.write_text(text[: text.rindex("\n# %%")] + "\n")             # drop the last cell
     problem = build.first_difference(copy_of_lesson_3, copy_of_lesson_3.with_suffix(".ipynb"))
     assert problem is not None and "cells" in problem
+
+
+def test_a_trailing_newline_is_caught(copy_of_lesson_3):
+    notebook = copy_of_lesson_3.with_suffix(".ipynb")
+    nb = nbformat.read(notebook, as_version=4)
+    nb.cells[2].source += "\n"
+    nbformat.write(nb, notebook)
+    problem = build.first_difference(copy_of_lesson_3, notebook)
+    assert problem is not None and "at cell 2 (source" in problem and "(no line)" in problem
 
 
 def test_a_missing_notebook_or_source_is_caught(copy_of_lesson_3):
