@@ -178,3 +178,21 @@ def test_embedding_backward_matches_add_at(B, S, V, d_model, seed):
     dense = np.zeros((V, d_model))
     np.add.at(dense, ids.reshape(-1), dout.reshape(-1, d_model) * np.sqrt(d_model))
     np.testing.assert_allclose(emb.E.grad, dense, rtol=1e-12, atol=1e-12)
+
+
+def test_attention_works_on_any_number_of_leading_axes():
+    """Lesson 8 runs restricted attention as windows, (B, h, n_windows, w, d_k): Eq. (1) only
+    needs the last two axes. The 5-D call must equal a loop of 4-D calls, forward and backward."""
+    from minitransformer.layers.attention import attention_backward
+
+    rng = np.random.default_rng(0)
+    Q, K, V = (rng.standard_normal((2, 3, 4, 5, 6)) for _ in range(3))
+    mask = rng.random((2, 1, 4, 5, 5)) > 0.3
+    out, cache = attention_forward(Q, K, V, mask)
+    dout = rng.standard_normal(out.shape)
+    grads = attention_backward(dout, cache)
+    for w in range(4):
+        out_w, cache_w = attention_forward(Q[:, :, w], K[:, :, w], V[:, :, w], mask[:, :, w])
+        np.testing.assert_allclose(out[:, :, w], out_w, rtol=0, atol=1e-12)
+        for g, g_w in zip(grads, attention_backward(dout[:, :, w].copy(), cache_w)):
+            np.testing.assert_allclose(g[:, :, w], g_w, rtol=0, atol=1e-12)
