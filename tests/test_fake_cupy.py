@@ -12,8 +12,9 @@ make at most SYNCS_PER_STEP host syncs, and the number may not depend on the mod
     2  the loss: its count of non-pad tokens (int) and its value (float), returned to the caller
     1  the global gradient norm: clip_grad_norm's when clipping, else Adam's (for the log)
 A sync per layer or per parameter, inside the loop, fails test_host_syncs_per_training_step.
-Decoding needs one sync per output position to know when to stop (plus one per position for
-the target token-id check); see DECODE_SYNCS_PER_POSITION.
+Decoding, per output position (DECODE_SYNCS_PER_POSITION, again the same for every depth):
+    greedy 2: "has every sentence finished?" (bool) and the new tokens' id check (bool)
+    beam   3: the same two, and "did any hypothesis finish at this step?" (bool)
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import contextlib
 import copy
 import functools
 import io
+import re
 import sys
 
 import fake_cupy
@@ -29,6 +31,7 @@ import numpy as np
 import pytest
 
 from minitransformer import backend
+from minitransformer.__main__ import main
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
 from minitransformer.data.batching import make_source_batch
 from minitransformer.decoding import beam_search, greedy_decode
@@ -481,14 +484,15 @@ def test_training_matches_numpy(fake_cp, dtype, clip_norm):
 
 @functools.lru_cache(maxsize=1)
 def _trained_host_model():
-    """A float64 copy model trained briefly on NumPy, so its outputs depend on the input and
-    <eos> comes at varied places (an untrained model repeats one token to the length limit)."""
+    """A float64 copy model trained for 40 steps on NumPy: far from copying, but its outputs
+    depend on the input (greedy: <eos> at once for some sentences, none before the length
+    limit for others; beam: hypotheses of several lengths), unlike an untrained model's."""
     before = backend.default_dtype()
     backend.set_default_dtype("float64")
     try:
         with backend_as("numpy"):
-            trainer = _copy_trainer(steps=150, clip_norm=1.0)
-            _train(trainer, 150)
+            trainer = _copy_trainer(steps=40, clip_norm=1.0)
+            _train(trainer, 40)
     finally:
         backend.set_default_dtype(before)
     return trainer.model
@@ -557,6 +561,22 @@ def test_attention_maps_through_the_stand_in(fake_cp):
     for kind in expected:
         assert type(got[kind]) is np.ndarray
         np.testing.assert_allclose(got[kind], expected[kind], rtol=1e-10, atol=1e-12)
+
+
+def test_command_line_translate_and_evaluate_on_cupy(fake_cp, tmp_path, capsys):
+    """`translate --backend cupy` and `evaluate --backend cupy` print what the NumPy backend
+    prints for the same checkpoint (timings aside)."""
+    task, _, _ = _copy_data()
+    ckpt = str(tmp_path / "checkpoint.npz")
+    save_checkpoint(ckpt, _trained_host_model(), task.vocab)
+    printed = {}
+    for name in ("numpy", "cupy"):
+        assert main(["translate", "--checkpoint", ckpt, "--backend", name, "--beam", "2", "3 4 5 6", "7 8"]) == 0
+        assert main(["evaluate", "--checkpoint", ckpt, "--task", "copy", "--limit", "12", "--beam", "2",
+                     "--backend", name]) == 0
+        printed[name] = re.sub(r"\[[0-9.]+s\]", "[time]", capsys.readouterr().out)
+    assert "beam 2: exact match" in printed["cupy"] and "chrF" in printed["cupy"]
+    assert printed["cupy"] == printed["numpy"]
 
 
 # ---------------------------------------------------------------------------------------------
