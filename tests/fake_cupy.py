@@ -384,7 +384,8 @@ class ndarray:
     def astype(self, dtype, order="K", casting=None, subok=None, copy=True):
         if casting is not None or subok is not None:
             raise TypeError("cupy.ndarray.astype: casting= and subok= are not supported by CuPy")
-        return _wrap(self._a.astype(dtype, order=order, copy=copy))
+        result = self._a.astype(dtype, order=order, copy=copy)
+        return self if result is self._a else _wrap(result)       # copy=False and no cast: itself
 
     def fill(self, value):
         if isinstance(value, numpy.ndarray) and value.shape != ():
@@ -523,11 +524,15 @@ def _function(name, sync=None):
     np_func = getattr(numpy, name)
 
     def function(*args, **kwargs):
-        if sync:
-            SYNCS.sync(sync)
+        if sync or (name == "where" and len(args) == 1):       # where(cond) is nonzero(cond)
+            SYNCS.sync(sync or "nonzero")
         where = f"cupy.{name}"
         out = kwargs.get("out")
         result = np_func(*_operand(args, where), **{k: _operand(v, where) for k, v in kwargs.items()})
+        if isinstance(result, (bool, int, float)):
+            # NumPy answers allclose, array_equal, count_nonzero with a Python scalar; CuPy with
+            # a 0-d device array, so `if cupy.allclose(a, b):` waits for the device.
+            result = numpy.asarray(result)
         return out if isinstance(out, ndarray) else _wrap(result)
 
     function.__name__ = function.__qualname__ = name
@@ -543,7 +548,7 @@ for _name in (
     "repeat", "tile", "broadcast_to", "expand_dims", "squeeze", "flip", "ravel", "where", "take",
     "take_along_axis", "copyto", "atleast_1d", "atleast_2d",
     "sum", "prod", "mean", "var", "std", "max", "amax", "min", "amin", "argmax", "argmin", "all", "any",
-    "cumsum", "cumprod", "clip", "around", "round", "sort", "argsort", "count_nonzero", "isclose",
+    "cumsum", "cumprod", "clip", "around", "sort", "argsort", "count_nonzero", "isclose",
     "allclose", "array_equal", "dot", "vdot", "inner", "outer", "tensordot", "einsum", "trace",
     "searchsorted",
 ):

@@ -144,9 +144,11 @@ def test_numpy_ufuncs_and_functions_run_on_the_device(fake_cp):
 
 def test_reductions_and_elements_stay_on_the_device(fake_cp):
     x = fake_cp.asarray(np.arange(6.0).reshape(2, 3))
-    for value in (x.sum(), x.max(), x[1, 2], fake_cp.vdot(x.reshape(-1), x.reshape(-1)), x.argmax()):
+    for value in (x.sum(), x.max(), x[1, 2], fake_cp.vdot(x.reshape(-1), x.reshape(-1)), x.argmax(),
+                  fake_cp.allclose(x, x), fake_cp.count_nonzero(x)):
         assert isinstance(value, fake_cp.ndarray) and value.ndim == 0, type(value)
     assert SYNCS.total == 0                          # nothing above waited for the device
+    assert x.astype(np.float64, copy=False) is x and x.astype(np.float32) is not x
 
 
 def test_transfers_copy_both_ways(fake_cp):
