@@ -556,6 +556,31 @@ def test_checkpoint_saved_on_cupy_loads_on_numpy_and_back(fake_cp, tmp_path):
     np.testing.assert_allclose(losses["cupy"], losses["numpy"], rtol=1e-5)
 
 
+def _resume_is_exact(tmp_path, P_drop) -> bool:
+    """12 steps straight, or 7 steps + checkpoint + load + 5 more: the same parameters?"""
+    _, train, _ = _copy_data()
+    full, first = _copy_trainer(steps=12, P_drop=P_drop), _copy_trainer(steps=7, P_drop=P_drop)
+    _train(full, 12)
+    _train(first, 7)
+    first.save(str(tmp_path / "checkpoint.npz"))
+    ckpt = load_checkpoint(str(tmp_path / "checkpoint.npz"))
+    resumed = Trainer(ckpt.model, ckpt.vocab, train, [], first.settings)
+    resumed.restore(ckpt)
+    _train(resumed, 5)
+    return all(np.array_equal(_host(p.data), _host(q.data))
+               for p, q in zip(full.model.parameters(), resumed.model.parameters()))
+
+
+def test_resume_without_dropout_is_exact_on_cupy(fake_cp, tmp_path):
+    assert _resume_is_exact(tmp_path, P_drop=0.0)
+
+
+@pytest.mark.xfail(strict=True, reason="CuPy's generators have no state to save (backend.rng_state gives None), "
+                                       "so load_checkpoint restarts the dropout stream from seed 0; exact on NumPy only")
+def test_resume_with_dropout_is_exact_on_cupy(fake_cp, tmp_path):
+    assert _resume_is_exact(tmp_path, P_drop=0.1)
+
+
 def test_attention_maps_through_the_stand_in(fake_cp):
     reference = _trained_host_model()
     model = copy.deepcopy(reference).to("cupy")
