@@ -384,3 +384,8 @@ def test_cupy_matches_numpy(model32, sources):  # pragma: no cover - needs a GPU
     assert beam_search(gpu, src_gpu, BOS, EOS, beam_size=1) == g_gpu
     b_cpu = beam_search(model32, src, BOS, EOS, beam_size=4, return_scores=True)
     assert sum(a[0] == b[0] for a, b in zip(b_cpu, b_gpu)) >= len(seqs) - 2
+
+
+def test_cupy_matches_numpy_on_the_stand_in(model32, sources, fake_cupy_installed):
+    """The check above through the CPU stand-in for CuPy (tests/fake_cupy.py): it runs without a GPU."""
+    test_cupy_matches_numpy(model32, sources)
