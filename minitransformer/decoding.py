@@ -287,7 +287,9 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
             bound = best_live / xp.maximum(length_penalty(t + 2.0, alpha), lp_limit)
             n_fin = (fin_score > NEG_INF).sum(axis=1)
             done |= ((n_fin >= k) & (bound <= fin_score[:, 0])) | (best_live == NEG_INF)
-            live[done] = NEG_INF
+            # xp.where, not live[done] = NEG_INF: a boolean-mask assignment counts the True
+            # entries on the host first, which on a GPU waits for the device at every step.
+            live = xp.where(done[:, None], NEG_INF, live)
             if bool(done.all()) or t + 1 == T:
                 break
             # The new beam: copy each parent's history (and cache rows) to its slot.

@@ -74,10 +74,11 @@ def global_grad_norm(params: Sequence[Parameter]) -> float:
     for p in params:
         xp = backend.get_array_module(p.grad)
         g = p.grad.reshape(-1)
-        # vdot(g, g) = sum(g*g) without materializing g*g; summed in Python floats
-        # so many float32 parameters add up without float32 rounding.
-        total += float(xp.vdot(g, g))
-    return math.sqrt(total)
+        # vdot(g, g) = sum(g*g) without materializing g*g; summed in float64 so many
+        # float32 parameters add up without float32 rounding. An array scalar, not float():
+        # on a GPU every float() waits for the device, and this would wait once per parameter.
+        total += xp.vdot(g, g).astype(xp.float64)
+    return math.sqrt(float(total))
 
 
 def clip_grad_norm(params: Sequence[Parameter], max_norm: float) -> float:
@@ -228,8 +229,8 @@ class Adam:
         step_size = lr * sqrt_correction2 / correction1
         eps_hat = self.eps * sqrt_correction2
 
-        def update(blocks) -> float:
-            """Adam on a list of (p, grad, m, v) blocks; returns their sum of grad^2."""
+        def update(blocks):
+            """Adam on a list of (p, grad, m, v) blocks; returns their sum of grad^2 (a float64 array scalar)."""
             sum_sq = 0.0
             scratch = None                               # one work array, reused for every block
             for p, g, m, v in blocks:
@@ -245,7 +246,9 @@ class Adam:
                 v *= beta2
                 xp.multiply(g, g, out=buf)
                 if self.clip_norm is None:
-                    sum_sq += float(buf.sum())           # the norm's sum of g^2, from the g^2 at hand
+                    # the norm's sum of g^2, from the g^2 at hand; in float64 but not float():
+                    # on a GPU float() would wait for the device once per block
+                    sum_sq += buf.sum().astype(xp.float64)
                 buf *= 1.0 - beta2
                 v += buf
                 # p -= step_size * m / (sqrt(v) + eps_hat)
@@ -262,7 +265,7 @@ class Adam:
         blocks = [b for p, m, v in zip(self.params, self.m, self.v) for b in _blocks(p.data, p.grad, m, v)]
         sum_sq = sum(backend.run_in_threads(update, blocks, backend.get_array_module(self.params[0].data)))
         if self.clip_norm is None:
-            self.last_grad_norm = math.sqrt(sum_sq)
+            self.last_grad_norm = math.sqrt(float(sum_sq))       # the step's one wait for the device
 
     # -- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict:

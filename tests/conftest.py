@@ -18,3 +18,27 @@ def f64():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+@pytest.fixture
+def fake_cupy_installed():
+    """The CPU stand-in for CuPy (tests/fake_cupy.py) installed as ``cupy``/``cupyx`` for one test,
+    the backend left as it is; yields the stand-in ``cupy`` module. ``fake_cupy.SYNCS`` counts host
+    syncs (reset on entry). sys.modules (a real CuPy too, if any) is restored afterwards."""
+    import fake_cupy  # noqa: PLC0415  (tests/ is on sys.path: pytest puts the conftest's folder there)
+
+    with fake_cupy.installed() as cupy:
+        yield cupy
+
+
+@pytest.fixture
+def fake_cp(fake_cupy_installed):
+    """The stand-in installed *and* chosen as the backend: new parameters live on the "GPU".
+    The backend and the dtype are restored afterwards."""
+    name, dtype = backend.backend_name(), backend.default_dtype()
+    backend.set_backend("cupy")
+    try:
+        yield fake_cupy_installed
+    finally:
+        backend.set_backend(name)
+        backend.set_default_dtype(dtype)

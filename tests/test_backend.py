@@ -186,9 +186,9 @@ def test_seeded_rng_reproducible():
 # GPU: the same layers on CuPy agree with NumPy
 # ---------------------------------------------------------------------------
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not backend.cupy_available(), reason="CuPy with a CUDA device is not available")
-class TestCuPyMatchesNumPy:
+class _CuPyMatchesNumPy:
+    """The checks; the two classes below run them on a real GPU and on the CPU stand-in."""
+
     TOL = 1e-5
 
     @pytest.fixture(autouse=True)
@@ -266,6 +266,18 @@ class TestCuPyMatchesNumPy:
         gl, gc = cross_entropy_forward(cupy.asarray(logits), cupy.asarray(targets), 0, 0.1)
         assert abs(gl - l) <= self.TOL * abs(l)
         self._close(cross_entropy_backward(gc), cross_entropy_backward(c))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not backend.cupy_available(), reason="CuPy with a CUDA device is not available")
+class TestCuPyMatchesNumPy(_CuPyMatchesNumPy):
+    """On a real GPU (real CuPy). Without one these skip, whether or not CuPy is installed."""
+
+
+@pytest.mark.usefixtures("fake_cupy_installed")
+class TestCuPyStandInMatchesNumPy(_CuPyMatchesNumPy):
+    """The same checks through the CPU stand-in for CuPy (tests/fake_cupy.py), so they run
+    everywhere and are known to work before they first meet a GPU."""
 
 
 # ---------------------------------------------------------------------------

@@ -419,3 +419,8 @@ def test_decoding_uses_only_the_models_public_api():
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "model"}
     assert used <= allowed, f"decoding.py reaches into the model: {sorted(used - allowed)}"
     assert {"encode", "decode", "decode_step"} <= used
+
+
+def test_cupy_matches_numpy_on_the_stand_in(model32, sources, fake_cupy_installed):
+    """The check above through the CPU stand-in for CuPy (tests/fake_cupy.py): it runs without a GPU."""
+    test_cupy_matches_numpy(model32, sources)

@@ -79,9 +79,11 @@ def attention_forward(Q: Array, K: Array, V: Array, mask: Array | None = None) -
     # next line S and A are the same array, and S's values are gone. To see the
     # scores, `p S.copy()` before this line, or call attention_scores(Q, K, mask).
     A = softmax_lastaxis(S)                          # (B, h, S_q, S_k)
-    if mask is not None and not bool(mask.any(axis=-1).all()):
-        # Some query row may attend to nothing: its softmax is uniform over
-        # masked keys; zeroing it gives an output of 0 (and a gradient of 0).
+    # A query row that may attend to nothing gets a softmax uniform over masked keys;
+    # zeroing it gives an output of 0 (and a gradient of 0). NumPy first checks whether
+    # any row needs it; on a GPU that question would make the CPU wait for the device at
+    # every call, so there the (cheap) multiply always runs.
+    if mask is not None and (not backend.on_cpu(A) or not bool(mask.any(axis=-1).all())):
         A *= mask
     out = backend.matmul(A, V)                       # (B, h, S_q, d_v)
     return out, AttentionCache(Q, K, V, A, scale)
