@@ -18,3 +18,11 @@ def f64():
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The lesson notebooks (collected by `--nbmake`) take seconds each: mark them slow,
+    so that `pytest --nbmake -m "not slow" tests lessons` leaves them out."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)
