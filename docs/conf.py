@@ -42,7 +42,7 @@ extensions = [
 root_doc = "docs/index"
 # Every numbered lesson notebook is a page, so lessons added later appear with no edit here.
 include_patterns = ["docs/**", "lessons/[0-9][0-9]_*.ipynb"]
-exclude_patterns = ["docs/_build", "**/.ipynb_checkpoints", "docs/README.md"]
+exclude_patterns = ["docs/_build", "**/.ipynb_checkpoints"]
 templates_path = ["docs/_templates"]   # relative to this folder (the configuration directory)
 
 # -- MyST and notebooks -----------------------------------------------------------------
