@@ -43,7 +43,7 @@ root_doc = "docs/index"
 # Every numbered lesson notebook is a page, so lessons added later appear with no edit here.
 include_patterns = ["docs/**", "lessons/[0-9][0-9]_*.ipynb"]
 exclude_patterns = ["docs/_build", "**/.ipynb_checkpoints"]
-templates_path = ["docs/_templates"]   # relative to this folder (the configuration directory)
+templates_path = ["docs/_templates"]   # autosummary reads it from the source directory (the repository root)
 
 # -- MyST and notebooks -----------------------------------------------------------------
 nb_execution_mode = "off"          # render the committed outputs; never re-run a lesson here
