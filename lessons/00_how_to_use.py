@@ -57,20 +57,22 @@
 #
 # ```bash
 # python -m venv .venv && source .venv/bin/activate
-# pip install -r requirements.txt         # NumPy, matplotlib, pytest, nbmake, ... and the package itself (-e .)
-# # only the package:            pip install -e .
-# # on a machine with an NVIDIA GPU, add CuPy:   pip install -r requirements-gpu.txt
+# pip install -r requirements.txt         # the package itself (-e .), NumPy, matplotlib and JupyterLab
+# jupyter lab lessons/                    # open the lessons
+# # to run the tests and rebuild lessons too:   pip install -r requirements-dev.txt
+# # on a machine with an NVIDIA GPU, add CuPy:  pip install -r requirements-gpu.txt
 # ```
 #
-# `pip install -e .` installs the package *editable*: Python imports it straight from
+# `requirements.txt` installs the package *editable* (`-e .`): Python imports it straight from
 # `minitransformer/` in the repository, so a line you change there (a `print`, a
 # `breakpoint()`) takes effect the next time the module is imported — in a notebook, after
 # *Kernel → Restart*.
 #
 # * Open the lessons with `jupyter lab lessons/`, or open the `.ipynb` files in VS Code.
 #   Each one runs top to bottom on a laptop CPU in well under a minute.
-# * Run the tests with `pytest`, and every notebook top to bottom, as CI does, with
-#   `pytest --nbmake lessons/`.
+# * After `pip install -r requirements-dev.txt` (pytest, nbmake, torch for the parity tests, ...), run the
+#   tests with `python -m pytest` (`-m "not slow"` for the quick ones), and every notebook top to bottom,
+#   as CI does, with `python -m pytest --nbmake lessons/`.
 # * Each notebook is built from a plain Python file next to it, `lessons/NN_name.py`, in
 #   jupytext's *percent* format: `# %%` starts a code cell, `# %% [markdown]` a text cell.
 #   To change a lesson, edit its `.py` and run `python lessons/build.py NN` (e.g. `03`): it

@@ -55,7 +55,7 @@
 # | the long sweeps behind the plots | `lessons/experiments/lesson08_table1.py`, which writes `lesson08_table1.json` |
 #
 # Background: the package's paper-to-code table is in the
-# [README](../README.md#the-paper-equation-by-equation); the backward rules we reuse are
+# [paper map](../docs/paper_map.md); the backward rules we reuse are
 # derived in [docs/derivations.md](../docs/derivations.md) (the linear layer, §1, for every
 # $xW$ product below; the softmax, §4, and attention, §5, for the exercise).
 

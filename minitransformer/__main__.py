@@ -7,7 +7,7 @@ import os
 import sys
 import time
 
-from . import backend
+from . import __version__, backend
 from .model import PRESETS
 
 
@@ -191,6 +191,7 @@ def _task_names_help() -> str:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m minitransformer",
                                      description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.")
+    parser.add_argument("--version", action="version", version=f"minitransformer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a model on a task or a TSV file",
@@ -211,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, help="also save a checkpoint every this many steps")
     p.add_argument("--eval-beams", type=int, nargs="+", default=[1],
                    help="beam sizes to evaluate the test set with at the end (default: 1 = greedy)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0,
+                   help="seed of the initial weights, dropout, the batch order and the task's "
+                        "train/valid/test split (default: 0; evaluate --seed must match it)")
     p.add_argument("--out", help="output directory (default: runs/TASK)")
     p.add_argument("--resume", help="continue from this checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -229,10 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split")
-    p.add_argument("--checkpoint", required=True)
+    p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines")
     p.add_argument("--task", help="a named task (uses its --split)")
-    p.add_argument("--split", choices=["train", "valid", "test"], default="test")
+    p.add_argument("--split", choices=["train", "valid", "test"], default="test",
+                   help="which part of --task to evaluate on (default: test, the held-out pairs)")
     p.add_argument("--level", choices=["char", "word"], help="tokenization of --data (default: the checkpoint's)")
     p.add_argument("--beam", type=int, default=4, help="also evaluate beam search of this size (1: greedy only)")
     p.add_argument("--limit", type=int, help="evaluate only the first N pairs")

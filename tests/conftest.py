@@ -42,3 +42,11 @@ def fake_cp(fake_cupy_installed):
     finally:
         backend.set_backend(name)
         backend.set_default_dtype(dtype)
+
+
+def pytest_collection_modifyitems(config, items):
+    """The lesson notebooks (collected by `--nbmake`) take seconds each: mark them slow,
+    so that `pytest --nbmake -m "not slow" tests lessons` leaves them out."""
+    for item in items:
+        if item.path.suffix == ".ipynb":
+            item.add_marker(pytest.mark.slow)

@@ -122,6 +122,7 @@ def _check_pngs(paths, out_dir):
         assert os.path.getsize(path) > 1000
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam", [1, 3])
 def test_save_attention_maps_word_level(tmp_path, beam):
     vocab = Vocab.build([WORDS])
@@ -131,6 +132,7 @@ def test_save_attention_maps_word_level(tmp_path, beam):
     _check_pngs(paths, tmp_path / "maps")
 
 
+@pytest.mark.slow
 def test_save_attention_maps_char_level_with_hangul(tmp_path):
     # Hangul needs a CJK font; without one the labels are boxes but nothing fails or warns.
     text = "grinning face"
@@ -143,6 +145,7 @@ def test_save_attention_maps_char_level_with_hangul(tmp_path):
     _check_pngs(paths, tmp_path)
 
 
+@pytest.mark.slow
 def test_missing_cjk_font_falls_back_and_says_so(tmp_path, monkeypatch):
     # As on a machine without a CJK font: DejaVu Sans alone. Hangul becomes boxes;
     # no warning per glyph, but the figure's title says no CJK font was found.
@@ -171,6 +174,7 @@ def test_empty_source_is_refused(tmp_path):
         save_attention_maps(_model(len(vocab)), vocab, [], str(tmp_path))
 
 
+@pytest.mark.slow
 def test_translate_cli_writes_heatmaps(tmp_path, capsys):
     vocab = Vocab.build([WORDS])
     model = _model(len(vocab))

@@ -142,6 +142,7 @@ def test_cached_step_logprobs_match_uncached_and_full_forward(name, tol, sources
     np.testing.assert_allclose(np.stack(steps, axis=1), full, rtol=0, atol=tol)
 
 
+@pytest.mark.slow
 def test_cached_equals_uncached_pre_ln(sources):
     """The pre-LN variant adds a final LayerNorm after the decoder stack."""
     model = _build("float64", seed=3, cfg=CFG.with_(pre_ln=True))
@@ -202,6 +203,7 @@ def test_cache_reorder_selects_rows(model64, sources):
 
 # -- cached == uncached for whole decodes -------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["model64", "model32"])
 def test_greedy_cached_equals_uncached(name, sources, request):
     model = request.getfixturevalue(name)

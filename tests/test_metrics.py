@@ -9,7 +9,8 @@ import math
 import pytest
 
 sacrebleu = pytest.importorskip(
-    "sacrebleu", reason="sacrebleu is the reference these metrics are checked against"
+    "sacrebleu", reason="sacrebleu is not installed (pip install -r requirements-dev.txt): "
+                        "it is the reference these metrics are checked against"
 )
 from hypothesis import given, settings, strategies as st  # noqa: E402
 

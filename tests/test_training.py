@@ -21,6 +21,7 @@ def small_trainer(tmp_path, steps, seed=0, **settings):
     return task, Trainer(model, task.vocab, train, [], s, str(tmp_path))
 
 
+@pytest.mark.slow
 def test_resume_is_bit_identical(tmp_path):
     # Uninterrupted: 12 steps.
     _, full = small_trainer(tmp_path / "full", 12)
@@ -42,6 +43,7 @@ def test_resume_is_bit_identical(tmp_path):
     assert full.optimizer.step_count == resumed.optimizer.step_count == 12
 
 
+@pytest.mark.slow
 def test_resume_differs_without_rng_state(tmp_path):
     """The resume test can fail: dropping the dropout generator's state changes the result."""
     _, full = small_trainer(tmp_path / "full", 8)
@@ -124,6 +126,7 @@ def test_short_copy_run_learns(tmp_path):
     assert acc >= 0.95, f"exact match {acc:.3f}"
 
 
+@pytest.mark.slow
 def test_fresh_run_starts_a_new_log_and_resume_continues_it(tmp_path):
     _, tr = small_trainer(tmp_path, 10)
     tr.run(progress=False)

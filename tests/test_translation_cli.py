@@ -13,7 +13,10 @@ from minitransformer.train import RECIPES, task_names
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """A tiny numbers-en-fr model trained for 20 steps, and what `train` printed."""
+    """A tiny numbers-en-fr model trained for 20 steps, and what `train` printed.
+
+    Building the task and training take several seconds: every test that uses this
+    fixture is marked slow (left out by `pytest -m "not slow"`)."""
     out = tmp_path_factory.mktemp("run") / "numbers"
     buffer = io.StringIO()
     with contextlib.redirect_stdout(buffer):
@@ -22,6 +25,7 @@ def trained(tmp_path_factory):
     return rc, out, buffer.getvalue()
 
 
+@pytest.mark.slow
 def test_train_writes_checkpoint_log_and_curve(trained):
     rc, out, printed = trained
     assert rc == 0
@@ -37,6 +41,7 @@ def test_train_writes_checkpoint_log_and_curve(trained):
     assert "BLEU" in printed and "chrF" in printed and "exact match" in printed
 
 
+@pytest.mark.slow
 def test_translate_prints_one_line_per_sentence(trained, capsys):
     _, out, _ = trained
     rc = main(["translate", "--checkpoint", str(out / "checkpoint.npz"), "--beam", "2",
@@ -46,12 +51,14 @@ def test_translate_prints_one_line_per_sentence(trained, capsys):
     assert len(lines) == 2
 
 
+@pytest.mark.slow
 def test_translate_warns_about_unknown_words(trained, capsys):
     _, out, _ = trained
     assert main(["translate", "--checkpoint", str(out / "checkpoint.npz"), "--beam", "1", "zweiundvierzig"]) == 0
     assert "zweiundvierzig" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("beam", ["1", "3"])
 def test_evaluate_prints_scores(trained, capsys, beam):
     _, out, _ = trained
@@ -64,6 +71,7 @@ def test_evaluate_prints_scores(trained, capsys, beam):
     assert ("beam 3" in printed) == (beam == "3")
 
 
+@pytest.mark.slow
 def test_evaluate_needs_task_or_data(trained, capsys):
     _, out, _ = trained
     assert main(["evaluate", "--checkpoint", str(out / "checkpoint.npz")]) == 2
