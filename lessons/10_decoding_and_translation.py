@@ -25,8 +25,8 @@
 # 1. **greedy decoding by hand**, one position at a time with a key/value cache, and a check
 #    that it computes exactly what the teacher-forced decoder computes; then what the cache
 #    buys in speed;
-# 2. a **translation model trained in this notebook** (English dates to Korean, about a minute
-#    on a CPU), so that there is something real to decode;
+# 2. a **translation model trained in this notebook** (English dates to Korean, under a minute
+#    of CPU time), so that there is something real to decode;
 # 3. **beam search**: a real sentence where it beats greedy decoding and why, and what the
 #    length penalty $\alpha$ does to the length of the output;
 # 4. **BLEU** by hand for one sentence, then corpus BLEU with the package checked against
@@ -116,7 +116,7 @@ def korean_font():
     """(font family name, where it comes from), or (None, why not)."""
     spec = importlib.util.find_spec("koreanize_matplotlib")          # finds the package, does not import it
     if spec is not None and spec.submodule_search_locations:
-        path = pathlib.Path(list(spec.submodule_search_locations)[0]) / "fonts" / "NanumGothic.ttf"
+        path = pathlib.Path(next(iter(spec.submodule_search_locations))) / "fonts" / "NanumGothic.ttf"
         if path.exists():
             font_manager.fontManager.addfont(str(path))
             return font_manager.FontProperties(fname=str(path)).get_name(), f"{path.name} from the koreanize-matplotlib package"
@@ -225,8 +225,9 @@ assert np.allclose(step_logits, teacher, rtol=0, atol=1e-12)
 assert np.allclose(step_logits, whole, rtol=0, atol=1e-12)
 
 # %% [markdown]
-# Equal to float64 rounding ($10^{-15}$ against logits of size 1 to 10). The same check,
-# on many random models and on batches with padding, is in `tests/test_decoding.py`.
+# Equal to float64 rounding (about $10^{-15}$, against logits of a few units). The same check,
+# on float64 and float32 models, a pre-LN model and batches with padding, is in
+# `tests/test_decoding.py`.
 #
 # ### What the cache buys
 #
@@ -242,7 +243,7 @@ assert np.allclose(step_logits, whole, rtol=0, atol=1e-12)
 # $N = 2$, $d_\text{ff} = 512$, 304 tokens), float32, a batch of 8 sentences, one BLAS thread,
 # forcing every output to its length with `eos_id=None`. The clock is the CPU time of this
 # thread (`time.thread_time`), which stops while the operating system runs someone else's
-# process, and we keep the **minimum** of 3 repeats, because on a shared machine noise only
+# process, and we keep the **minimum** of 4 repeats, because on a shared machine noise only
 # ever adds time.
 
 # %%
@@ -252,23 +253,21 @@ speed_model = model_module.Transformer(speed_cfg, seed=0)
 speed_src = np.random.default_rng(0).integers(3, 304, size=(8, 10))    # (B, S) = (8, 10)
 
 
-def min_time(fn, repeats=3):
-    """Minimum CPU time of this thread over `repeats` calls (noise only adds time)."""
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.thread_time()
-        fn()
-        best = min(best, time.thread_time() - start)
-    return best
+def cpu_time(fn):
+    """CPU time of this thread for one call of fn."""
+    start = time.thread_time()
+    fn()
+    return time.thread_time() - start
 
 
 lengths = [8, 16, 32, 64, 128]
-seconds = {True: [], False: []}
+runs = {(T, use_cache): [] for T in lengths for use_cache in (True, False)}
 with one_blas_thread(1):
-    for T in lengths:
-        for use_cache in (True, False):
-            seconds[use_cache].append(min_time(lambda: decoding.greedy_decode(
+    for _ in range(4):                        # the repeats go round all settings, so a slow spell
+        for T, use_cache in runs:             # of the machine hits them all, not one setting
+            runs[T, use_cache].append(cpu_time(lambda T=T, use_cache=use_cache: decoding.greedy_decode(
                 speed_model, speed_src, BOS, None, max_len=T, use_cache=use_cache)))
+seconds = {use_cache: [min(runs[T, use_cache]) for T in lengths] for use_cache in (True, False)}
 speedup = np.array(seconds[False]) / np.array(seconds[True])
 for T, c, u, s in zip(lengths, seconds[True], seconds[False], speedup):
     print(f"T = {T:3d}: cached {1e3 * c:7.1f} ms   uncached {1e3 * u:8.1f} ms   speed-up {s:5.1f}x")
@@ -279,7 +278,7 @@ ax1.loglog(lengths, seconds[False], "s-", label="without (decode on the prefix)"
 T_arr = np.array(lengths, dtype=float)
 ax1.loglog(T_arr, seconds[True][-1] * T_arr / T_arr[-1], "k:", lw=1, label=r"$\propto T$")
 ax1.loglog(T_arr, seconds[False][-1] * (T_arr / T_arr[-1]) ** 2, "k--", lw=1, label=r"$\propto T^2$")
-ax1.set(xlabel="output length T (tokens)", ylabel="CPU seconds (min of 3)", title="greedy decoding, batch of 8")
+ax1.set(xlabel="output length T (tokens)", ylabel="CPU seconds (min of 4)", title="greedy decoding, batch of 8")
 ax1.legend(fontsize=8)
 ax2.plot(lengths, speedup, "o-", color="C2")
 ax2.set(xlabel="output length T (tokens)", ylabel="uncached time / cached time", title="speed-up of the cache",
@@ -292,8 +291,9 @@ plt.show()
 
 # %% [markdown]
 # The uncached times follow the $T^2$ line and the cached ones stay close to the $T$ line, so
-# the speed-up grows with the length, roughly linearly (a factor of about 10 at 128 tokens on
-# the machine named above). At 8 tokens the cache barely matters. For the 4 to 5 tokens of the
+# the speed-up grows with the length, roughly linearly. The exact factors move with the load of
+# a shared machine: on the one named above, runs of this cell gave between 8 and 13 at 128
+# tokens. At 8 tokens the cache barely matters. For the 4 to 5 tokens of the
 # dates translated below the cache saves little; for the
 # sentences of a real translation system, tens of tokens long and decoded with 4 beams, it
 # decides whether decoding takes seconds or minutes.
@@ -380,7 +380,7 @@ plt.show()
 # ("hypotheses") instead of one. At each step it extends every live hypothesis by every token,
 # which gives $k \cdot V$ candidates, each scored with its parent's $\log P$ plus the new
 # token's log-probability, and keeps the $k$ best. A candidate that ends in `<eos>` is finished:
-# it leaves the beam for a list of finished hypotheses.
+# it leaves the beam for a list of the $k$ best finished hypotheses.
 #
 # Finished hypotheses of different lengths are compared with a **length penalty**, since a
 # longer output has more (negative) terms in its $\log P$ and raw $\log P$ would always prefer
@@ -390,10 +390,10 @@ plt.show()
 #   \text{score}(Y) = \frac{\log P(Y \mid X)}{\text{lp}(Y)}, \qquad \alpha = 0.6,$$
 #
 # with $|Y|$ the number of output tokens, `<eos>` included
-# (`decoding.length_penalty(length, alpha)`). The search stops when no live hypothesis can
-# beat the best finished one any more, or at the length limit of input length + 50
-# (`decoding.beam_search(model, src, bos_id, eos_id, beam_size=4, alpha=0.6)`; its docstring
-# gives the exact rules). With $k = 1$ it is greedy decoding.
+# (`decoding.length_penalty(length, alpha)`). The search stops once it has $k$ finished
+# hypotheses and no live one can still beat the best of them, or at the length limit of
+# input length + 50 (`decoding.beam_search(model, src, bos_id, eos_id, beam_size=4,
+# alpha=0.6)`; its docstring gives the exact rules). With $k = 1$ it is greedy decoding.
 #
 # ### Where beam search and greedy decoding differ
 #
@@ -404,7 +404,7 @@ plt.show()
 # outputs differ.
 
 # %%
-levels = dict(tgt_level=task.tgt_level, bleu_tokenize=task.bleu_tokenize)
+levels = {"tgt_level": task.tgt_level, "bleu_tokenize": task.bleu_tokenize}
 with one_blas_thread(1):
     half_greedy = translate.score_translations(half, vocab, task.test, beam_size=1, **levels)
     half_beam = translate.score_translations(half, vocab, task.test, beam_size=4, **levels)
@@ -594,11 +594,13 @@ print(f"'{' '.join(parrot)}': p_1 = {min(hyp_1[('the',)], ref_1[('the',)])}/7 wi
       f"(the reference has 'the' 3 times), it would be 7/7 without")
 
 # %% [markdown]
-# On one short sentence BLEU is brittle. The greedy output from section 3 got three of the
-# four words right, yet as a sentence it scores 0: with 3 tokens it has no 4-gram at all, so
-# $p_4$ is 0 (or undefined) and so is the geometric mean. Summed over a corpus, every order
-# has plenty of n-grams and the score becomes meaningful; this is why BLEU is reported per test
-# set, never as a mean of sentence scores.
+# On one short sentence BLEU is brittle. The greedy output of section 3 shares most of its
+# words with the reference, yet as a sentence it scores 0: with fewer than 4 tokens it has no
+# 4-gram at all, so $p_4$ is 0 and so is the geometric mean. (sacrebleu's smoothing, which the
+# package copies, replaces a precision of 0 matches by $1/(2\cdot\text{total})$, hence the
+# non-zero $p_3$ printed below; it cannot help an order that has no n-grams at all.) Summed over
+# a corpus, every order has plenty of n-grams and the score becomes meaningful; this is why
+# BLEU is reported per test set, never as a mean of sentence scores.
 
 # %%
 if beam_right:
@@ -837,9 +839,10 @@ print(f"encoder self-attention: diagonal {columns[:, 3].min():.2f} to {columns[:
 #   of one sentence above a second-layer head looks at the year from every later row. For an
 #   output whose format is fixed, knowing the position is nearly all such a head needs, and
 #   `<bos>` is a cheap place to park.
-# * **Encoder self-attention** is the least sharp: every head mixes a position's own word with
-#   the source `<eos>` and others. This task hardly needs it, since each source word translates
-#   on its own.
+# * **Encoder self-attention** has no clean pattern. In the sentence drawn, many rows pick one
+#   key, either their own word or the source `<eos>`, but the choice changes from row to row,
+#   so over 200 sentences each head is a mix of the two (the last printed line). This task
+#   hardly needs the encoder to mix words, since each source word translates on its own.
 #
 # Attention weights show where information is read from, not what is done with it; a head with
 # a tidy picture can still matter little to the output. Removing a head and measuring the loss
