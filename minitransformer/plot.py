@@ -64,18 +64,39 @@ ATTENTION_KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
 
 # Fonts that cover Hangul and other CJK scripts, best first. matplotlib's
 # default DejaVu Sans has none of them; without one, Korean labels are boxes.
-_CJK_FAMILIES = ("Noto Sans CJK KR", "Noto Sans KR", "Noto Sans CJK JP", "Noto Sans CJK SC",
-                 "NanumGothic", "Nanum Gothic", "UnDotum", "Baekmuk Gulim", "Unifont", "Droid Sans Fallback")
+_CJK_FAMILIES = ("NanumGothic", "Nanum Gothic", "Noto Sans CJK KR", "Noto Sans KR", "Noto Sans CJK JP",
+                 "Noto Sans CJK SC", "UnDotum", "Baekmuk Gulim", "Unifont", "Droid Sans Fallback")
 _CJK_FILE_HINTS = ("notosanscjk", "notosanskr", "nanum", "undotum", "baekmuk", "unifont", "droidsansfallback")
+# A font that ships inside a pip package, so the learner's install has one on any machine:
+# NanumGothic (SIL Open Font License) in the koreanize-matplotlib wheel (the [lessons] extra).
+# Only its .ttf file is read; the package is never imported, because importing it
+# changes matplotlib's global settings.
+_PACKAGED_FONTS = (("koreanize_matplotlib", "fonts/NanumGothic.ttf"),)
 _font_cache: list[str] | None = None
 
 
-def label_fonts() -> list[str]:
-    """Font families for token labels: DejaVu Sans, then a CJK font if one is installed.
+def _packaged_font_files() -> list[str]:
+    """Paths of the CJK fonts shipped inside installed packages (see _PACKAGED_FONTS)."""
+    import importlib.util  # noqa: PLC0415
 
-    matplotlib (≥ 3.6) falls back glyph by glyph along this list. Fonts
-    installed after matplotlib built its font cache are found by file name
-    and registered. Returns ["DejaVu Sans"] alone when no CJK font exists.
+    paths = []
+    for package, relative in _PACKAGED_FONTS:
+        spec = importlib.util.find_spec(package)          # finds the package without importing it
+        for folder in (spec.submodule_search_locations or []) if spec else []:
+            path = os.path.join(folder, relative)
+            if os.path.exists(path):
+                paths.append(path)
+    return paths
+
+
+def label_fonts() -> list[str]:
+    """Font families for token labels: DejaVu Sans, then a CJK font if one can be found.
+
+    matplotlib (≥ 3.6) falls back glyph by glyph along this list. A font shipped
+    in a package (_PACKAGED_FONTS) is registered first; otherwise system fonts
+    installed after matplotlib built its font cache are found by file name and
+    registered. Returns ["DejaVu Sans"] alone when no CJK font exists: the
+    heatmaps then say so in their title (save_attention_grid).
     """
     global _font_cache
     if _font_cache is None:
@@ -84,18 +105,23 @@ def label_fonts() -> list[str]:
         def known() -> set[str]:
             return {f.name for f in font_manager.fontManager.ttflist}
 
+        def register(paths) -> None:
+            for path in paths:
+                try:
+                    font_manager.fontManager.addfont(path)
+                except (OSError, RuntimeError, ValueError):   # an unreadable font file: skip it
+                    pass
+
+        register(_packaged_font_files())
         names = known()
         if not any(name in names for name in _CJK_FAMILIES):
             try:
-                for path in font_manager.findSystemFonts():
-                    base = os.path.basename(path).lower().replace("-", "").replace("_", "")
-                    if any(hint in base for hint in _CJK_FILE_HINTS) and "bold" not in base:
-                        try:
-                            font_manager.fontManager.addfont(path)
-                        except Exception:  # noqa: BLE001 - an unreadable font file: skip it
-                            pass
-            except Exception:  # noqa: BLE001 - no font directories at all
-                pass
+                system = font_manager.findSystemFonts()
+            except OSError:                                    # no font directories at all
+                system = []
+            register(path for path in system
+                     if any(hint in os.path.basename(path).lower().replace("-", "").replace("_", "")
+                            for hint in _CJK_FILE_HINTS) and "bold" not in os.path.basename(path).lower())
             names = known()
         _font_cache = ["DejaVu Sans"] + [name for name in _CJK_FAMILIES if name in names][:1]
     return list(_font_cache)

@@ -188,3 +188,20 @@ def test_translate_cli_writes_heatmaps(tmp_path, capsys):
     assert len(captured.out.strip().splitlines()) == 1      # one translation
     assert "3 attention heatmaps" in captured.err
     _check_pngs([str(out_dir / f"{k}.png") for k in ATTENTION_KINDS], out_dir)
+
+
+def test_a_packaged_cjk_font_is_found_without_importing_its_package(monkeypatch):
+    """The learner's install ships NanumGothic in the koreanize-matplotlib wheel: label_fonts()
+    registers that file, so Korean labels render on a machine with no CJK font at all."""
+    import importlib.util
+    import sys
+
+    from minitransformer import plot
+
+    if importlib.util.find_spec("koreanize_matplotlib") is None:
+        pytest.skip("koreanize-matplotlib is not installed (pip install -r requirements.txt)")
+    paths = plot._packaged_font_files()
+    assert paths and paths[0].endswith("NanumGothic.ttf")
+    monkeypatch.setattr(plot, "_font_cache", None)
+    assert plot.label_fonts() == ["DejaVu Sans", "NanumGothic"]
+    assert "koreanize_matplotlib" not in sys.modules         # its import would restyle matplotlib
