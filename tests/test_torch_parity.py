@@ -194,15 +194,27 @@ def test_decoder_layer_matches_torch(pre_ln):
         assert_close(name, g_ours, g_theirs)
 
 
+def torch_sinusoids(max_len, d_model):
+    """§3.5 written again in torch, independently of layers/positional.py, so a wrong table
+    there (sin and cos swapped, say) fails the whole-model comparison below:
+    PE[pos, 2i] = sin(pos / 10000^(2i/d_model)), PE[pos, 2i+1] = cos(pos / 10000^(2i/d_model))."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    freq = torch.pow(10000.0, -torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)
+    pe[:, 0::2] = torch.sin(pos * freq)
+    pe[:, 1::2] = torch.cos(pos * freq)[:, : d_model // 2]
+    return pe
+
+
 class TorchTransformer(nn.Module):
     """The same model in torch.nn pieces: tied embeddings scaled by sqrt(d_model),
     sinusoidal PE, nn.TransformerEncoder/DecoderLayer stacks, tied output projection."""
 
-    def __init__(self, cfg, pe_table):
+    def __init__(self, cfg):
         super().__init__()
         self.cfg = cfg
         self.E = nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model, dtype=torch.float64))
-        self.register_buffer("pe", t(pe_table))
+        self.register_buffer("pe", torch_sinusoids(cfg.max_len, cfg.d_model))
         self.enc = nn.ModuleList([nn.TransformerEncoderLayer(**torch_layer_kwargs(cfg)) for _ in range(cfg.N)])
         self.dec = nn.ModuleList([nn.TransformerDecoderLayer(**torch_layer_kwargs(cfg)) for _ in range(cfg.N)])
         self.enc_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps, dtype=torch.float64) if cfg.pre_ln else None
@@ -231,7 +243,7 @@ def test_whole_model_matches_torch(pre_ln):
     cfg = CFG.with_(pre_ln=pre_ln)
     ours = Transformer(cfg, seed=3)
     randomize_norms(ours, rng)
-    theirs = TorchTransformer(cfg, ours.src_pos.table)
+    theirs = TorchTransformer(cfg)
     with torch.no_grad():
         theirs.E.copy_(t(ours.E.data))
     for o, th in zip(ours.encoder.layers, theirs.enc):
