@@ -59,13 +59,18 @@ def test_resume_differs_without_rng_state(tmp_path):
                    for p, q in zip(full.model.parameters(), resumed.model.parameters()))
 
 
-def test_non_finite_loss_stops_with_the_step(tmp_path):
+def test_non_finite_loss_stops_with_the_step(tmp_path, capsys):
+    """A NaN loss skips the step with a warning; 5 in a row (max_consecutive_skips) stop the run."""
     _, tr = small_trainer(tmp_path, 5)
     tr.run(progress=False)
-    tr.settings.steps = 10
+    tr.settings.steps = 20
     tr.model.E.data[...] = np.nan
-    with pytest.raises(NonFiniteLossError, match=r"at step 6"):
+    with pytest.raises(NonFiniteLossError, match=r"stopped at step 10: the training loss is nan; steps 6 to 10 "
+                                                 r"were all skipped .*last checkpoint.* is from step 5"):
         tr.run(progress=False)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: step")]
+    assert len(warnings) == 4 and "step 6: skipped" in warnings[0], warnings
+    assert tr.skipped_steps == 5 and tr.optimizer.step_count == 5
 
 
 def test_metrics_log_and_loss_curve(tmp_path):
@@ -84,7 +89,7 @@ def test_checkpoint_round_trip_and_atomic_write(tmp_path):
     path = tmp_path / "ck.npz"
     save_checkpoint(str(path), model, task.vocab, step=3, extra={"note": "x"})
     first = path.read_bytes()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")], "temporary file left behind"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary file left behind"
     ck = load_checkpoint(str(path))
     assert ck.step == 3 and ck.extra == {"note": "x"} and ck.vocab == task.vocab
     for (n, p), (_, q) in zip(model.named_parameters(), ck.model.named_parameters()):
