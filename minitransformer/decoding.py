@@ -43,13 +43,17 @@ layers' forward caches (the backward would then refuse the gradient's shape).
 from __future__ import annotations
 
 from . import backend
-from .errors import ShapeError
+from .errors import NonFiniteError, ShapeError
 from .layers.loss import log_softmax
 from .layers.masks import padding_mask
 from .layers.parameter import eval_mode
 from .model import KVCache, Transformer
 
 NEG_INF = float("-inf")
+
+
+class NonFiniteOutputError(NonFiniteError):
+    """The model produced NaN (or +inf) scores while decoding: its parameters are probably not finite."""
 
 # §6.1: at inference the output may be at most 50 tokens longer than the input.
 EXTRA_OUTPUT_LEN = 50
@@ -65,6 +69,14 @@ def _as_ids(model, src):
         raise ShapeError(f"decoding: src must be token ids of shape (B, S), got {tuple(getattr(src, 'shape', ()))}")
     if src.dtype.kind not in ("i", "u"):
         raise TypeError(f"decoding: src must be an integer array, got dtype {src.dtype}")
+    if src.shape[0] and src.shape[1] == 0:
+        raise ValueError("decoding: src has no positions (shape (B, 0)); every source sentence needs at least "
+                         "one token (with make_source_batch, <eos> is one)")
+    if src.shape[0]:
+        empty = backend.to_numpy((src == model.cfg.pad_id).all(axis=1))
+        if empty.any():
+            raise ValueError(f"decoding: source row {int(empty.argmax())} is all padding (an empty sentence); "
+                             "the encoder-decoder attention would have nothing to attend to")
     return src
 
 
@@ -129,7 +141,18 @@ def _next_log_probs(model: Transformer, tokens, t: int, cache: KVCache | None, m
         logits = model.decode_step(tokens[:, t: t + 1], t, cache)         # (B, V)
     else:
         logits = model.decode(tokens[:, : t + 1], memory, src_mask)[:, -1]  # (B, V)
-    return log_softmax(logits)
+    logp = log_softmax(logits)
+    # NaN (from NaN or inf logits) would make argmax pick an arbitrary token and
+    # beam search lose every hypothesis: say what happened instead.
+    xp = backend.get_array_module(logp)
+    if bool(xp.isnan(logp).any()):
+        rows = backend.to_numpy(xp.isnan(logp).any(axis=1))
+        raise NonFiniteOutputError(
+            f"decoding: the model's scores at output position {t} are NaN for row {int(rows.argmax())} "
+            f"({int(rows.sum())} of {rows.size} rows); its parameters are probably NaN or inf "
+            "(a diverged checkpoint?)"
+        )
+    return logp
 
 
 # -- greedy decoding ---------------------------------------------------------------------------
@@ -310,4 +333,4 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     return results
 
 
-__all__ = ["greedy_decode", "beam_search", "length_penalty"]
+__all__ = ["greedy_decode", "beam_search", "length_penalty", "NonFiniteOutputError"]
