@@ -144,3 +144,50 @@ def test_fresh_run_starts_a_new_log_and_resume_continues_it(tmp_path):
     resumed.run(progress=False)
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert steps == [5, 10], steps
+
+
+# -- progress output that fits where it goes (issue 12, item 5) --------------------------------
+
+class _Stream:
+    def __init__(self, tty):
+        self.tty, self.parts = tty, []
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.parts.append(text)
+
+    def flush(self):
+        pass
+
+    @property
+    def text(self):
+        return "".join(self.parts)
+
+
+def test_progress_is_a_bar_on_a_terminal_and_plain_lines_elsewhere(monkeypatch):
+    from minitransformer.train import _Progress
+
+    clock = iter(range(1000))
+    monkeypatch.setattr("minitransformer.train.time.perf_counter", lambda: float(next(clock)))
+    record = {"loss": 1.5, "tokens_per_s": 1234.0, "lr": 1e-3}
+    tty, pipe = _Stream(True), _Stream(False)
+    bar, lines = _Progress("auto", 6, 0, every=2.0, stream=tty), _Progress("auto", 6, 0, every=2.0, stream=pipe)
+    assert (bar.mode, lines.mode) == ("bar", "lines")
+    for step in range(1, 7):
+        bar.update(step, record)
+        lines.update(step, record)
+    bar.close()
+    lines.close()
+    assert "\r" in tty.text                                  # tqdm redraws its line on a terminal
+    assert "\r" not in pipe.text                             # never on a pipe or in a file
+    printed = pipe.text.splitlines()
+    assert printed[-1].startswith("step 6/6, loss 1.500, tok_s 1234, lr 1.00e-03")
+    assert 2 <= len(printed) <= 4                            # every ~2 "seconds", not every step
+    off = _Stream(False)
+    quiet = _Progress("off", 6, 0, stream=off)
+    quiet.update(1, record)
+    assert off.text == ""
+    with pytest.raises(ValueError, match="progress must be"):
+        _Progress("fancy", 6, 0)
