@@ -213,8 +213,18 @@ def cmd_train(args) -> int:
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --task NAME or --data pairs.tsv", "--task/--data")
     # Everything that can be checked is checked before the first step.
+    ckpt, saved = None, None
+    if args.resume:
+        ckpt = _load_checkpoint(args.resume, "--resume")
+        with _about(f"--resume {args.resume}"):
+            saved = TrainSettings.from_dict(ckpt.extra.get("settings", {}), "the checkpoint's training settings")
+    # The seed splits a --data file and orders the batches: a resumed run keeps its own.
+    seed = args.seed if args.seed is not None else saved.seed if saved is not None else 0
+    if saved is not None and seed != saved.seed:
+        raise CliError(f"the checkpoint was trained with seed {saved.seed}; another seed would split the data and "
+                       "order the batches differently (leave --seed out when resuming)", f"--seed {args.seed}")
     with _about(f"--task {args.task}" if args.task else f"--data {args.data}"):
-        task = load_task(args.task, args.data, level=args.level, seed=args.seed, header=args.header,
+        task = load_task(args.task, args.data, level=args.level, seed=seed, header=args.header,
                          max_length=args.max_length)
     for note in task.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -223,15 +233,12 @@ def cmd_train(args) -> int:
         check_writable_dir(out_dir)
     overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
                      lr_factor=args.lr_factor, warmup_steps=args.warmup, clip_norm=args.clip_norm,
-                     seed=args.seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
+                     seed=seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
     preset, settings = settings_for(task.name, preset=args.preset, **overrides)
-    ckpt = None
-    if args.resume:
-        ckpt = _load_checkpoint(args.resume, "--resume")
+    if saved is not None:
         # A resumed run continues with its own settings; options given now override them.
         with _about(f"--resume {args.resume}"):
-            saved = TrainSettings.from_dict(ckpt.extra.get("settings", {}), "the checkpoint's training settings")
-            given = {k: v for k, v in overrides.items() if v is not None and k != "seed"}
+            given = {k: v for k, v in overrides.items() if v is not None}
             settings = TrainSettings(**{**vars(saved), **given})
     with _about(f"--resume {args.resume}" if args.resume else f"--preset {preset}"):
         trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt)
@@ -340,8 +347,10 @@ def cmd_evaluate(args) -> int:
         task = TaskData(os.path.basename(args.data), ckpt.vocab, [], [], pairs, src_level, tgt_level,
                         levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"))
     else:
+        saved_seed = ckpt.extra.get("settings", {}).get("seed", 0)
+        seed = args.seed if args.seed is not None else saved_seed if isinstance(saved_seed, int) else 0
         with _about(f"--task {args.task}"):
-            task = load_task(args.task, seed=args.seed)
+            task = load_task(args.task, seed=seed)
         pairs = getattr(task, args.split or "test")
     if args.limit is not None:
         pairs = pairs[: args.limit]
@@ -409,8 +418,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also save a checkpoint every this many steps")
     p.add_argument("--eval-beams", type=positive_int, nargs="+", default=[1],
                    help="beam sizes to evaluate the test set with at the end (default: 1 = greedy)")
-    p.add_argument("--seed", type=non_negative_int, default=0,
-                   help="seed of the data split, the initial weights and dropout (default 0)")
+    p.add_argument("--seed", type=non_negative_int, default=None,
+                   help="seed of the data split, the initial weights and dropout (default 0; when resuming, "
+                        "the checkpoint's)")
     p.add_argument("--out", help="output directory (default: runs/TASK)")
     p.add_argument("--resume", help="continue from this checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
@@ -442,7 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beam", type=positive_int, default=4, help="also evaluate beam search of this size (1: greedy only)")
     p.add_argument("--limit", type=positive_int, help="evaluate only the first N pairs")
     p.add_argument("--samples", type=non_negative_int, default=5, help="sample decodes to print (0: none)")
-    p.add_argument("--seed", type=non_negative_int, default=0, help="split seed of --task (must match training)")
+    p.add_argument("--seed", type=non_negative_int, default=None,
+                   help="split seed of --task (default: the one the checkpoint was trained with)")
     _add_common(p)
     p.set_defaults(func=cmd_evaluate)
 

@@ -82,6 +82,8 @@ BAD = [
     (TRAIN + ["--resume", "{data}"], 2, "not a .npz checkpoint", "(--resume {data})"),
     (TRAIN + ["--resume", "{ckpt}", "--steps", "5"], 2, "the checkpoint is at step 5, and steps=5 leaves nothing "
      "to train", "(--resume {ckpt})"),
+    (TRAIN + ["--resume", "{ckpt}", "--steps", "9", "--seed", "3"], 2, "the checkpoint was trained with seed 0; "
+     "another seed would split the data", "(--seed 3)"),
     (["train", "--data", "{other}", "--no-progress", "--out", "{dir}/o", "--resume", "{ckpt}", "--steps", "9"], 2,
      "different vocabulary", "(--resume {ckpt})"),
     (["translate", "--checkpoint", "{ckpt}", ""], 2, "the sentence is empty", "(argument 1)"),
