@@ -48,8 +48,8 @@ class _Terminated(BaseException):
 
 def _message(exc: BaseException, which: str | None = None) -> str:
     """The readable part of an exception; a leading "<path>: " that ``which`` already names is dropped."""
-    if isinstance(exc, OSError) and exc.strerror and exc.filename and not str(exc).startswith(str(exc.filename)):
-        text = f"{exc.strerror}: {exc.filename}"
+    if isinstance(exc, OSError) and exc.strerror:         # "[Errno 28] ..." reads better without the number
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
     else:
         text = str(exc) or type(exc).__name__
     path = which.split(" ", 1)[-1] if which else None
