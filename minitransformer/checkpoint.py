@@ -158,14 +158,16 @@ def _check_meta(path: str, meta: dict) -> None:
     if version != FORMAT_VERSION:
         raise CheckpointError(f"{path}: checkpoint format {version!r} is not {FORMAT_VERSION} "
                               "(written by another version of minitransformer?)")
-    required = {"config": dict, "vocab": dict, "step": int, "extra": dict}
-    for key, kind in required.items():
+    required = {"config": (dict, "an object"), "vocab": (dict, "an object"), "step": (int, "an integer"),
+                "extra": (dict, "an object")}
+    json_names = {dict: "object", list: "array", str: "string", int: "integer", float: "number", bool: "boolean"}
+    for key, (kind, what) in required.items():
         if key not in meta:
             raise CheckpointError(f"{path}: the metadata has no {key!r} field")
         value = meta[key]
         if not isinstance(value, kind) or isinstance(value, bool):
-            raise CheckpointError(f"{path}: metadata field {key!r} must be a {kind.__name__}, "
-                                  f"got {type(value).__name__} {value!r:.60}")
+            got = json_names.get(type(value), type(value).__name__)
+            raise CheckpointError(f"{path}: metadata field {key!r} must be {what}, got {got} {value!r:.60}")
     if meta["step"] < 0:
         raise CheckpointError(f"{path}: metadata field 'step' must be ≥ 0, got {meta['step']}")
     count = meta.get("optimizer_step_count")
