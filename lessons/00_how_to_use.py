@@ -415,8 +415,9 @@ except ValueError as err:                  # ShapeError is a ValueError
 # > <repo>/minitransformer/errors.py(…)check_last_dim()
 # ipdb> p shape                      # what arrived
 # (2, 3, 6)
-# ipdb> u                            # up one frame: the layer's _check
-# ipdb> u                            # up again: MultiHeadAttention.forward
+# ipdb> u                            # up one frame: check_input, every layer's input check
+# ipdb> u                            # up again: the layer's _check
+# ipdb> u                            # and again: MultiHeadAttention.forward
 # ipdb> p x_q.shape, self.d_model
 # ((2, 3, 6), 8)
 # ipdb> q

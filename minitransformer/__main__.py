@@ -1,25 +1,170 @@
-"""Command line: ``python -m minitransformer {train,translate,evaluate,tasks} --help``."""
+"""Command line: ``python -m minitransformer {train,translate,evaluate,tasks} --help``.
+
+Errors reach the user as one line, ``error: <what> (<which option, file or variable>)``,
+with exit code 2 for bad input (options, files, data, environment variables) and 1
+for failures at run time (a diverged run, a full disk). No traceback is printed
+unless ``--debug`` is given or MINITRANSFORMER_DEBUG=1 is set. An interrupted
+``train`` saves a checkpoint, prints how to resume, and exits with 130 (Ctrl-C,
+SIGINT) or 143 (SIGTERM).
+"""
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import shlex
+import signal
 import sys
+import threading
 import time
+import traceback
+from contextlib import contextmanager
 
-from . import __version__, backend
-from .model import PRESETS
+# Only the standard library and the version (minitransformer/__init__.py holds
+# nothing else) at the top: the package's own modules are imported inside
+# main(), so that a bad environment variable (read when backend.py is imported)
+# is reported like every other error.
+from . import __version__
+
+DEBUG_VARIABLE = "MINITRANSFORMER_DEBUG"
 
 
-def _add_backend(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--backend", choices=["numpy", "cupy"], default=None,
-                   help="array library: numpy (CPU, default) or cupy (CUDA GPU); "
-                        "also settable with MINITRANSFORMER_BACKEND")
+# -- errors ----------------------------------------------------------------------------
+
+
+class CliError(Exception):
+    """An error to show as ``error: <what> (<which>)`` and exit with ``code``."""
+
+    def __init__(self, what: str, which: str | None = None, code: int = 2):
+        super().__init__(what)
+        self.what, self.which, self.code = what, which, code
+
+    def __str__(self) -> str:
+        return f"{self.what} ({self.which})" if self.which else self.what
+
+
+class _Terminated(BaseException):
+    """SIGTERM outside the training loop (which handles it itself): exit 143 without a traceback."""
+
+
+def _message(exc: BaseException, which: str | None = None) -> str:
+    """The readable part of an exception; a leading "<path>: " that ``which`` already names is dropped."""
+    if isinstance(exc, OSError) and exc.strerror:         # "[Errno 28] ..." reads better without the number
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    else:
+        text = str(exc) or type(exc).__name__
+    path = which.split(" ", 1)[-1] if which else None
+    if path and text.startswith(f"{path}: "):
+        text = text[len(path) + 2:]
+    return text
+
+
+BAD_INPUT = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+@contextmanager
+def _about(which: str):
+    """Report a bad-input error raised inside the block as coming from ``which`` (an option and its value)."""
+    try:
+        yield
+    except CliError:
+        raise
+    except BAD_INPUT as exc:
+        raise CliError(_message(exc, which), which, 2) from exc
+
+
+def _debug_requested(argv: list[str]) -> bool:
+    if "--debug" in argv:
+        return True
+    raw = os.environ.get(DEBUG_VARIABLE, "")
+    value = raw.strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise CliError(f"environment variable {DEBUG_VARIABLE}={raw!r} is not valid: expected 1 or 0",
+                   DEBUG_VARIABLE)
+
+
+# -- option types: every number is checked by argparse, naming the option ---------------
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer ≥ 1. (0 is never a stand-in for "the default": leave the option out for that.)"""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 1, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (no nan, no inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors in the package's one format: ``error: <what> (<option>)``, exit 2."""
+
+    def error(self, message: str):
+        which = None
+        if message.startswith("argument "):
+            which, _, message = message[len("argument "):].partition(": ")
+            which = which.split("/")[-1]                      # "-h/--help" -> "--help"
+        raise CliError(message if which else f"{message}; see {self.prog} --help", which, 2)
+
+
+# -- helpers -------------------------------------------------------------------------------
+
+
+def _add_common(p: argparse.ArgumentParser, backend_option: bool = True) -> None:
+    if backend_option:
+        p.add_argument("--backend", choices=["numpy", "cupy"], default=None,
+                       help="array library: numpy (CPU, default) or cupy (CUDA GPU); "
+                            "also settable with MINITRANSFORMER_BACKEND")
+    p.add_argument("--debug", action="store_true",
+                   help=f"show the full traceback of an error (also: {DEBUG_VARIABLE}=1)")
 
 
 def _set_backend(args) -> None:
+    from . import backend  # noqa: PLC0415
+
     if args.backend:
-        backend.set_backend(args.backend)
+        with _about(f"--backend {args.backend}"):
+            try:
+                backend.set_backend(args.backend)
+            except RuntimeError as exc:
+                raise CliError(str(exc), f"--backend {args.backend}") from None
+    elif backend.backend_name() == "cupy" and not backend.cupy_available():
+        raise CliError("the cupy backend was asked for, but CuPy cannot use a CUDA device here",
+                       "MINITRANSFORMER_BACKEND")
+
+
+def _load_checkpoint(path: str, option: str):
+    from .checkpoint import load_checkpoint  # noqa: PLC0415
+
+    with _about(f"{option} {path}"):
+        return load_checkpoint(path)
 
 
 def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None) -> dict:
@@ -44,39 +189,61 @@ def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None
     return results
 
 
+def _resume_command(argv: list[str], checkpoint: str) -> str:
+    """The command line that continues an interrupted run: the same options, with --resume CHECKPOINT."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--resume":
+            skip = True
+        elif not arg.startswith("--resume="):
+            kept.append(arg)
+    return shlex.join(["python", "-m", "minitransformer", *kept, "--resume", checkpoint])
+
+
 # -- train -------------------------------------------------------------------------------
 
 
 def cmd_train(args) -> int:
-    from .checkpoint import load_checkpoint  # noqa: PLC0415
-    from .data.tsv import DataError  # noqa: PLC0415
-    from .train import NonFiniteLossError, TrainSettings, load_task, make_trainer, settings_for  # noqa: PLC0415
+    from . import backend  # noqa: PLC0415
+    from .errors import NonFiniteError  # noqa: PLC0415
+    from .files import check_writable_dir  # noqa: PLC0415
+    from .train import TrainingInterrupted, TrainSettings, load_task, make_trainer, settings_for  # noqa: PLC0415
 
     _set_backend(args)
     if (args.task is None) == (args.data is None):
-        print("error: give exactly one of --task NAME or --data pairs.tsv", file=sys.stderr)
-        return 2
-    try:
-        task = load_task(args.task, args.data, level=args.level, seed=args.seed)
-    except (DataError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+        raise CliError("give exactly one of --task NAME or --data pairs.tsv", "--task/--data")
+    # Everything that can be checked is checked before the first step.
+    ckpt, saved = None, None
+    if args.resume:
+        ckpt = _load_checkpoint(args.resume, "--resume")
+        with _about(f"--resume {args.resume}"):
+            saved = TrainSettings.from_dict(ckpt.extra.get("settings", {}), "the checkpoint's training settings")
+    # The seed splits a --data file and orders the batches: a resumed run keeps its own.
+    seed = args.seed if args.seed is not None else saved.seed if saved is not None else 0
+    if saved is not None and seed != saved.seed:
+        raise CliError(f"the checkpoint was trained with seed {saved.seed}; another seed would split the data and "
+                       "order the batches differently (leave --seed out when resuming)", f"--seed {args.seed}")
+    with _about(f"--task {args.task}" if args.task else f"--data {args.data}"):
+        task = load_task(args.task, args.data, level=args.level, seed=seed, header=args.header,
+                         max_length=args.max_length)
+    for note in task.notes:
+        print(f"note: {note}", file=sys.stderr)
+    out_dir = args.out or os.path.join("runs", task.name)
+    with _about(f"--out {out_dir}"):
+        check_writable_dir(out_dir)
     overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
                      lr_factor=args.lr_factor, warmup_steps=args.warmup, clip_norm=args.clip_norm,
-                     seed=args.seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
+                     seed=seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
     preset, settings = settings_for(task.name, preset=args.preset, **overrides)
-    ckpt = None
-    if args.resume:
-        ckpt = load_checkpoint(args.resume)
-        # A resumed run continues with its own settings; flags given now override them.
-        saved = TrainSettings(**ckpt.extra.get("settings", {}))
-        settings = TrainSettings(**{**vars(saved), **{k: v for k, v in overrides.items() if v is not None}})
-    out_dir = args.out or os.path.join("runs", task.name)
-    try:
+    if saved is not None:
+        # A resumed run continues with its own settings; options given now override them.
+        with _about(f"--resume {args.resume}"):
+            given = {k: v for k, v in overrides.items() if v is not None}
+            settings = TrainSettings(**{**vars(saved), **given})
+    with _about(f"--resume {args.resume}" if args.resume else f"--preset {preset}"):
         trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt)
-    except ValueError as exc:
-        print(f"error: {args.resume}: {exc}", file=sys.stderr)
-        return 2
     model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
           f"vocabulary {len(vocab)}")
@@ -87,14 +254,19 @@ def cmd_train(args) -> int:
         print(f"resuming from {args.resume} at step {trainer.step}")
     t0 = time.perf_counter()
     try:
-        trainer.run(progress=not args.no_progress)
-    except NonFiniteLossError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        trainer.run(progress=not args.no_progress, progress_every=args.progress_every)
+    except TrainingInterrupted as stop:
+        print(f"{stop}", file=sys.stderr)
+        if stop.checkpoint:
+            print(f"resume with: {_resume_command(args.argv, stop.checkpoint)}", file=sys.stderr)
+        return stop.exit_code
+    except NonFiniteError as exc:
+        raise CliError(str(exc), None, 1) from exc
+    checkpoint = trainer.checkpoint_path
     print(f"trained {trainer.step} steps in {time.perf_counter() - t0:.1f}s; checkpoint: "
-          f"{os.path.join(out_dir, 'checkpoint.npz')}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
+          f"{checkpoint}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
           f"curve: {os.path.join(out_dir, 'loss.png')}")
-    print(f"held-out test set ({task.name}):")
+    print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
     _report(model.eval(), task, vocab, task.test, beam_sizes=tuple(args.eval_beams))
     return 0
 
@@ -102,26 +274,49 @@ def cmd_train(args) -> int:
 # -- translate ---------------------------------------------------------------------------
 
 
+def _read_sentences(args) -> list[tuple[str, str]]:
+    """(sentence, where it came from) for each input; an empty one is an error naming it.
+
+    The rule: every input line gets exactly one output line, so an empty or
+    whitespace-only sentence (which has nothing to translate) is refused
+    rather than skipped or given a made-up translation.
+    """
+    if args.text:
+        sentences = [(text, f"argument {i}") for i, text in enumerate(args.text, start=1)]
+    else:
+        sentences = [(line, f"standard input, line {i}")
+                     for i, line in enumerate(sys.stdin.read().splitlines(), start=1)]
+        if not sentences:
+            raise CliError("no sentences: give them as arguments or on standard input", "standard input")
+    for text, where in sentences:
+        if not text.strip():
+            raise CliError("the sentence is empty; there is nothing to translate", where)
+    return sentences
+
+
 def cmd_translate(args) -> int:
-    from .checkpoint import load_checkpoint  # noqa: PLC0415
     from .data.vocab import detokenize, tokenize  # noqa: PLC0415
+    from .files import check_writable_dir  # noqa: PLC0415
     from .translate import translate_tokens  # noqa: PLC0415
 
     _set_backend(args)
-    ckpt = load_checkpoint(args.checkpoint)
+    sentences = _read_sentences(args)
+    if args.attention:
+        with _about(f"--attention {args.attention}"):
+            check_writable_dir(args.attention)
+    ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
     levels = ckpt.extra.get("levels", {})
     src_level = args.level or levels.get("src", "word")
     tgt_level = levels.get("tgt", src_level)
     model = ckpt.model.eval()
-    sentences = args.text or [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    if not sentences:
-        print("error: give sentences as arguments or on standard input", file=sys.stderr)
-        return 2
-    sources = [tokenize(s, src_level) for s in sentences]
+    sources = []
+    for text, where in sentences:
+        with _about(where):
+            sources.append(tokenize(text, src_level))
     unknown = sorted({t for src in sources for t in src if t not in ckpt.vocab})
     if unknown:
         print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
-    for sentence, hyp in zip(sentences, translate_tokens(model, ckpt.vocab, sources, beam_size=args.beam)):
+    for hyp in translate_tokens(model, ckpt.vocab, sources, beam_size=args.beam):
         print(detokenize(hyp, tgt_level))
     if args.attention:
         from .translate import save_attention_maps  # noqa: PLC0415
@@ -135,31 +330,31 @@ def cmd_translate(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .checkpoint import load_checkpoint  # noqa: PLC0415
-    from .data.tsv import DataError, load_tsv  # noqa: PLC0415
-    from .data.vocab import tokenize  # noqa: PLC0415
-    from .train import TaskData, load_task  # noqa: PLC0415
+    from .train import TaskData, load_task, read_pairs  # noqa: PLC0415
 
     _set_backend(args)
-    ckpt = load_checkpoint(args.checkpoint)
-    levels = ckpt.extra.get("levels", {})
     if (args.task is None) == (args.data is None):
-        print("error: give exactly one of --data pairs.tsv or --task NAME", file=sys.stderr)
-        return 2
+        raise CliError("give exactly one of --data pairs.tsv or --task NAME", "--task/--data")
+    if args.data and args.split is not None:
+        raise CliError("--split chooses a split of --task; with --data the whole file is evaluated", "--split")
+    ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
+    levels = ckpt.extra.get("levels", {})
     if args.data:
         src_level = args.level or levels.get("src", "word")
         tgt_level = levels.get("tgt", src_level)
-        try:
-            pairs = [(tokenize(s, src_level), tokenize(t, tgt_level)) for s, t in load_tsv(args.data)]
-        except (DataError, FileNotFoundError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
+        with _about(f"--data {args.data}"):
+            pairs, notes = read_pairs(args.data, src_level, tgt_level, header=args.header, max_length=None)
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
         task = TaskData(os.path.basename(args.data), ckpt.vocab, [], [], pairs, src_level, tgt_level,
                         levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"))
     else:
-        task = load_task(args.task, seed=args.seed)
-        pairs = getattr(task, args.split)
-    if args.limit:
+        saved_seed = ckpt.extra.get("settings", {}).get("seed", 0)
+        seed = args.seed if args.seed is not None else saved_seed if isinstance(saved_seed, int) else 0
+        with _about(f"--task {args.task}"):
+            task = load_task(args.task, seed=seed)
+        pairs = getattr(task, args.split or "test")
+    if args.limit is not None:
         pairs = pairs[: args.limit]
     beams = (1,) if args.beam == 1 else (1, args.beam)
     _report(ckpt.model.eval(), task, ckpt.vocab, pairs, beam_sizes=beams, n_samples=args.samples)
@@ -189,70 +384,153 @@ def _task_names_help() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m minitransformer",
-                                     description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.")
+    from .model import PRESETS  # noqa: PLC0415
+    from .train import MAX_DATA_LENGTH  # noqa: PLC0415
+
+    parser = _Parser(prog="python -m minitransformer",
+                     description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.",
+                     epilog=f"Errors print one line and exit with 2 (bad input) or 1 (run-time failure); "
+                            f"--debug or {DEBUG_VARIABLE}=1 adds the traceback.")
     parser.add_argument("--version", action="version", version=f"minitransformer {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a model on a task or a TSV file",
                        description="Train a Transformer. Tasks: copy, reverse, and the offline translation "
-                                   "tasks listed by `python -m minitransformer tasks`.")
+                                   "tasks listed by `python -m minitransformer tasks`. A checkpoint is saved "
+                                   "at every validation and at the end (the one replaced is kept as "
+                                   "checkpoint.prev.npz); Ctrl-C or SIGTERM save one and print how to resume.")
     p.add_argument("--task", help=f"a named task: {_task_names_help()} (see the 'tasks' command)")
-    p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task)")
+    p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task); duplicate pairs "
+                                  "are removed and the rest split into train / valid / test")
     p.add_argument("--level", choices=["char", "word"], default="char",
                    help="tokenization of --data files (default: char)")
+    p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")
+    p.add_argument("--max-length", type=positive_int, default=MAX_DATA_LENGTH, metavar="TOKENS",
+                   help=f"longest --data sentence accepted, in tokens per side (default {MAX_DATA_LENGTH}); "
+                        "a longer line is an error naming it")
     p.add_argument("--preset", choices=list(PRESETS), help="model size preset; default: the task's")
-    p.add_argument("--steps", type=int, help="optimizer steps (default: the task's)")
-    p.add_argument("--batch-size", type=int, help="sentence pairs per batch")
-    p.add_argument("--max-tokens", type=int, help="cap on padded tokens per batch")
-    p.add_argument("--lr-factor", type=float, help="multiplier on the §5.3 learning-rate schedule")
-    p.add_argument("--warmup", type=int, help="warm-up steps of the schedule")
-    p.add_argument("--clip-norm", type=float, help="clip the global gradient norm to this value")
-    p.add_argument("--valid-every", type=int, help="validate every this many steps")
-    p.add_argument("--checkpoint-every", type=int, help="also save a checkpoint every this many steps")
-    p.add_argument("--eval-beams", type=int, nargs="+", default=[1],
+    p.add_argument("--steps", type=positive_int, help="optimizer steps (default: the task's)")
+    p.add_argument("--batch-size", type=positive_int, help="sentence pairs per batch")
+    p.add_argument("--max-tokens", type=positive_int, help="cap on padded tokens per batch")
+    p.add_argument("--lr-factor", type=positive_float, help="multiplier on the §5.3 learning-rate schedule")
+    p.add_argument("--warmup", type=positive_int, help="warm-up steps of the schedule")
+    p.add_argument("--clip-norm", type=positive_float, help="clip the global gradient norm to this value")
+    p.add_argument("--valid-every", type=positive_int,
+                   help="validate (and save a checkpoint) every this many steps")
+    p.add_argument("--checkpoint-every", type=positive_int,
+                   help="also save a checkpoint every this many steps")
+    p.add_argument("--eval-beams", type=positive_int, nargs="+", default=[1],
                    help="beam sizes to evaluate the test set with at the end (default: 1 = greedy)")
-    p.add_argument("--seed", type=int, default=0,
-                   help="seed of the initial weights, dropout, the batch order and the task's "
-                        "train/valid/test split (default: 0; evaluate --seed must match it)")
+    p.add_argument("--seed", type=non_negative_int, default=None,
+                   help="seed of the data split, the initial weights and dropout (default 0; when resuming, "
+                        "the checkpoint's)")
     p.add_argument("--out", help="output directory (default: runs/TASK)")
     p.add_argument("--resume", help="continue from this checkpoint")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    _add_backend(p)
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
+    p.add_argument("--progress-every", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="when the output is not a terminal, print a progress line this often (default 30)")
+    _add_common(p)
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("translate", help="translate sentences with a trained checkpoint")
+    p = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
+                       description="Translate sentences, one output line per input. An empty sentence is an "
+                                   "error (it has nothing to translate).")
     p.add_argument("text", nargs="*", help="sentences (default: read lines from standard input)")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
-    p.add_argument("--beam", type=int, default=4, help="beam size (1 = greedy; default 4, as in §6.1)")
+    p.add_argument("--beam", type=positive_int, default=4, help="beam size (1 = greedy; default 4, as in §6.1)")
     p.add_argument("--level", choices=["char", "word"], help="source tokenization (default: the checkpoint's)")
     p.add_argument("--attention", metavar="OUT_DIR",
                    help="also save attention heatmaps (every layer and head) for the first sentence")
-    _add_backend(p)
+    _add_common(p)
     p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
-    p.add_argument("--data", help="a TSV file of source<TAB>target lines")
+    p.add_argument("--data", help="a TSV file of source<TAB>target lines (all of it is evaluated)")
+    p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")
     p.add_argument("--task", help="a named task (uses its --split)")
-    p.add_argument("--split", choices=["train", "valid", "test"], default="test",
-                   help="which part of --task to evaluate on (default: test, the held-out pairs)")
+    p.add_argument("--split", choices=["train", "valid", "test"], default=None,
+                   help="which split of --task to evaluate (default: test)")
     p.add_argument("--level", choices=["char", "word"], help="tokenization of --data (default: the checkpoint's)")
-    p.add_argument("--beam", type=int, default=4, help="also evaluate beam search of this size (1: greedy only)")
-    p.add_argument("--limit", type=int, help="evaluate only the first N pairs")
-    p.add_argument("--samples", type=int, default=5, help="sample decodes to print")
-    p.add_argument("--seed", type=int, default=0, help="split seed of --task (must match training)")
-    _add_backend(p)
+    p.add_argument("--beam", type=positive_int, default=4, help="also evaluate beam search of this size (1: greedy only)")
+    p.add_argument("--limit", type=positive_int, help="evaluate only the first N pairs")
+    p.add_argument("--samples", type=non_negative_int, default=5, help="sample decodes to print (0: none)")
+    p.add_argument("--seed", type=non_negative_int, default=None,
+                   help="split seed of --task (default: the one the checkpoint was trained with)")
+    _add_common(p)
     p.set_defaults(func=cmd_evaluate)
 
     p = sub.add_parser("tasks", help="list the built-in tasks")
+    _add_common(p, backend_option=False)
     p.set_defaults(func=cmd_tasks)
     return parser
 
 
-def main(argv=None) -> int:
+def _run(argv: list[str]) -> int:
+    from .errors import EnvironmentVariableError, NonFiniteError  # noqa: PLC0415
+
+    try:
+        from . import backend  # noqa: F401, PLC0415  (reads the environment variables)
+    except EnvironmentVariableError as exc:
+        raise CliError(str(exc), exc.variable, 2) from exc
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    args.argv = argv
+    try:
+        return args.func(args)
+    except NonFiniteError as exc:
+        raise CliError(str(exc), None, 1) from exc
+
+
+def main(argv=None) -> int:
+    """Run the command line; returns the exit code (0 success, 2 bad input, 1 failure, 130/143 signals)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    previous_term = None
+    if threading.current_thread() is threading.main_thread():
+        def on_term(signum, frame):
+            raise _Terminated()
+        previous_term = signal.signal(signal.SIGTERM, on_term)
+    debug = False
+    try:
+        debug = _debug_requested(argv)
+        return _run(argv)
+    except CliError as exc:
+        if debug and exc.__cause__ is not None:
+            traceback.print_exception(exc.__cause__)
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        if debug:
+            traceback.print_exc()
+        print("error: interrupted (Ctrl-C)", file=sys.stderr)
+        return 130
+    except _Terminated:
+        print("error: terminated (SIGTERM)", file=sys.stderr)
+        return 143
+    except BAD_INPUT as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {_message(exc)}", file=sys.stderr)
+        return 2
+    except MemoryError:
+        if debug:
+            traceback.print_exc()
+        print("error: out of memory (try a smaller --batch-size or --max-tokens, or a smaller --preset)",
+              file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {_message(exc)}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - the one place every other error is turned into a line
+        if debug:
+            traceback.print_exc()
+        hint = "" if debug else f" (run with --debug or {DEBUG_VARIABLE}=1 for the traceback)"
+        print(f"error: internal error: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
+        return 1
+    finally:
+        if previous_term is not None:
+            signal.signal(signal.SIGTERM, previous_term)
 
 
 if __name__ == "__main__":

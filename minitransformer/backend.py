@@ -25,6 +25,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy
 
+from .errors import EnvironmentVariableError
+
 # For type hints: a numpy.ndarray or a cupy.ndarray (CuPy is optional, so it is
 # not named). Shapes are given in docstrings, in the paper's letters.
 Array = Any
@@ -32,12 +34,31 @@ Array = Any
 _BACKENDS = ("numpy", "cupy")
 _DTYPES = ("float32", "float64")
 
-_backend_name = os.environ.get("MINITRANSFORMER_BACKEND", "numpy").strip().lower() or "numpy"
-_dtype_name = os.environ.get("MINITRANSFORMER_DTYPE", "float32").strip().lower() or "float32"
-if _backend_name not in _BACKENDS:
-    raise ValueError(f"MINITRANSFORMER_BACKEND must be one of {_BACKENDS}, got {_backend_name!r}")
-if _dtype_name not in _DTYPES:
-    raise ValueError(f"MINITRANSFORMER_DTYPE must be one of {_DTYPES}, got {_dtype_name!r}")
+
+
+def _env_choice(variable: str, choices: tuple[str, ...], default: str) -> str:
+    """The value of an environment variable that must be one of ``choices`` (unset or empty: ``default``)."""
+    raw = os.environ.get(variable, "")
+    value = raw.strip().lower() or default
+    if value not in choices:
+        raise EnvironmentVariableError(variable, raw, "one of " + ", ".join(choices))
+    return value
+
+
+def _env_threads(variable: str = "MINITRANSFORMER_THREADS") -> int:
+    """MINITRANSFORMER_THREADS: a positive integer (unset, empty or 0: every core)."""
+    raw = os.environ.get(variable, "")
+    try:
+        n = int(raw.strip() or 0)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise EnvironmentVariableError(variable, raw, "a whole number of threads ≥ 1 (0 or unset: every core)")
+    return n or os.cpu_count() or 1
+
+
+_backend_name = _env_choice("MINITRANSFORMER_BACKEND", _BACKENDS, "numpy")
+_dtype_name = _env_choice("MINITRANSFORMER_DTYPE", _DTYPES, "float32")
 
 
 def _import_cupy():
@@ -207,7 +228,7 @@ def scatter_add(table, rows, values) -> None:
 
 # -- spreading independent blocks of work over CPU threads ---------------------------
 
-_num_threads = max(1, int(os.environ.get("MINITRANSFORMER_THREADS", "0") or 0) or os.cpu_count() or 1)
+_num_threads = _env_threads()
 _pool: ThreadPoolExecutor | None = None
 
 

@@ -43,13 +43,17 @@ layers' forward caches (the backward would then refuse the gradient's shape).
 from __future__ import annotations
 
 from . import backend
-from .errors import ShapeError
+from .errors import NonFiniteError, ShapeError
 from .layers.loss import log_softmax
 from .layers.masks import padding_mask
 from .layers.parameter import eval_mode
 from .model import KVCache, Transformer
 
 NEG_INF = float("-inf")
+
+
+class NonFiniteOutputError(NonFiniteError):
+    """The model produced NaN (or +inf) scores while decoding: its parameters are probably not finite."""
 
 # §6.1: at inference the output may be at most 50 tokens longer than the input.
 EXTRA_OUTPUT_LEN = 50
@@ -65,6 +69,14 @@ def _as_ids(model, src):
         raise ShapeError(f"decoding: src must be token ids of shape (B, S), got {tuple(getattr(src, 'shape', ()))}")
     if src.dtype.kind not in ("i", "u"):
         raise TypeError(f"decoding: src must be an integer array, got dtype {src.dtype}")
+    if src.shape[0] and src.shape[1] == 0:
+        raise ValueError("decoding: src has no positions (shape (B, 0)); every source sentence needs at least "
+                         "one token (with make_source_batch, <eos> is one)")
+    if src.shape[0]:
+        empty = backend.to_numpy((src == model.cfg.pad_id).all(axis=1))
+        if empty.any():
+            raise ValueError(f"decoding: source row {int(empty.argmax())} is all padding (an empty sentence); "
+                             "the encoder-decoder attention would have nothing to attend to")
     return src
 
 
@@ -132,6 +144,22 @@ def _next_log_probs(model: Transformer, tokens, t: int, cache: KVCache | None, m
     return log_softmax(logits)
 
 
+def _check_finite(nan_rows, t: int) -> None:
+    """Raise if any row's scores were NaN. nan_rows: (R,) bool, accumulated on the device.
+
+    NaN scores (from NaN or inf logits) would make argmax pick an arbitrary token
+    and beam search lose every hypothesis: say what happened instead. The search
+    loops fold ``nan_rows.any()`` into the one host sync they make per position.
+    """
+    rows = backend.to_numpy(nan_rows)
+    if rows.any():
+        raise NonFiniteOutputError(
+            f"decoding: the model's scores at output position {t} are NaN for row {int(rows.argmax())} "
+            f"({int(rows.sum())} of {rows.size} rows); its parameters are probably NaN or inf "
+            "(a diverged checkpoint?)"
+        )
+
+
 # -- greedy decoding ---------------------------------------------------------------------------
 
 def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | None = None,
@@ -163,8 +191,10 @@ def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | No
         limit = xp.asarray(limits)
         out_len = xp.asarray(limits)                             # returned length, if no <eos> comes
         done = xp.zeros(B, dtype=bool)
+        nan_rows = xp.zeros(B, dtype=bool)
         for t in range(T):
             logp = _next_log_probs(model, tokens, t, cache, memory, src_mask)
+            nan_rows = xp.isnan(logp).any(axis=1)
             logp[:, banned] = NEG_INF
             y = logp.argmax(axis=1)                              # (B,)
             y = xp.where(done, pad, y)                           # finished sentences emit pad
@@ -174,8 +204,9 @@ def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | No
                 out_len = xp.where(hit, t, out_len)              # tokens before <eos>
                 done |= hit
             done |= limit <= t + 1                               # reached its maximum length
-            if bool(done.all()):
+            if bool(done.all() | nan_rows.any()):                # the one wait for the device per position
                 break
+        _check_finite(nan_rows, t)
     tokens, out_len = backend.to_numpy(tokens), backend.to_numpy(out_len)
     return [tokens[b, 1: 1 + int(out_len[b])].tolist() for b in range(B)]
 
@@ -254,6 +285,7 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
 
         for t in range(T):
             logp = _next_log_probs(model, tokens, t, cache, memory_k, src_mask_k).astype(f64)
+            nan_rows = xp.isnan(logp).any(axis=1)
             logp[:, banned] = NEG_INF
             cand = (live.reshape(B * k, 1) + logp).reshape(B, k * V)   # log P of every extension
             top, top_logp = _topk(cand, k)                     # (B, k), best first
@@ -290,7 +322,7 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
             # xp.where, not live[done] = NEG_INF: a boolean-mask assignment counts the True
             # entries on the host first, which on a GPU waits for the device at every step.
             live = xp.where(done[:, None], NEG_INF, live)
-            if bool(done.all()) or t + 1 == T:
+            if bool(done.all() | nan_rows.any()) or t + 1 == T:   # the stop test's wait for the device
                 break
             # The new beam: copy each parent's history (and cache rows) to its slot.
             tokens = tokens[parent_rows]
@@ -298,6 +330,7 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
             if use_cache:
                 cache.reorder(parent_rows, cross=False)        # same sentence: cross K/V unchanged
 
+        _check_finite(nan_rows, t)
     fin_score, fin_tokens, fin_len = (backend.to_numpy(a) for a in (fin_score, fin_tokens, fin_len))
     results = []
     for b in range(B):   # unpacking to Python lists, after the search
@@ -312,4 +345,4 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     return results
 
 
-__all__ = ["greedy_decode", "beam_search", "length_penalty"]
+__all__ = ["greedy_decode", "beam_search", "length_penalty", "NonFiniteOutputError"]

@@ -17,12 +17,33 @@ class TokenIdError(ValueError):
     """A token id is outside the vocabulary. The message names the id and the size."""
 
 
-def check_gradient(where: str, name: str, grad, expected_shape) -> None:
-    """Raise unless ``grad`` is a float array of exactly ``expected_shape``.
+class EnvironmentVariableError(ValueError):
+    """An environment variable the package reads has a value it cannot use.
+
+    The message names the variable, the value and what would be accepted.
+    """
+
+    def __init__(self, variable: str, value: str, expected: str):
+        self.variable, self.value = variable, value
+        super().__init__(f"environment variable {variable}={value!r} is not valid: expected {expected}")
+
+
+class NonFiniteError(RuntimeError):
+    """A value that must be finite (a loss, a gradient, a saved tensor) is NaN or infinite.
+
+    Training raises its subclasses (``train.NonFiniteLossError``,
+    ``optim.NonFiniteGradientError``) and refuses to save such a state.
+    """
+
+
+def check_gradient(where: str, name: str, grad, expected_shape, expected_dtype=None) -> None:
+    """Raise unless ``grad`` is a float array of exactly ``expected_shape`` (and ``expected_dtype``).
 
     A backward receives the gradient of its forward's output: it must have that
     output's shape. NumPy would otherwise broadcast a wrong-sized gradient into a
     wrong answer without a word (a (1, S, d) gradient for a (B, S, d) output, say).
+    It must also have the output's dtype (the dtype rule, see ``check_input``):
+    a float64 gradient would silently turn a float32 layer's backward into float64.
     """
     shape = getattr(grad, "shape", None)
     if shape is None:
@@ -34,6 +55,42 @@ def check_gradient(where: str, name: str, grad, expected_shape) -> None:
         )
     if grad.dtype.kind != "f":
         raise TypeError(f"{where}: {name} must be a float array, got dtype {grad.dtype}")
+    if expected_dtype is not None and grad.dtype != expected_dtype:
+        raise TypeError(
+            f"{where}: {name} has dtype {grad.dtype}, but the forward's output was {expected_dtype}; "
+            f"pass a gradient of the output's dtype (.astype({str(expected_dtype)!r}))"
+        )
+
+
+def check_input(where: str, name: str, x, d: int | None = None, dtype=None, label: str = "d_model") -> None:
+    """The dtype rule for activations, and the last-axis check (``check_last_dim``) when ``d`` is given.
+
+    The rule, the same in every layer:
+
+    * activations are float arrays: an integer or boolean array is a TypeError
+      (token ids go into an ``Embedding``, not into the layers after it);
+    * a layer with parameters computes in its parameters' dtype (``dtype``): an
+      input of another float dtype is a TypeError naming both. NumPy would
+      otherwise promote a float32 layer fed float64 to float64 without a word,
+      doubling memory and time and hiding the mismatch. Convert the input
+      (``x.astype(numpy.float32)``) or build the layer in the input's dtype
+      (``backend.set_default_dtype``);
+    * a layer without parameters (dropout, the positional encoding) keeps its
+      input's float dtype (``dtype=None``).
+    """
+    if d is not None:
+        check_last_dim(where, name, x, d, label)
+    dt = getattr(x, "dtype", None)
+    if dt is None or getattr(x, "shape", None) is None:
+        raise TypeError(f"{where}: {name} must be an array, got {type(x).__name__}")
+    if dt.kind != "f":
+        hint = " (token ids go into an Embedding first)" if dt.kind in "iu" else ""
+        raise TypeError(f"{where}: {name} must be a float array, got dtype {dt}{hint}")
+    if dtype is not None and dt != dtype:
+        raise TypeError(
+            f"{where}: {name} has dtype {dt}, but the layer's parameters are {dtype}; convert the input "
+            f"(.astype({str(dtype)!r})) or build the layer in {dt} (backend.set_default_dtype)"
+        )
 
 
 def check_last_dim(where: str, name: str, arr, d: int, label: str = "d_model") -> None:

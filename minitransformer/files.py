@@ -9,14 +9,23 @@ half of one. Same directory, because a rename across file systems is not atomic.
 
 The temporary file has a fixed name per target, ``.<name>.partial``: a save
 killed half-way (``kill -9``, a power cut) leaves at most one such file, and
-the next save of the same target simply overwrites it.
+the next save of the same target simply overwrites it. A training run also
+removes such leftovers from its output directory when it starts
+(:func:`remove_stale_partials`), including the ``.tmp-…<name>`` files that
+older versions of the package left behind.
+
+``keep_previous``: the file being replaced is kept under a second name
+(``checkpoint.npz`` -> ``checkpoint.prev.npz``), also by renames only, so
+at every moment both names hold a complete file.
 """
 
 from __future__ import annotations
 
+import glob
 import os
 
 PARTIAL_SUFFIX = ".partial"
+LEGACY_TEMP_PREFIX = ".tmp-"     # tempfile.mkstemp(prefix=".tmp-", suffix=name): the old temporary names
 
 
 def partial_path(path: str | os.PathLike) -> str:
@@ -31,12 +40,25 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+def previous_path(path: str | os.PathLike) -> str:
+    """Where ``keep_previous`` keeps the replaced file: ``dir/name.prev.ext`` (``checkpoint.prev.npz``)."""
+    root, ext = os.path.splitext(os.fspath(path))
+    return f"{root}.prev{ext}"
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes, keep_previous: bool = False) -> None:
     """Write ``data`` to ``path`` atomically (see the module docstring).
 
     The file gets the permissions an ordinary new file would get (0666 minus
     the umask). The directory must exist: a missing one is the caller's error
     to report (with the option that named it), not something to create silently.
+
+    keep_previous: if ``path`` exists, it becomes ``previous_path(path)``
+    (replacing an older one). Order of the steps: the new bytes are complete
+    on disk first; then the current file gets its second name (a hard link,
+    renamed over the previous one); then the new file is renamed over
+    ``path``. A crash between any two steps leaves ``path`` complete (old or
+    new) and the previous name complete (older or old).
     """
     tmp = partial_path(path)
     try:
@@ -45,6 +67,8 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())       # on disk before the rename makes it visible
+        if keep_previous and os.path.isfile(path):
+            _link_as(path, previous_path(path))
         os.replace(tmp, path)          # atomic on POSIX and Windows
     except BaseException:
         if os.path.exists(tmp):
@@ -52,9 +76,70 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         raise
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> None:
+def _link_as(path: str | os.PathLike, target: str) -> None:
+    """Give the file ``path`` the second name ``target`` atomically, keeping ``path`` as it is."""
+    staged = partial_path(target)
+    if os.path.lexists(staged):
+        os.unlink(staged)
+    try:
+        os.link(path, staged)          # a second name for the same bytes: no copy
+    except OSError:                    # a file system without hard links: copy the bytes instead
+        with open(path, "rb") as src, open(staged, "wb") as dst:
+            dst.write(src.read())
+            dst.flush()
+            os.fsync(dst.fileno())
+    os.replace(staged, target)
+
+
+def remove_stale_partials(directory: str | os.PathLike) -> list[str]:
+    """Delete the temporary files an interrupted save left in ``directory``; return their paths.
+
+    These are ``.<name>.partial`` (this module's fixed temporary names) and
+    ``.tmp-…`` (what earlier versions wrote). Call it when nothing else is
+    writing into the directory, e.g. when a training run starts.
+    """
+    directory = os.fspath(directory)
+    if not os.path.isdir(directory):
+        return []
+    found = glob.glob(os.path.join(glob.escape(directory), f".*{PARTIAL_SUFFIX}"))
+    found += glob.glob(os.path.join(glob.escape(directory), f"{LEGACY_TEMP_PREFIX}*"))
+    removed = []
+    for path in sorted(set(found)):
+        if os.path.isfile(path) and not os.path.islink(path):
+            os.unlink(path)
+            removed.append(path)
+    return removed
+
+
+def check_writable_dir(directory: str | os.PathLike) -> None:
+    """Make sure files can be written in ``directory`` (created if missing), before any work is done.
+
+    Raises NotADirectoryError if the path is a file, PermissionError if the
+    directory cannot be created or written to; both name the path. A probe
+    file is written and removed, which is the only reliable test (permissions,
+    read-only mounts and full disks all show up here).
+    """
+    directory = os.fspath(directory)
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise NotADirectoryError(f"{directory} exists and is not a directory")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        probe = os.path.join(directory, f".write-test{PARTIAL_SUFFIX}")
+        with open(probe, "wb") as f:
+            f.write(b"ok")
+        os.unlink(probe)
+    except NotADirectoryError:
+        raise NotADirectoryError(f"{directory}: a part of the path is a file, not a directory") from None
+    except PermissionError:
+        raise PermissionError(f"{directory}: no permission to create or write files there") from None
+    except OSError as exc:
+        raise OSError(exc.errno, f"{directory}: cannot write files there ({exc.strerror})") from None
+
+
+def atomic_write_text(path: str | os.PathLike, text: str, keep_previous: bool = False) -> None:
     """``atomic_write_bytes`` of UTF-8 text; newlines are written as given ("\\n" on every OS)."""
-    atomic_write_bytes(path, text.encode("utf-8"))
+    atomic_write_bytes(path, text.encode("utf-8"), keep_previous)
 
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "partial_path", "PARTIAL_SUFFIX"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "partial_path", "previous_path", "remove_stale_partials",
+           "check_writable_dir", "PARTIAL_SUFFIX"]

@@ -22,10 +22,20 @@ from __future__ import annotations
 
 import math
 import operator
+import warnings
 from collections.abc import Callable, Sequence
 
 from . import backend
+from .errors import NonFiniteError
 from .layers.parameter import Parameter
+
+
+class NonFiniteGradientError(NonFiniteError):
+    """Adam skipped ``max_consecutive_skips`` updates in a row because of non-finite gradients."""
+
+
+class NonFiniteGradientWarning(RuntimeWarning):
+    """Adam skipped one update because a gradient was NaN, infinite or too large to square."""
 
 
 class NoamSchedule:
@@ -69,19 +79,32 @@ class NoamSchedule:
 
 
 def global_grad_norm(params: Sequence[Parameter]) -> float:
-    """sqrt(sum over all params of sum(grad**2)): the L2 norm of all gradients as one vector."""
+    """sqrt(sum over all params of sum(grad**2)): the L2 norm of all gradients as one vector.
+
+    inf or NaN when a gradient holds inf or NaN. A finite float32 gradient whose
+    squares overflow float32 (entries above ~1.8e19) still gets its true, finite
+    norm: that parameter's sum is redone in float64 (so clipping can scale it).
+    """
     total = 0.0
     for p in params:
         xp = backend.get_array_module(p.grad)
         g = p.grad.reshape(-1)
-        # vdot(g, g) = sum(g*g) without materializing g*g; summed in float64 so many
-        # float32 parameters add up without float32 rounding. An array scalar, not float():
-        # on a GPU every float() waits for the device, and this would wait once per parameter.
+        # vdot(g, g) = sum(g*g) without materializing g*g; accumulated in float64 as an
+        # array scalar, not float(): on a GPU every float() waits for the device, and this
+        # would wait once per parameter.
         total += xp.vdot(g, g).astype(xp.float64)
-    return math.sqrt(float(total))
+    total = float(total)                              # the one wait for the device
+    if total == math.inf:
+        # Rare: a real inf, or a float32 sum of squares that overflowed (entries above
+        # ~1.8e19). Redo each sum in float64: a finite gradient then gets its finite norm.
+        total = 0.0
+        for p in params:
+            g64 = p.grad.reshape(-1).astype(backend.get_array_module(p.grad).float64)
+            total += float(backend.get_array_module(g64).vdot(g64, g64))
+    return math.sqrt(total)
 
 
-def clip_grad_norm(params: Sequence[Parameter], max_norm: float) -> float:
+def clip_grad_norm(params: Sequence[Parameter], max_norm: float, norm: float | None = None) -> float:
     """Scale all gradients together so their global L2 norm is at most ``max_norm``.
 
     Returns the norm *before* clipping (worth logging: a norm that keeps
@@ -89,11 +112,12 @@ def clip_grad_norm(params: Sequence[Parameter], max_norm: float) -> float:
     gradients by one factor keeps the update's direction; clipping each
     separately would not. A non-finite norm (inf or NaN) is returned as is and
     the gradients are left alone: scaling cannot repair them, and the caller
-    should skip the step.
+    should skip the step. ``norm``: the global norm if already measured.
     """
     if not (isinstance(max_norm, int | float) and max_norm > 0):
         raise ValueError(f"clip_grad_norm: max_norm must be a positive number, got {max_norm!r}")
-    norm = global_grad_norm(params)
+    if norm is None:
+        norm = global_grad_norm(params)
     if math.isfinite(norm) and norm > max_norm:
         scale = float(max_norm) / norm  # a Python float: keeps float32 grads float32
         for p in params:
@@ -154,6 +178,19 @@ class Adam:
 
     ``step()`` does not zero the gradients; call ``zero_grad()`` before the
     next backward (backward passes add into ``grad``).
+
+    Non-finite gradients (the policy). One NaN would spread to every parameter
+    it touches, and one float32 gradient above ~1.8e19 squares to inf in v, after
+    which that parameter's update is 0 forever: silent damage either way. So
+    before updating, ``step()`` measures the global gradient norm (the pass
+    clipping needs anyway). If a gradient is NaN or inf, or (without clipping)
+    too large to square in its dtype, the step is *skipped*: no parameter, no
+    moment and no step count changes, ``step()`` returns False, the skip is
+    counted (``skipped_steps``, ``consecutive_skips``), described in
+    ``last_skip`` (naming the tensor), and reported through ``on_skip(message)``
+    (default: a ``NonFiniteGradientWarning``). After ``max_consecutive_skips``
+    skips in a row (default 5; None: never) it raises NonFiniteGradientError
+    instead: the run has diverged and skipping will not save it.
     """
 
     def __init__(
@@ -163,6 +200,8 @@ class Adam:
         betas: tuple[float, float] = (0.9, 0.98),
         eps: float = 1e-9,
         clip_norm: float | None = None,
+        max_consecutive_skips: int | None = 5,
+        on_skip: Callable[[str], None] | None = None,
     ):
         params = list(params)
         if not params:
@@ -188,6 +227,11 @@ class Adam:
             raise ValueError(f"Adam: eps must be >= 0, got {eps!r}")
         if clip_norm is not None and not clip_norm > 0:
             raise ValueError(f"Adam: clip_norm must be positive or None, got {clip_norm!r}")
+        if max_consecutive_skips is not None and (isinstance(max_consecutive_skips, bool)
+                                                  or not isinstance(max_consecutive_skips, int)
+                                                  or max_consecutive_skips < 1):
+            raise ValueError(f"Adam: max_consecutive_skips must be an integer ≥ 1 or None, "
+                             f"got {max_consecutive_skips!r}")
 
         self.params = params
         self.schedule = schedule
@@ -198,6 +242,12 @@ class Adam:
         self.step_count = 0
         self.last_lr: float | None = None
         self.last_grad_norm: float | None = None
+        # The non-finite policy (see the class docstring).
+        self.max_consecutive_skips = max_consecutive_skips
+        self.on_skip = on_skip
+        self.skipped_steps = 0            # updates skipped in all
+        self.consecutive_skips = 0        # ... since the last update that was applied
+        self.last_skip: str | None = None
         # One m and one v per parameter, same shape, dtype and device.
         self.m = [backend.get_array_module(p.data).zeros_like(p.data) for p in params]
         self.v = [backend.get_array_module(p.data).zeros_like(p.data) for p in params]
@@ -206,18 +256,68 @@ class Adam:
         for p in self.params:
             p.zero_grad()
 
-    def step(self) -> None:
-        """One update of every parameter from its current ``grad``."""
+    # -- the non-finite policy --------------------------------------------------------
+    def _gradient_problem(self) -> tuple[float, str | None]:
+        """(global gradient norm, None) when the update is safe to apply, else (norm, what is wrong)."""
+        norm = global_grad_norm(self.params)
+        if math.isfinite(norm):
+            if self.clip_norm is not None:
+                return norm, None                    # clipping brings every entry into range
+            # Without clipping, an entry g with g² beyond its dtype's range makes v = inf.
+            # The norm bounds every entry, so only a norm that large needs a closer look.
+            for p in self.params:
+                xp = backend.get_array_module(p.grad)
+                big = math.sqrt(float(xp.finfo(p.grad.dtype).max))
+                if norm > big and p.grad.size and float(xp.abs(p.grad).max()) > big:
+                    return norm, (f"the gradient of {p.name!r} has entries up to {float(xp.abs(p.grad).max()):.3g}, "
+                                  f"whose square overflows {p.grad.dtype} in Adam's second moment v")
+            return norm, None
+        for p in self.params:                       # rare: find the tensor to name
+            xp = backend.get_array_module(p.grad)
+            if not bool(xp.isfinite(p.grad).all()):
+                kind = "NaN" if bool(xp.isnan(p.grad).any()) else "inf"
+                return norm, f"the gradient of {p.name!r} contains {kind}"
+        return norm, f"the global gradient norm is {norm}"
+
+    def _skip(self, problem: str, norm: float) -> None:
+        """Count a skipped update, report it, and stop after too many in a row."""
+        self.skipped_steps += 1
+        self.consecutive_skips += 1
+        self.last_skip = problem
+        self.last_grad_norm = norm
+        message = (f"Adam: skipped update {self.step_count + 1}: {problem}; parameters and moments unchanged "
+                   f"({self.consecutive_skips} skipped in a row, {self.skipped_steps} in all)")
+        if self.max_consecutive_skips is not None and self.consecutive_skips >= self.max_consecutive_skips:
+            raise NonFiniteGradientError(
+                f"{message}; stopping after {self.consecutive_skips} consecutive skips: the run has diverged "
+                "(try a smaller learning rate, or clipping)"
+            )
+        if self.on_skip is not None:
+            self.on_skip(message)
+        else:
+            warnings.warn(message, NonFiniteGradientWarning, stacklevel=3)
+
+    def step(self) -> bool:
+        """One update of every parameter from its current ``grad``.
+
+        Returns True, or False when the update was skipped because of a
+        non-finite gradient (the policy in the class docstring).
+        """
+        grad_norm, problem = self._gradient_problem()
+        if problem is not None:
+            self._skip(problem, grad_norm)
+            return False
+        self.consecutive_skips = 0
         self.step_count += 1  # once per call, however many parameters: the schedule's clock
         t = self.step_count
         lr = float(self.schedule(t))
         self.last_lr = lr
 
-        # The norm is measured every step (for logging), clipped only if asked. Without
-        # clipping it is summed inside the update below from the g^2 computed there
-        # (saves a pass over every gradient).
+        # The norm was measured above (the non-finite check needs it); it is logged, and
+        # the gradients are clipped to clip_norm if asked.
+        self.last_grad_norm = grad_norm
         if self.clip_norm is not None:
-            self.last_grad_norm = clip_grad_norm(self.params, self.clip_norm)
+            clip_grad_norm(self.params, self.clip_norm, norm=grad_norm)
 
         beta1, beta2 = self.betas
         # The bias corrections are the same for every parameter: compute once.
@@ -229,9 +329,8 @@ class Adam:
         step_size = lr * sqrt_correction2 / correction1
         eps_hat = self.eps * sqrt_correction2
 
-        def update(blocks):
-            """Adam on a list of (p, grad, m, v) blocks; returns their sum of grad^2 (a float64 array scalar)."""
-            sum_sq = 0.0
+        def update(blocks) -> None:
+            """Adam on a list of (p, grad, m, v) blocks, in place."""
             scratch = None                               # one work array, reused for every block
             for p, g, m, v in blocks:
                 xp = backend.get_array_module(p)
@@ -245,10 +344,6 @@ class Adam:
                 # v = beta2 * v + (1 - beta2) * g^2
                 v *= beta2
                 xp.multiply(g, g, out=buf)
-                if self.clip_norm is None:
-                    # the norm's sum of g^2, from the g^2 at hand; in float64 but not float():
-                    # on a GPU float() would wait for the device once per block
-                    sum_sq += buf.sum().astype(xp.float64)
                 buf *= 1.0 - beta2
                 v += buf
                 # p -= step_size * m / (sqrt(v) + eps_hat)
@@ -257,15 +352,13 @@ class Adam:
                 xp.divide(m, buf, out=buf)
                 buf *= step_size
                 p -= buf
-            return sum_sq
 
         # Block by block (see ADAM_BLOCK): the ~12 passes of the update then run on data in
         # cache instead of streaming every parameter through memory each time. The blocks
         # are independent, so they are also spread over the CPU threads.
         blocks = [b for p, m, v in zip(self.params, self.m, self.v) for b in _blocks(p.data, p.grad, m, v)]
-        sum_sq = sum(backend.run_in_threads(update, blocks, backend.get_array_module(self.params[0].data)))
-        if self.clip_norm is None:
-            self.last_grad_norm = math.sqrt(float(sum_sq))       # the step's one wait for the device
+        backend.run_in_threads(update, blocks, backend.get_array_module(self.params[0].data))
+        return True
 
     # -- checkpoints --------------------------------------------------------------------
     def state_dict(self) -> dict:

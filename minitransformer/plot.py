@@ -42,8 +42,9 @@ def plot_loss_curve(records: list[dict], png_path: str) -> None:
     "loss" and/or "valid_loss" (the lines of metrics.jsonl).
     """
     plt = _pyplot()
-    train = [(r["step"], r["loss"]) for r in records if "loss" in r]
-    valid = [(r["step"], r["valid_loss"]) for r in records if "valid_loss" in r]
+    # A window of skipped steps logs loss null (metrics.jsonl has no NaN): left out here.
+    train = [(r["step"], r["loss"]) for r in records if r.get("loss") is not None]
+    valid = [(r["step"], r["valid_loss"]) for r in records if r.get("valid_loss") is not None]
     fig, ax = plt.subplots(figsize=(6, 3.5))
     if train:
         ax.plot(*zip(*train), label="train loss")

@@ -122,7 +122,7 @@ def test_env_backend_and_dtype():
 def test_env_invalid_value(var, value):
     r = _run_probe(**{var: value})
     assert r.returncode != 0
-    assert "ValueError" in r.stderr
+    assert "EnvironmentVariableError" in r.stderr                # a ValueError that names the variable
     assert var in r.stderr and repr(value) in r.stderr, r.stderr
 
 

@@ -295,3 +295,97 @@ def test_every_backward_names_a_wrong_gradient_shape(rng, x, case):
         backward(np.ones(shape, dtype=np.int64))
     forward()
     backward(np.ones(shape, dtype=np.float32))
+
+
+# ---------------------------------------------------------------------------
+# The dtype rule (errors.check_input): a layer computes in its parameters' dtype.
+# Before, a float32 layer fed float64 silently returned float64, and integer
+# activations were silently promoted.
+# ---------------------------------------------------------------------------
+
+def _dtype_cases(rng):
+    """(layer label, forward(x)) for every layer that takes activations; all float32."""
+    lin, ffn, mha = Linear(D, 4, rng, name="lin"), FeedForward(D, 16, rng, name="ffn"), MultiHeadAttention(D, 2, rng, name="mha")
+    ln, emb = LayerNorm(D, name="ln"), Embedding(10, D, rng, name="emb")
+    tied, res = TiedOutputProjection(emb.E), Residual(D, 0.0, pre_ln=True, name="res")   # pre-LN: the norm reads x first
+    return [
+        ("Linear 'lin'", lin.forward),
+        ("FeedForward 'ffn'", ffn.forward),
+        ("MultiHeadAttention 'mha'", mha.forward),
+        ("MultiHeadAttention 'mha'", lambda x: mha.forward(x.astype(np.float32), x)),   # the memory too
+        ("LayerNorm 'ln'", ln.forward),
+        ("TiedOutputProjection", tied.forward),
+        ("LayerNorm 'res.norm'", lambda x: res.forward(x, ffn.forward)),
+    ]
+
+
+@pytest.mark.parametrize("case", range(7))
+def test_float64_into_a_float32_layer_is_named(rng, case):
+    where, forward = _dtype_cases(rng)[case]
+    x64 = rng.standard_normal((2, 3, D))
+    with pytest.raises(TypeError, match=esc(where) + r".*has dtype float64, but the layer's parameters are float32"):
+        forward(x64)
+    assert forward(x64.astype(np.float32)).dtype == np.float32          # the documented fix works
+
+
+@pytest.mark.parametrize("case", range(7))
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, bool])
+def test_integer_activations_are_refused(rng, case, dtype):
+    where, forward = _dtype_cases(rng)[case]
+    with pytest.raises(TypeError, match=esc(where) + r".*must be a float array, got dtype"):
+        forward(np.ones((2, 3, D), dtype=dtype))
+
+
+def test_parameterless_layers_keep_a_float_dtype_and_refuse_integers(rng):
+    pe, drop = PositionalEncoding(D, 16), Dropout(0.5, np.random.default_rng(0))
+    for dtype in (np.float32, np.float64):
+        x = np.ones((2, 3, D), dtype=dtype)
+        assert pe.forward(x).dtype == dtype and drop.forward(x).dtype == dtype
+    for layer, name in ((pe, "PositionalEncoding"), (drop, "Dropout")):
+        with pytest.raises(TypeError, match=f"{name}: x must be a float array, got dtype int64"):
+            layer.forward(np.ones((2, 3, D), dtype=np.int64))
+
+
+def test_a_float64_gradient_into_a_float32_backward_is_named(rng, x):
+    lin = Linear(D, 4, rng, name="out")
+    y = lin.forward(x)
+    with pytest.raises(TypeError, match=esc("Linear 'out'.backward: dy has dtype float64, but the forward's "
+                                            "output was float32")):
+        lin.backward(np.ones(y.shape))
+    lin.forward(x)
+    assert lin.backward(np.ones_like(y)).dtype == np.float32
+
+
+def test_a_float64_model_stays_float64(f64, rng):
+    """The rule does not get in the way of the gradient checks: float64 layers take float64."""
+    lin = Linear(D, 4, rng)
+    x64 = rng.standard_normal((2, 3, D))
+    y = lin.forward(x64)
+    assert y.dtype == np.float64 and lin.backward(np.ones_like(y)).dtype == np.float64
+    with pytest.raises(TypeError, match="has dtype float32, but the layer's parameters are float64"):
+        lin.forward(x64.astype(np.float32))
+
+
+# ---------------------------------------------------------------------------
+# TransformerConfig: nonsense values are a named ValueError (h = 0 was a ZeroDivisionError)
+# ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("field, value, message", [
+    ("h", 0, "h must be an integer ≥ 1"),
+    ("N", -1, "N must be an integer ≥ 1"),
+    ("d_model", 64.0, "d_model must be an integer ≥ 1"),
+    ("vocab_size", True, "vocab_size must be an integer ≥ 1"),
+    ("eps_ls", 1.0, "eps_ls must be a probability in [0, 1)"),
+    ("eps_ls", -0.1, "eps_ls must be a probability in [0, 1)"),
+    ("P_drop", 1.5, "P_drop must be a probability in [0, 1)"),
+    ("ln_eps", 0.0, "ln_eps must be a small positive number"),
+    ("ln_eps", -1e-5, "ln_eps must be a small positive number"),
+    ("pad_id", 14, "pad_id must be a token id in 0..vocab_size-1=13"),
+    ("pad_id", -1, "pad_id must be a token id"),
+    ("pre_ln", 1, "pre_ln must be True or False"),
+])
+def test_config_nonsense_is_a_named_value_error(field, value, message):
+    from minitransformer.model import PRESETS
+
+    with pytest.raises(ValueError, match=esc(f"TransformerConfig: {message}")):
+        PRESETS["copy"].with_(**{field: value})

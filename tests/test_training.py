@@ -61,13 +61,18 @@ def test_resume_differs_without_rng_state(tmp_path):
                    for p, q in zip(full.model.parameters(), resumed.model.parameters()))
 
 
-def test_non_finite_loss_stops_with_the_step(tmp_path):
+def test_non_finite_loss_stops_with_the_step(tmp_path, capsys):
+    """A NaN loss skips the step with a warning; 5 in a row (max_consecutive_skips) stop the run."""
     _, tr = small_trainer(tmp_path, 5)
     tr.run(progress=False)
-    tr.settings.steps = 10
+    tr.settings.steps = 20
     tr.model.E.data[...] = np.nan
-    with pytest.raises(NonFiniteLossError, match=r"at step 6"):
+    with pytest.raises(NonFiniteLossError, match=r"stopped at step 10: the training loss is nan; steps 6 to 10 "
+                                                 r"were all skipped .*last checkpoint.* is from step 5"):
         tr.run(progress=False)
+    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: step")]
+    assert len(warnings) == 4 and "step 6: skipped" in warnings[0], warnings
+    assert tr.skipped_steps == 5 and tr.optimizer.step_count == 5
 
 
 def test_metrics_log_and_loss_curve(tmp_path):
@@ -86,7 +91,7 @@ def test_checkpoint_round_trip_and_atomic_write(tmp_path):
     path = tmp_path / "ck.npz"
     save_checkpoint(str(path), model, task.vocab, step=3, extra={"note": "x"})
     first = path.read_bytes()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".tmp-")], "temporary file left behind"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "temporary file left behind"
     ck = load_checkpoint(str(path))
     assert ck.step == 3 and ck.extra == {"note": "x"} and ck.vocab == task.vocab
     for (n, p), (_, q) in zip(model.named_parameters(), ck.model.named_parameters()):
@@ -142,3 +147,50 @@ def test_fresh_run_starts_a_new_log_and_resume_continues_it(tmp_path):
     resumed.run(progress=False)
     steps = [json.loads(line)["step"] for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert steps == [5, 10], steps
+
+
+# -- progress output that fits where it goes (issue 12, item 5) --------------------------------
+
+class _Stream:
+    def __init__(self, tty):
+        self.tty, self.parts = tty, []
+
+    def isatty(self):
+        return self.tty
+
+    def write(self, text):
+        self.parts.append(text)
+
+    def flush(self):
+        pass
+
+    @property
+    def text(self):
+        return "".join(self.parts)
+
+
+def test_progress_is_a_bar_on_a_terminal_and_plain_lines_elsewhere(monkeypatch):
+    from minitransformer.train import _Progress
+
+    clock = iter(range(1000))
+    monkeypatch.setattr("minitransformer.train.time.perf_counter", lambda: float(next(clock)))
+    record = {"loss": 1.5, "tokens_per_s": 1234.0, "lr": 1e-3}
+    tty, pipe = _Stream(True), _Stream(False)
+    bar, lines = _Progress("auto", 6, 0, every=2.0, stream=tty), _Progress("auto", 6, 0, every=2.0, stream=pipe)
+    assert (bar.mode, lines.mode) == ("bar", "lines")
+    for step in range(1, 7):
+        bar.update(step, record)
+        lines.update(step, record)
+    bar.close()
+    lines.close()
+    assert "\r" in tty.text                                  # tqdm redraws its line on a terminal
+    assert "\r" not in pipe.text                             # never on a pipe or in a file
+    printed = pipe.text.splitlines()
+    assert printed[-1].startswith("step 6/6, loss 1.500, tok_s 1234, lr 1.00e-03")
+    assert 2 <= len(printed) <= 4                            # every ~2 "seconds", not every step
+    off = _Stream(False)
+    quiet = _Progress("off", 6, 0, stream=off)
+    quiet.update(1, record)
+    assert off.text == ""
+    with pytest.raises(ValueError, match="progress must be"):
+        _Progress("fancy", 6, 0)

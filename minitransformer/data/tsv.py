@@ -8,6 +8,7 @@ wrong (``path:lineno: problem``) instead of training on a misaligned corpus.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable
 
 from ..files import atomic_write_text
@@ -17,9 +18,32 @@ class DataError(ValueError):
     """A data file is malformed. The message starts with ``path:lineno:``."""
 
 
-def load_tsv(path: str | os.PathLike) -> list[tuple[str, str]]:
-    """Read (source, target) string pairs from a UTF-8 TSV file.
+# Words that name a column rather than a sentence: a first line made of two of
+# these (or of two language codes, "en<TAB>fr") is probably a header row.
+HEADER_WORDS = frozenset({
+    "source", "target", "src", "tgt", "input", "output", "in", "out", "from", "to", "text",
+    "sentence", "translation", "original", "english", "french", "german", "korean",
+})
+_LANGUAGE_CODE = re.compile(r"^[a-z]{2,3}([-_][a-z]{2,4})?$")
 
+
+def looks_like_header(src: str, tgt: str) -> bool:
+    """True when a (source, target) line reads like column names: "source<TAB>target", "en<TAB>fr"."""
+    a, b = src.strip().lower(), tgt.strip().lower()
+    if a == b:
+        return False
+    return (a in HEADER_WORDS and b in HEADER_WORDS) or bool(_LANGUAGE_CODE.match(a) and _LANGUAGE_CODE.match(b))
+
+
+def load_tsv(path: str | os.PathLike, header: bool = False) -> list[tuple[str, str]]:
+    """Read (source, target) string pairs from a UTF-8 TSV file (see :func:`read_tsv_rows`)."""
+    return [(src, tgt) for _, src, tgt in read_tsv_rows(path, header)]
+
+
+def read_tsv_rows(path: str | os.PathLike, header: bool = False) -> list[tuple[int, str, str]]:
+    """Read (line number, source, target) rows from a UTF-8 TSV file.
+
+    * ``header=True``: the first non-blank line holds column names and is skipped.
     * Lines that are empty or only whitespace are skipped.
     * ``\\n`` and ``\\r\\n`` line endings both work; a UTF-8 byte-order mark
       at the start of the file is ignored.
@@ -27,6 +51,8 @@ def load_tsv(path: str | os.PathLike) -> list[tuple[str, str]]:
     * A line with no tab, with more than one tab, or with an empty side
       raises DataError naming the file and the line number.
     * A file with no pairs at all raises DataError.
+    * A missing file, a directory or an unreadable file raise FileNotFoundError,
+      IsADirectoryError or PermissionError, each naming the path.
     """
     try:
         # Read bytes and decode line by line, so that a bad byte is reported
@@ -35,8 +61,13 @@ def load_tsv(path: str | os.PathLike) -> list[tuple[str, str]]:
             raw_lines = f.read().split(b"\n")
     except FileNotFoundError:
         raise FileNotFoundError(f"TSV data file not found: {os.fspath(path)!s}") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{os.fspath(path)!s} is a directory, not a TSV file") from None
+    except PermissionError:
+        raise PermissionError(f"{os.fspath(path)!s}: no permission to read the file") from None
 
-    pairs: list[tuple[str, str]] = []
+    pairs: list[tuple[int, str, str]] = []
+    skip_header = header
     for lineno, raw in enumerate(raw_lines, start=1):
         if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]  # the UTF-8 byte-order mark some editors write
@@ -46,6 +77,9 @@ def load_tsv(path: str | os.PathLike) -> list[tuple[str, str]]:
             raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
         line = line.removesuffix("\r")  # Windows line ending "\r\n"
         if not line.strip():
+            continue
+        if skip_header:
+            skip_header = False
             continue
         n_tabs = line.count("\t")
         if n_tabs == 0:
@@ -60,7 +94,7 @@ def load_tsv(path: str | os.PathLike) -> list[tuple[str, str]]:
             raise DataError(f"{path}:{lineno}: empty source (nothing before the tab)")
         if not tgt:
             raise DataError(f"{path}:{lineno}: empty target (nothing after the tab)")
-        pairs.append((src, tgt))
+        pairs.append((lineno, src, tgt))
     if not pairs:
         raise DataError(f"{path}: no source<TAB>target pairs found (the file is empty or blank)")
     return pairs

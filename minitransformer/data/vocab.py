@@ -56,13 +56,22 @@ def tokenize(text: str, level: str) -> list[str]:
         exactly, spaces included. Text that already contains "▁" is refused,
         since it would come back as a space.
     level="word": ``text.split()``: runs of whitespace separate words and are
-        not kept, so detokenizing joins the words with single spaces.
+        not kept, so detokenizing joins the words with single spaces. A word
+        spelled like a special token ("<eos>", ...) is refused: it would be
+        read as that token (an "<eos>" in a source would end it early).
     """
     _check_level(level)
     if not isinstance(text, str):
         raise TypeError(f"tokenize expects a str, got {type(text).__name__}")
     if level == "word":
-        return text.split()
+        words = text.split()
+        reserved = sorted(set(words) & set(SPECIALS))
+        if reserved:
+            raise ValueError(
+                f"word-level text may not contain {reserved[0]!r}: the special tokens "
+                f"{', '.join(SPECIALS)} are reserved for the vocabulary"
+            )
+        return words
     if SPACE in text:
         raise ValueError(
             f"character-level text may not contain {SPACE!r} (U+2581): it is the token "

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from .. import backend
 from ..backend import Array
-from ..errors import ShapeError, check_last_dim, check_mask
+from ..errors import ShapeError, check_input, check_mask
 from .linear import init_weight
 from .parameter import Layer, Parameter
 
@@ -213,12 +213,12 @@ class MultiHeadAttention(Layer):
     # -- checks -----------------------------------------------------------------
     def _check(self, x_q, x_kv, mask):
         where = f"MultiHeadAttention {self._name!r}"
-        check_last_dim(where, "query input", x_q, self.d_model)
+        check_input(where, "query input", x_q, self.d_model, self.W_qkv.data.dtype)
         if x_q.ndim != 3:
             raise ShapeError(f"{where}: query input must have shape (B, S_q, d_model), got {tuple(x_q.shape)}")
         S_k = x_q.shape[1]
         if x_kv is not None:
-            check_last_dim(where, "key/value input (memory)", x_kv, self.d_model)
+            check_input(where, "key/value input (memory)", x_kv, self.d_model, self.W_qkv.data.dtype)
             if x_kv.ndim != 3 or x_kv.shape[0] != x_q.shape[0]:
                 raise ShapeError(
                     f"{where}: key/value input must have shape (B={x_q.shape[0]}, S_k, d_model={self.d_model}), "

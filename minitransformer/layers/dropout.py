@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..backend import Array
-from ..errors import ShapeError
+from ..errors import ShapeError, check_input
 from .parameter import Layer
 
 
@@ -44,6 +44,7 @@ class Dropout(Layer):
 
     def forward(self, x: Array, mask: Array | None = None) -> Array:
         """x: any shape -> same shape. ``mask``: use this mask (x's shape) instead of drawing one."""
+        check_input("Dropout", "x", x)     # float, any dtype: the output keeps it (no parameters)
         if mask is None and (not self.training or self.P_drop == 0.0):
             self._save_cache(None, x)    # identity: no mask, backward passes dout through
             return x

@@ -14,7 +14,7 @@ from typing import NamedTuple
 
 from .. import backend
 from ..backend import Array
-from ..errors import check_last_dim, check_token_ids
+from ..errors import check_input, check_token_ids
 from .parameter import Layer, Parameter
 
 
@@ -102,7 +102,7 @@ class TiedOutputProjection(Layer):
 
     def forward(self, x: Array) -> Array:
         """x: (B, T, d_model) -> logits: (B, T, V)."""
-        check_last_dim("TiedOutputProjection", "x", x, self.d_model)
+        check_input("TiedOutputProjection", "x", x, self.d_model, self.E.data.dtype)
         logits = backend.matmul(x, self.E.data.T)   # (B, T, V); E.T is a view, not a copy
         self._save_cache(x, logits)
         return logits

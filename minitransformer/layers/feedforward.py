@@ -9,7 +9,7 @@ why one matrix product over the (B·S, d_model) rows does the whole sequence.
 from __future__ import annotations
 
 from ..backend import Array
-from ..errors import check_last_dim
+from ..errors import check_input
 from .linear import Linear
 from .parameter import Layer
 
@@ -26,7 +26,7 @@ class FeedForward(Layer):
 
     def forward(self, x: Array) -> Array:
         """x: (B, S, d_model) -> FFN(x): (B, S, d_model)."""
-        check_last_dim(f"FeedForward {self._name!r}", "x", x, self.d_model)
+        check_input(f"FeedForward {self._name!r}", "x", x, self.d_model, self.linear1.W.data.dtype)
         hidden = self.linear1.forward(x)          # (B, S, d_ff): x W_1 + b_1
         hidden *= hidden > 0                       # ReLU in place: max(0, .) without a new array
         y = self.linear2.forward(hidden)           # (B, S, d_model)

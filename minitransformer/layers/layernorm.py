@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from .. import backend
 from ..backend import Array
-from ..errors import check_last_dim
+from ..errors import check_input
 from .parameter import Layer, Parameter
 
 
@@ -78,7 +78,7 @@ class LayerNorm(Layer):
 
     def forward(self, x: Array) -> Array:
         """x: (..., d_model) -> (..., d_model)."""
-        check_last_dim(f"LayerNorm {self._name!r}", "x", x, self.d_model)
+        check_input(f"LayerNorm {self._name!r}", "x", x, self.d_model, self.gamma.data.dtype)
         y, cache = layernorm_forward(x, self.gamma.data, self.beta.data, self.eps)
         self._save_cache(cache, y)
         return y

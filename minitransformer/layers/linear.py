@@ -11,7 +11,7 @@ import math
 from typing import NamedTuple
 
 from .. import backend
-from ..errors import check_last_dim
+from ..errors import check_input
 from ..backend import Array
 from .parameter import Layer, Parameter
 
@@ -69,7 +69,7 @@ class Linear(Layer):
 
     def forward(self, x: Array) -> Array:
         """x: (..., d_in) -> (..., d_out)."""
-        check_last_dim(f"Linear {self._name!r}", "x", x, self.d_in, "d_in")
+        check_input(f"Linear {self._name!r}", "x", x, self.d_in, self.W.data.dtype, "d_in")
         y, cache = linear_forward(x, self.W.data, self.b.data)
         self._save_cache(cache, y)
         return y

@@ -56,20 +56,22 @@ class Layer:
         self._cache = None
         self._forward_called = False      # True from a forward until its backward
         self._out_shape = None
+        self._out_dtype = None
 
     # -- the cache a forward leaves for its backward --------------------------
     def _save_cache(self, cache, out) -> None:
         """Keep ``cache`` for the backward, and remember ``out``'s shape (its gradient must match)."""
         self._cache, self._forward_called = cache, True
-        self._out_shape = tuple(out.shape)
+        self._out_shape, self._out_dtype = tuple(out.shape), out.dtype
 
     def _pop_cache(self, dout, name: str = "dout"):
         """Return the cache of the last forward and clear it.
 
         Raises if there was no forward (or the backward already ran: a stale
         cache is never reused), or if ``dout`` does not have the shape of the
-        forward's output, or is not a float array: a wrong gradient would
-        otherwise broadcast into a wrong answer or fail deep in a matrix product.
+        forward's output, or is not a float array of the output's dtype: a wrong
+        gradient would otherwise broadcast into a wrong answer, fail deep in a
+        matrix product, or silently promote the backward to another precision.
         """
         if not self._forward_called:
             raise RuntimeError(
@@ -77,7 +79,7 @@ class Layer:
                 "(or twice for one forward): call forward first"
             )
         where = f"{type(self).__name__}{'' if not getattr(self, '_name', '') else ' ' + repr(self._name)}.backward"
-        check_gradient(where, name, dout, self._out_shape)
+        check_gradient(where, name, dout, self._out_shape, self._out_dtype)
         cache = self._cache
         self._cache, self._forward_called = None, False
         return cache

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from .. import backend
 from ..backend import Array
-from ..errors import ShapeError, check_last_dim
+from ..errors import ShapeError, check_input
 from .parameter import Layer
 
 
@@ -53,7 +53,7 @@ class PositionalEncoding(Layer):
     def forward(self, x: Array, offset: int = 0) -> Array:
         """x: (B, S, d_model) -> x + PE[offset : offset + S]. ``offset`` shifts the
         positions (one-position decoding feeds position t alone, with offset t)."""
-        check_last_dim("PositionalEncoding", "x", x, self.d_model)
+        check_input("PositionalEncoding", "x", x, self.d_model)       # keeps x's float dtype
         if x.ndim != 3:
             raise ShapeError(f"PositionalEncoding: x must have shape (B, S, d_model), got {tuple(x.shape)}")
         pe = self.encoding(x.shape[1], offset)
