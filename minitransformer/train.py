@@ -7,9 +7,11 @@ One training step (§5.3):
     Adam step with lr = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
 
 Resuming is exact: the checkpoint stores the parameters, Adam's moments, the
-step, the dropout generator's state and the position in the epoch, and the
-batches of an epoch are a pure function of (seed, epoch). A resumed run
-therefore repeats, bit for bit, what the uninterrupted run would have done.
+step and the position in the epoch; the batches of an epoch are a pure function
+of (seed, epoch), and the dropout masks of a step a pure function of (seed,
+step). A resumed run therefore repeats, bit for bit, what the uninterrupted run
+would have done, on NumPy and on CuPy alike (CuPy's generators have no state
+that a checkpoint could save, so the masks must not depend on one).
 
 Nothing is lost, nothing is silent:
 
@@ -513,6 +515,8 @@ class Trainer:
         a warning names it, and ``max_consecutive_skips`` skips in a row raise.
         """
         model = self.model.train()
+        if model.cfg.P_drop > 0:
+            model.reseed_dropout(self.dropout_seed(self.step))
         logits = model.forward(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
         loss = self.criterion.forward(logits, batch.tgt_out)
         self.step += 1
@@ -526,6 +530,11 @@ class Trainer:
         else:
             self._skipped(self.optimizer.last_skip, NonFiniteGradientError)
         return loss
+
+    def dropout_seed(self, step: int) -> int:
+        """The seed of the dropout masks of step ``step`` (0-based): a pure function of
+        (settings.seed, step), so a resumed run draws the same masks as an uninterrupted one."""
+        return int(numpy.random.SeedSequence([self.settings.seed, step]).generate_state(1)[0])
 
     def _adam_skipped(self, message: str) -> None:
         """Adam's own report of a skip; the trainer reports it in _skipped, with the step."""
