@@ -74,8 +74,9 @@ CONFIGS = {
 }
 P_DROP, EPS_LS, PAD = 0.1, 0.1, 0
 CPU_SIDES = ("numpy", "torch", "torch_fused")
+BASELINE_SIDE = "numpy_baseline"          # --baseline DIR: minitransformer from another checkout
 GPU_SIDES = ("cupy", "torch_cuda", "torch_cuda_fused")
-LABELS = {"numpy": "minitransformer", "torch": "torch Adam", "torch_fused": "torch Adam fused",
+LABELS = {"numpy": "minitransformer", BASELINE_SIDE: "baseline", "torch": "torch Adam", "torch_fused": "torch Adam fused",
           "cupy": "minitransformer", "torch_cuda": "torch Adam", "torch_cuda_fused": "torch Adam fused"}
 # --malloc tuned (the default): glibc's malloc, as it comes, gives the freed memory of
 # every step back to the kernel and page-faults it in again in the next step (13,000
@@ -404,6 +405,8 @@ def worker(args) -> None:
     """One side of one configuration; answers 'step', 'mem', 'matmul', 'profile', 'quit' on stdin."""
     c, side = CONFIGS[args.config], args.side
     is_torch = side.startswith("torch")
+    if side == BASELINE_SIDE:
+        sys.path.insert(0, os.path.abspath(args.baseline))   # its minitransformer, ahead of this checkout's
     from threadpoolctl import threadpool_limits  # noqa: PLC0415
     threadpool_limits(limits=args.threads)
     if is_torch:
@@ -415,7 +418,7 @@ def worker(args) -> None:
     base_rss = _rss_bytes()
     _reset_peak_rss()
     sync = lambda: None  # noqa: E731
-    if side == "numpy":
+    if side in ("numpy", BASELINE_SIDE):
         step = build_numpy_side(c, batch)[1]
     elif side == "cupy":
         step = build_numpy_side(c, batch, "cupy")[1]
@@ -445,7 +448,7 @@ def worker(args) -> None:
                 peak = _peak_rss_bytes() - base_rss
             _reply({"peak_bytes": peak})
         elif cmd == "matmul":
-            _reply(timed_matmul_steps(step, args.split_steps) if side == "numpy" else
+            _reply(timed_matmul_steps(step, args.split_steps) if side in ("numpy", BASELINE_SIDE) else
                    torch_matmul_share(step, args.split_steps) if side in ("torch", "torch_fused") else {})
         elif cmd == "profile":
             _reply({"text": profile_text(step, args.profile_steps)})
@@ -459,7 +462,7 @@ class Worker:
     def __init__(self, args, config: str, side: str, env: dict):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "side", "--config", config, "--side", side,
                "--threads", str(args.threads), "--profile-steps", str(args.profile_steps),
-               "--split-steps", str(args.split_steps)]
+               "--split-steps", str(args.split_steps)] + (["--baseline", args.baseline] if args.baseline else [])
         self.side = side
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.ask(None)                                   # wait until it has built its model
@@ -508,6 +511,12 @@ def worker_peak(args) -> None:
     _reply(out)
 
 
+def _git_head(path: str) -> str:
+    out = subprocess.run(["git", "-C", path, "log", "-1", "--format=%h %s"], capture_output=True, text=True,
+                         check=False)
+    return out.stdout.strip()[:80] or "not a git checkout"
+
+
 def _torch_available() -> bool:
     try:
         import torch  # noqa: PLC0415, F401
@@ -537,7 +546,7 @@ def measure_config(args, name: str, sides, env) -> dict:
                   "mem": {s: w.ask("mem")["peak_bytes"] for s, w in workers.items()}}
         if args.device == "cpu":
             result["matmul"] = {}
-            for side in CPU_SIDES:
+            for side in (*CPU_SIDES, BASELINE_SIDE):
                 if side in workers:
                     time.sleep(args.pause)
                     result["matmul"][side] = workers[side].ask("matmul")
@@ -575,7 +584,7 @@ def gpu_skip_reason(args) -> str | None:
 
 
 # Which matmul peak each side's %peak is measured against: its own library's.
-PEAK_OF = {"numpy": "numpy", "torch": "torch", "torch_fused": "torch"}
+PEAK_OF = {"numpy": "numpy", BASELINE_SIDE: "numpy", "torch": "torch", "torch_fused": "torch"}
 
 
 def print_table(args, results, peaks) -> None:
@@ -633,9 +642,14 @@ def print_split(results, peaks) -> None:
     for config in dict.fromkeys(row["config"] for row in rows):
         by_side = {row["side"]: row for row in rows if row["config"] == config}
         ours = by_side.get("numpy")
-        for side in ("torch", "torch_fused"):
+        for side in ("torch", "torch_fused", BASELINE_SIDE):
             theirs = by_side.get(side)
             if ours is None or theirs is None:
+                continue
+            if side == BASELINE_SIDE:
+                print(f"{config}: minitransformer / baseline: non-matmul time {ours['other_ms'] / theirs['other_ms']:.2f}, "
+                      f"matmul time {ours['matmul_ms'] / theirs['matmul_ms']:.2f}, "
+                      f"whole step {ours['step_ms'] / theirs['step_ms']:.2f}")
                 continue
             print(f"{config}: minitransformer / {LABELS[side]}: non-matmul time {ours['other_ms'] / theirs['other_ms']:.2f} "
                   f"(does not depend on the BLAS libraries), matmul time {ours['matmul_ms'] / theirs['matmul_ms']:.2f}, "
@@ -663,10 +677,13 @@ def main(argv=None) -> int:
     p.add_argument("--backend", choices=["numpy", "cupy"], default=None, help="cupy means --device cuda")
     p.add_argument("--decoding", action="store_true",
                    help="also run benchmarks/bench_decoding.py (greedy tokens/s with and without the KV cache)")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also time minitransformer from another checkout (e.g. a `git worktree` of an older "
+                        "commit), interleaved step by step with this one: before/after in one run")
     p.add_argument("--json", help="also write the raw results to this file")
     p.add_argument("--worker", choices=["side", "peak"], help=argparse.SUPPRESS)
     p.add_argument("--config", choices=list(CONFIGS), help=argparse.SUPPRESS)
-    p.add_argument("--side", choices=CPU_SIDES + GPU_SIDES, help=argparse.SUPPRESS)
+    p.add_argument("--side", choices=CPU_SIDES + GPU_SIDES + (BASELINE_SIDE,), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.backend == "cupy":
         args.device = "cuda"
@@ -699,6 +716,12 @@ def main(argv=None) -> int:
         peak = None
     else:
         sides = CPU_SIDES if not args.skip_torch else CPU_SIDES[:1]
+        if args.baseline:
+            if not os.path.isdir(os.path.join(args.baseline, "minitransformer")):
+                p.error(f"--baseline {args.baseline}: no minitransformer package in that directory")
+            sides = (sides[0], BASELINE_SIDE, *sides[1:])
+            print(f"# baseline: minitransformer from {os.path.abspath(args.baseline)} "
+                  f"({_git_head(args.baseline)}); this checkout: {_git_head(REPO)}")
         peaks = run_peak(args, env)
         peak = max(peaks.values()) if peaks else None
     print(flush=True)
