@@ -120,7 +120,8 @@ def cross_entropy_reference(logits: Array, targets: Array, pad_id: int, eps_ls: 
     V = logits.shape[-1]
     log_p = log_softmax(logits)                                           # (B, T, V)
     q = xp.full(logits.shape, eps_ls / V, dtype=logits.dtype)             # ε/V everywhere ...
-    xp.put_along_axis(q, targets[..., None], 1.0 - eps_ls + eps_ls / V, axis=-1)   # ... and 1-ε more at y
+    q_rows = q.reshape(-1, V)
+    q_rows[xp.arange(q_rows.shape[0]), targets.reshape(-1)] += 1.0 - eps_ls  # ... and 1-ε more at y
     valid = targets != pad_id
     n_tokens = int(valid.sum())
     loss = float((-(q * log_p).sum(axis=-1) * valid).sum()) / n_tokens
