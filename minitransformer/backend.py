@@ -275,10 +275,11 @@ def run_in_threads(fn, items: list, xp=None) -> list:
     return [first, *done]
 
 
-# Row-wise work (LayerNorm, the loss, the attention softmax) runs on blocks of about
-# this many elements: a block's rows stay in the L2 cache through all the passes of
-# the formula, and the blocks are spread over the CPU threads.
-ROW_BLOCK = 1 << 16
+# Row-wise work (LayerNorm, the loss) runs on blocks of about this many elements,
+# spread over the CPU threads. Arrays under two blocks (the toy size's (1024, 128)
+# activations) stay whole: on one thread, extra blocks only add calls, and handing
+# half of a small array to another thread costs about what it saves.
+ROW_BLOCK = 1 << 17
 
 
 def row_blocks(n_rows: int, row_len: int, block: int | None = None) -> list[slice]:

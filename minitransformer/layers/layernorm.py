@@ -40,8 +40,8 @@ def layernorm_forward(x: Array, gamma: Array, beta: Array, eps: float) -> tuple[
         xp.multiply(xc, gamma, out=y[r])
         y[r] += beta                                 # in place: one array for y, not two
 
-    # Blocks of rows (see backend.for_row_blocks): each stays in cache through the steps
-    # above, and the blocks run on all CPU cores. Results are the same as in one block.
+    # Blocks of rows (see backend.for_row_blocks), spread over the CPU cores; each row is
+    # computed as it would be alone, so the results do not depend on the blocks.
     backend.for_row_blocks(rows, *x2.shape, xp=xp)
     return y.reshape(x.shape), LayerNormCache(x_hat.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,)), gamma)
 
@@ -78,8 +78,8 @@ def layernorm_backward(dy: Array, cache: LayerNormCache) -> tuple[Array, Array, 
         dy_xhat = xp.multiply(dy_r, x_hat_r, out=g)  # dy ⊙ x_hat, in g's buffer (g is done)
         return dy_xhat.sum(axis=0), dy_r.sum(axis=0)
 
-    # Blocks of rows, in cache and on all CPU cores (see backend.for_row_blocks); the
-    # blocks' partial sums are added in block order, the same on any number of threads.
+    # Blocks of rows on all CPU cores (see backend.for_row_blocks); the blocks' partial
+    # sums are added in block order, the same on any number of threads.
     parts = backend.for_row_blocks(rows, *dy2.shape, xp=xp)
     dgamma = parts[0][0] if len(parts) == 1 else sum(p[0] for p in parts)
     dbeta = parts[0][1] if len(parts) == 1 else sum(p[1] for p in parts)

@@ -36,7 +36,7 @@ def log_softmax(logits: Array) -> Array:
     return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-# The loss works on blocks of this many logits (about 1 MiB of float32): large enough
+# The loss works on blocks of this many logits (1 MiB of float32): large enough
 # that a block is a few rows even at V = 37,000, small enough to spread over the cores.
 LOSS_BLOCK = 1 << 18
 
