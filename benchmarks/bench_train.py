@@ -300,8 +300,9 @@ def build_torch_side(c: dict, batch, fused: bool, device: str = "cpu"):
 def timed_matmul_steps(step, n_steps: int) -> dict:
     """Run NumPy steps with backend.matmul wrapped: time and FLOPs inside matrix products.
 
-    Returns seconds per step inside matrix products (``matmul_s``, the median over the
-    steps), the share of the step, GFLOP/s while inside them, and the FLOPs counted.
+    Returns seconds per step inside matrix products (``matmul_s``, the least over the
+    steps: load from other processes only adds), the share of the step, GFLOP/s while
+    inside them, and the FLOPs counted.
     """
     from minitransformer import backend  # noqa: PLC0415
 
@@ -326,7 +327,7 @@ def timed_matmul_steps(step, n_steps: int) -> dict:
             per_step.append(spent[0])
     finally:
         backend.matmul = plain
-    return {"matmul_s": float(np.median(per_step)), "share": sum(per_step) / sum(totals),
+    return {"matmul_s": min(per_step), "share": sum(per_step) / sum(totals),
             "gflops_in_matmul": flops[0] / sum(per_step) / 1e9, "counted_flops": flops[0] // n_steps}
 
 
@@ -339,18 +340,20 @@ TORCH_MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
 
 
 def torch_matmul_share(step, n_steps: int) -> dict:
-    """Profile ``n_steps`` torch steps; seconds per step in its matrix-product kernels (self time)."""
+    """Profile ``n_steps`` torch steps, one at a time; seconds in its matrix-product kernels
+    (self time) per step, the least over the steps, and their share of the profiled time."""
     from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        t0 = time.perf_counter()
-        for _ in range(n_steps):
+    per_step, total = [], 0.0
+    for _ in range(n_steps):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t0 = time.perf_counter()
             step()
-        total = time.perf_counter() - t0
-    mm_s = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in TORCH_MATMUL_OPS) / 1e6
+            total += time.perf_counter() - t0
+        per_step.append(sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in TORCH_MATMUL_OPS) / 1e6)
     # The profiler slows every op a little, so the share is of the profiled steps; the parent
     # subtracts matmul_s from the unprofiled step time to get the time outside products.
-    return {"matmul_s": mm_s / n_steps, "share": mm_s / total}
+    return {"matmul_s": min(per_step), "share": sum(per_step) / total}
 
 
 def profile_text(step, n_steps: int) -> str:
@@ -610,13 +613,18 @@ def print_table(args, results, peaks) -> None:
 
 
 def split_rows(results) -> list[dict]:
-    """Each side's median step split into time inside matrix products and the rest (ms)."""
+    """Each side's fastest step split into time inside matrix products and the rest (ms).
+
+    Both terms are minima (the fastest timed step, the least matmul time of the split
+    steps): load from other processes only ever adds time, so minima are what a quiet
+    machine would show, and a slow step in one of the two cannot make the other negative.
+    """
     rows = []
     for r in results:
         for side, mm in r.get("matmul", {}).items():
             if "matmul_s" not in mm:
                 continue
-            step_s = float(np.median(r["times"][side]))
+            step_s = min(r["times"][side])
             rows.append({"config": r["config"], "side": side, "step_ms": 1e3 * step_s,
                          "matmul_ms": 1e3 * mm["matmul_s"], "other_ms": 1e3 * (step_s - mm["matmul_s"])})
     return rows
@@ -627,8 +635,8 @@ def print_split(results, peaks) -> None:
     rows = split_rows(results)
     if not rows:
         return
-    print("\nWhere the median step goes (matmul: minitransformer's backend.matmul, timed; torch's "
-          "mm/addmm/bmm/baddbmm and fused attention kernels, profiled):")
+    print("\nWhere the fastest step goes (matmul: minitransformer's backend.matmul, timed; torch's "
+          "mm/addmm/bmm/baddbmm and fused attention kernels, profiled; least over --split-steps steps):")
     cols = f"{'config':<6} {'side':<17} {'step ms':>8} {'matmul ms':>10} {'non-matmul ms':>14} {'matmul share':>13}"
     print(cols)
     print("-" * len(cols))
