@@ -35,8 +35,12 @@ How it measures (docs/performance.md has the details):
   runs, as a check), divided by the median step time. %peak: against the best
   float32 matrix product (NumPy/OpenBLAS and torch/MKL, 2048³) measured in the
   same run with the same threads.
-* matmul share: two extra NumPy steps with ``backend.matmul`` wrapped by a
-  timer; for PyTorch, two profiled steps, self time of aten::mm/addmm/bmm/baddbmm.
+* split: ``--split-steps`` extra steps per side with ``backend.matmul`` wrapped by a
+  timer (NumPy) or under torch.profiler (self time of aten::mm/addmm/bmm/baddbmm and
+  the fused attention kernels); non-matmul time = fastest timed step - least matmul
+  time. Both peaks are printed, and the ratio of the non-matmul times, which does not
+  depend on whose BLAS is faster. ``--baseline DIR`` adds another checkout's
+  minitransformer as one more side (before/after in one run).
 * mem: each worker's peak RSS (VmHWM, reset to the current RSS through
   /proc/self/clear_refs just before the model is built) after its timed steps,
   minus its RSS at that moment (after imports and building the batch):
@@ -643,6 +647,10 @@ def print_split(results, peaks) -> None:
     for row in rows:
         print(f"{row['config']:<6} {LABELS[row['side']]:<17} {row['step_ms']:>8.1f} {row['matmul_ms']:>10.1f} "
               f"{row['other_ms']:>14.1f} {100 * row['matmul_ms'] / row['step_ms']:>12.0f}%")
+    if any(row["other_ms"] <= 0 for row in rows):
+        print("WARNING: a side's matrix products took longer than its fastest whole step: other processes "
+              "were using the CPU while it ran, and the split (and every non-matmul ratio) means nothing. "
+              "Rerun on an idle machine.")
     blas = ""
     if peaks and "numpy" in peaks and "torch" in peaks:
         blas = f"NumPy's matmul peak is {peaks['numpy'] / peaks['torch']:.2f}x torch's on this machine"
@@ -652,7 +660,7 @@ def print_split(results, peaks) -> None:
         ours = by_side.get("numpy")
         for side in ("torch", "torch_fused", BASELINE_SIDE):
             theirs = by_side.get(side)
-            if ours is None or theirs is None:
+            if ours is None or theirs is None or ours["other_ms"] <= 0 or theirs["other_ms"] <= 0:
                 continue
             if side == BASELINE_SIDE:
                 print(f"{config}: minitransformer / baseline: non-matmul time {ours['other_ms'] / theirs['other_ms']:.2f}, "
