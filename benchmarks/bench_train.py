@@ -35,8 +35,12 @@ How it measures (docs/performance.md has the details):
   runs, as a check), divided by the median step time. %peak: against the best
   float32 matrix product (NumPy/OpenBLAS and torch/MKL, 2048³) measured in the
   same run with the same threads.
-* matmul share: two extra NumPy steps with ``backend.matmul`` wrapped by a
-  timer; for PyTorch, two profiled steps, self time of aten::mm/addmm/bmm/baddbmm.
+* split: ``--split-steps`` extra steps per side with ``backend.matmul`` wrapped by a
+  timer (NumPy) or under torch.profiler (self time of aten::mm/addmm/bmm/baddbmm and
+  the fused attention kernels); non-matmul time = fastest timed step - least matmul
+  time. Both peaks are printed, and the ratio of the non-matmul times, which does not
+  depend on whose BLAS is faster. ``--baseline DIR`` adds another checkout's
+  minitransformer as one more side (before/after in one run).
 * mem: each worker's peak RSS (VmHWM, reset to the current RSS through
   /proc/self/clear_refs just before the model is built) after its timed steps,
   minus its RSS at that moment (after imports and building the batch):
@@ -74,8 +78,9 @@ CONFIGS = {
 }
 P_DROP, EPS_LS, PAD = 0.1, 0.1, 0
 CPU_SIDES = ("numpy", "torch", "torch_fused")
+BASELINE_SIDE = "numpy_baseline"          # --baseline DIR: minitransformer from another checkout
 GPU_SIDES = ("cupy", "torch_cuda", "torch_cuda_fused")
-LABELS = {"numpy": "minitransformer", "torch": "torch Adam", "torch_fused": "torch Adam fused",
+LABELS = {"numpy": "minitransformer", BASELINE_SIDE: "baseline", "torch": "torch Adam", "torch_fused": "torch Adam fused",
           "cupy": "minitransformer", "torch_cuda": "torch Adam", "torch_cuda_fused": "torch Adam fused"}
 # --malloc tuned (the default): glibc's malloc, as it comes, gives the freed memory of
 # every step back to the kernel and page-faults it in again in the next step (13,000
@@ -297,7 +302,12 @@ def build_torch_side(c: dict, batch, fused: bool, device: str = "cpu"):
 # -- measuring inside a worker -----------------------------------------------------------
 
 def timed_matmul_steps(step, n_steps: int) -> dict:
-    """Run NumPy steps with backend.matmul wrapped: time and FLOPs inside matrix products."""
+    """Run NumPy steps with backend.matmul wrapped: time and FLOPs inside matrix products.
+
+    Returns seconds per step inside matrix products (``matmul_s``, the least over the
+    steps: load from other processes only adds), the share of the step, GFLOP/s while
+    inside them, and the FLOPs counted.
+    """
     from minitransformer import backend  # noqa: PLC0415
 
     plain = backend.matmul
@@ -311,28 +321,43 @@ def timed_matmul_steps(step, n_steps: int) -> dict:
         return r
 
     backend.matmul = timed
+    per_step, totals = [], []
     try:
-        t0 = time.perf_counter()
         for _ in range(n_steps):
+            spent[0] = 0.0
+            t0 = time.perf_counter()
             step()
-        total = time.perf_counter() - t0
+            totals.append(time.perf_counter() - t0)
+            per_step.append(spent[0])
     finally:
         backend.matmul = plain
-    return {"share": spent[0] / total, "gflops_in_matmul": flops[0] / spent[0] / 1e9,
-            "counted_flops": flops[0] // n_steps}
+    return {"matmul_s": min(per_step), "share": sum(per_step) / sum(totals),
+            "gflops_in_matmul": flops[0] / sum(per_step) / 1e9, "counted_flops": flops[0] // n_steps}
+
+
+# PyTorch's matrix-product kernels. Its CPU attention in training runs as one fused kernel
+# (QK^T, softmax and AV together, forward and backward); it is counted here as matrix
+# product time, softmax included, which if anything flatters torch's non-matmul time.
+TORCH_MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
+                    "aten::_scaled_dot_product_flash_attention_for_cpu",
+                    "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}
 
 
 def torch_matmul_share(step, n_steps: int) -> dict:
+    """Profile ``n_steps`` torch steps, one at a time; seconds in its matrix-product kernels
+    (self time) per step, the least over the steps, and their share of the profiled time."""
     from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
 
-    names = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"}
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
-        t0 = time.perf_counter()
-        for _ in range(n_steps):
+    per_step, total = [], 0.0
+    for _ in range(n_steps):
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            t0 = time.perf_counter()
             step()
-        total = time.perf_counter() - t0
-    mm_us = sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in names)
-    return {"share": mm_us / 1e6 / total}
+            total += time.perf_counter() - t0
+        per_step.append(sum(e.self_cpu_time_total for e in prof.key_averages() if e.key in TORCH_MATMUL_OPS) / 1e6)
+    # The profiler slows every op a little, so the share is of the profiled steps; the parent
+    # subtracts matmul_s from the unprofiled step time to get the time outside products.
+    return {"matmul_s": min(per_step), "share": sum(per_step) / total}
 
 
 def profile_text(step, n_steps: int) -> str:
@@ -387,6 +412,8 @@ def worker(args) -> None:
     """One side of one configuration; answers 'step', 'mem', 'matmul', 'profile', 'quit' on stdin."""
     c, side = CONFIGS[args.config], args.side
     is_torch = side.startswith("torch")
+    if side == BASELINE_SIDE:
+        sys.path.insert(0, os.path.abspath(args.baseline))   # its minitransformer, ahead of this checkout's
     from threadpoolctl import threadpool_limits  # noqa: PLC0415
     threadpool_limits(limits=args.threads)
     if is_torch:
@@ -398,7 +425,7 @@ def worker(args) -> None:
     base_rss = _rss_bytes()
     _reset_peak_rss()
     sync = lambda: None  # noqa: E731
-    if side == "numpy":
+    if side in ("numpy", BASELINE_SIDE):
         step = build_numpy_side(c, batch)[1]
     elif side == "cupy":
         step = build_numpy_side(c, batch, "cupy")[1]
@@ -428,8 +455,8 @@ def worker(args) -> None:
                 peak = _peak_rss_bytes() - base_rss
             _reply({"peak_bytes": peak})
         elif cmd == "matmul":
-            _reply(timed_matmul_steps(step, 2) if side == "numpy" else
-                   torch_matmul_share(step, 2) if side == "torch" else {})
+            _reply(timed_matmul_steps(step, args.split_steps) if side in ("numpy", BASELINE_SIDE) else
+                   torch_matmul_share(step, args.split_steps) if side in ("torch", "torch_fused") else {})
         elif cmd == "profile":
             _reply({"text": profile_text(step, args.profile_steps)})
         elif cmd == "quit":
@@ -441,7 +468,8 @@ class Worker:
 
     def __init__(self, args, config: str, side: str, env: dict):
         cmd = [sys.executable, os.path.abspath(__file__), "--worker", "side", "--config", config, "--side", side,
-               "--threads", str(args.threads), "--profile-steps", str(args.profile_steps)]
+               "--threads", str(args.threads), "--profile-steps", str(args.profile_steps),
+               "--split-steps", str(args.split_steps)] + (["--baseline", args.baseline] if args.baseline else [])
         self.side = side
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
         self.ask(None)                                   # wait until it has built its model
@@ -490,6 +518,12 @@ def worker_peak(args) -> None:
     _reply(out)
 
 
+def _git_head(path: str) -> str:
+    out = subprocess.run(["git", "-C", path, "log", "-1", "--format=%h %s"], capture_output=True, text=True,
+                         check=False)
+    return out.stdout.strip()[:80] or "not a git checkout"
+
+
 def _torch_available() -> bool:
     try:
         import torch  # noqa: PLC0415, F401
@@ -519,7 +553,7 @@ def measure_config(args, name: str, sides, env) -> dict:
                   "mem": {s: w.ask("mem")["peak_bytes"] for s, w in workers.items()}}
         if args.device == "cpu":
             result["matmul"] = {}
-            for side in ("numpy", "torch"):
+            for side in (*CPU_SIDES, BASELINE_SIDE):
                 if side in workers:
                     time.sleep(args.pause)
                     result["matmul"][side] = workers[side].ask("matmul")
@@ -556,7 +590,12 @@ def gpu_skip_reason(args) -> str | None:
     return "; ".join(reasons) or None
 
 
-def print_table(args, results, peak) -> None:
+# Which matmul peak each side's %peak is measured against: its own library's.
+PEAK_OF = {"numpy": "numpy", BASELINE_SIDE: "numpy", "torch": "torch", "torch_fused": "torch"}
+
+
+def print_table(args, results, peaks) -> None:
+    """The main table: step times, tokens/s, memory, FLOP rate; ratios against each torch side."""
     cols = (f"{'config':<6} {'side':<17} {'min ms':>8} {'med ms':>8} {'tok/s':>7} {'mem MiB':>8} "
             f"{'GFLOP/s':>8} {'%peak':>6} {'faults':>7} {'ratio min':>9} {'ratio med':>9}")
     print(cols)
@@ -567,13 +606,70 @@ def print_table(args, results, peak) -> None:
         for i, (side, ts) in enumerate(r["times"].items()):
             tmin, tmed = min(ts), float(np.median(ts))
             gfs = r["flops"] / tmed / 1e9
-            pct = f"{100 * gfs / peak:.0f}%" if peak else "-"
+            own_peak = (peaks or {}).get(PEAK_OF.get(side, ""))
+            pct = f"{100 * gfs / own_peak:.0f}%" if own_peak else "-"
             rmin = "" if i == 0 else f"{min(ours) / tmin:.2f}"
             rmed = "" if i == 0 else f"{float(np.median(ours)) / tmed:.2f}"
             mem = r["mem"].get(side)
             print(f"{r['config']:<6} {LABELS[side]:<17} {1e3 * tmin:>8.1f} {1e3 * tmed:>8.1f} "
                   f"{tokens_per_step(c) / tmed:>7.0f} {'-' if mem is None else f'{mem / 2**20:.0f}':>8} "
                   f"{gfs:>8.1f} {pct:>6} {r['faults'][side]:>7.0f} {rmin:>9} {rmed:>9}")
+
+
+def split_rows(results) -> list[dict]:
+    """Each side's fastest step split into time inside matrix products and the rest (ms).
+
+    Both terms are minima (the fastest timed step, the least matmul time of the split
+    steps): load from other processes only ever adds time, so minima are what a quiet
+    machine would show, and a slow step in one of the two cannot make the other negative.
+    """
+    rows = []
+    for r in results:
+        for side, mm in r.get("matmul", {}).items():
+            if "matmul_s" not in mm:
+                continue
+            step_s = min(r["times"][side])
+            rows.append({"config": r["config"], "side": side, "step_ms": 1e3 * step_s,
+                         "matmul_ms": 1e3 * mm["matmul_s"], "other_ms": 1e3 * (step_s - mm["matmul_s"])})
+    return rows
+
+
+def print_split(results, peaks) -> None:
+    """Time inside and outside matrix products, per side, and the ratios that do not depend on BLAS."""
+    rows = split_rows(results)
+    if not rows:
+        return
+    print("\nWhere the fastest step goes (matmul: minitransformer's backend.matmul, timed; torch's "
+          "mm/addmm/bmm/baddbmm and fused attention kernels, profiled; least over --split-steps steps):")
+    cols = f"{'config':<6} {'side':<17} {'step ms':>8} {'matmul ms':>10} {'non-matmul ms':>14} {'matmul share':>13}"
+    print(cols)
+    print("-" * len(cols))
+    for row in rows:
+        print(f"{row['config']:<6} {LABELS[row['side']]:<17} {row['step_ms']:>8.1f} {row['matmul_ms']:>10.1f} "
+              f"{row['other_ms']:>14.1f} {100 * row['matmul_ms'] / row['step_ms']:>12.0f}%")
+    if any(row["other_ms"] <= 0 for row in rows):
+        print("WARNING: a side's matrix products took longer than its fastest whole step: other processes "
+              "were using the CPU while it ran, and the split (and every non-matmul ratio) means nothing. "
+              "Rerun on an idle machine.")
+    blas = ""
+    if peaks and "numpy" in peaks and "torch" in peaks:
+        blas = f"NumPy's matmul peak is {peaks['numpy'] / peaks['torch']:.2f}x torch's on this machine"
+    print()
+    for config in dict.fromkeys(row["config"] for row in rows):
+        by_side = {row["side"]: row for row in rows if row["config"] == config}
+        ours = by_side.get("numpy")
+        for side in ("torch", "torch_fused", BASELINE_SIDE):
+            theirs = by_side.get(side)
+            if ours is None or theirs is None or ours["other_ms"] <= 0 or theirs["other_ms"] <= 0:
+                continue
+            if side == BASELINE_SIDE:
+                print(f"{config}: minitransformer / baseline: non-matmul time {ours['other_ms'] / theirs['other_ms']:.2f}, "
+                      f"matmul time {ours['matmul_ms'] / theirs['matmul_ms']:.2f}, "
+                      f"whole step {ours['step_ms'] / theirs['step_ms']:.2f}")
+                continue
+            print(f"{config}: minitransformer / {LABELS[side]}: non-matmul time {ours['other_ms'] / theirs['other_ms']:.2f} "
+                  f"(does not depend on the BLAS libraries), matmul time {ours['matmul_ms'] / theirs['matmul_ms']:.2f}, "
+                  f"whole step {ours['step_ms'] / theirs['step_ms']:.2f}" + (f" (depends on them: {blas})" if blas else ""))
 
 
 def main(argv=None) -> int:
@@ -590,15 +686,20 @@ def main(argv=None) -> int:
                         "again every step; default: glibc as it comes. Either way the same for every side")
     p.add_argument("--profile", action="store_true", help="also print a pyinstrument profile of the NumPy step")
     p.add_argument("--profile-steps", type=int, default=3)
+    p.add_argument("--split-steps", type=int, default=3,
+                   help="steps per side with matrix products timed (NumPy) or profiled (torch)")
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                    help="cuda: CuPy against PyTorch CUDA (skipped cleanly without a GPU)")
     p.add_argument("--backend", choices=["numpy", "cupy"], default=None, help="cupy means --device cuda")
     p.add_argument("--decoding", action="store_true",
                    help="also run benchmarks/bench_decoding.py (greedy tokens/s with and without the KV cache)")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also time minitransformer from another checkout (e.g. a `git worktree` of an older "
+                        "commit), interleaved step by step with this one: before/after in one run")
     p.add_argument("--json", help="also write the raw results to this file")
     p.add_argument("--worker", choices=["side", "peak"], help=argparse.SUPPRESS)
     p.add_argument("--config", choices=list(CONFIGS), help=argparse.SUPPRESS)
-    p.add_argument("--side", choices=CPU_SIDES + GPU_SIDES, help=argparse.SUPPRESS)
+    p.add_argument("--side", choices=CPU_SIDES + GPU_SIDES + (BASELINE_SIDE,), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.backend == "cupy":
         args.device = "cuda"
@@ -631,6 +732,12 @@ def main(argv=None) -> int:
         peak = None
     else:
         sides = CPU_SIDES if not args.skip_torch else CPU_SIDES[:1]
+        if args.baseline:
+            if not os.path.isdir(os.path.join(args.baseline, "minitransformer")):
+                p.error(f"--baseline {args.baseline}: no minitransformer package in that directory")
+            sides = (sides[0], BASELINE_SIDE, *sides[1:])
+            print(f"# baseline: minitransformer from {os.path.abspath(args.baseline)} "
+                  f"({_git_head(args.baseline)}); this checkout: {_git_head(REPO)}")
         peaks = run_peak(args, env)
         peak = max(peaks.values()) if peaks else None
     print(flush=True)
@@ -647,26 +754,34 @@ def main(argv=None) -> int:
         for k, v in run_peak(args, env).items():
             peaks[k] = max(v, peaks.get(k, 0.0))
         peak = max(peaks.values()) if peaks else None
-        print(f"# float32 matmul peak ({args.threads} threads, 2048³, best of 10, before and after the steps): "
-              + ", ".join(f"{k} {v:.0f} GFLOP/s" for k, v in peaks.items()) + f" -> peak {peak:.0f}")
+        names = {"numpy": "NumPy (OpenBLAS)", "torch": "torch (MKL)"}
+        line = ", ".join(f"{names.get(k, k)} {v:.0f} GFLOP/s" for k, v in peaks.items())
+        if "numpy" in peaks and "torch" in peaks:
+            rel = peaks["numpy"] / peaks["torch"]
+            line += (f"; NumPy/torch {rel:.2f}: " + ("within 10%, so the whole-step ratio compares the code"
+                     if 1 / 1.1 <= rel <= 1.1 else "more than 10% apart, so the whole-step ratio is partly "
+                     "a comparison of the two BLAS libraries; the non-matmul ratio below is not"))
+        print(f"# float32 matmul peak ({args.threads} threads, 2048³, best of 10, before and after the steps): {line}")
+        print("# %peak: GFLOP/s of the step against the peak of that side's own library")
         for r in results:
             r["peak_gflops"] = peak
-    print_table(args, results, peak)
+            r["peaks"] = peaks
+    print_table(args, results, peaks if args.device == "cpu" else None)
     print()
     print("ratio: minitransformer time / PyTorch time (below 1: minitransformer is faster). "
           "mem: peak RSS above the RSS before the model is built. faults: minor page faults per step.")
     for r in results:
-        mm = r.get("matmul", {})
-        if "numpy" not in mm:
+        ours = r.get("matmul", {}).get("numpy")
+        if ours is None:
             continue
-        ours = mm["numpy"]
-        line = (f"{r['config']}: {r['flops'] / 1e9:.2f} GFLOP of matmul per step; share of step time in matmul: "
-                f"minitransformer {100 * ours['share']:.0f}% (at {ours['gflops_in_matmul']:.0f} GFLOP/s inside them)")
-        if "torch" in mm:
-            line += f", torch {100 * mm['torch']['share']:.0f}% (profiled aten mm/addmm/bmm self time)"
+        line = (f"{r['config']}: {r['flops'] / 1e9:.2f} GFLOP of matmul per step; minitransformer runs them at "
+                f"{ours['gflops_in_matmul']:.0f} GFLOP/s while inside them")
         if ours["counted_flops"] != r["flops"]:
             line += f" [counted {ours['counted_flops'] / 1e9:.2f} GFLOP, formula {r['flops'] / 1e9:.2f}]"
         print(line)
+    print_split(results, peaks if args.device == "cpu" else None)
+    for r in results:
+        r["split"] = [row for row in split_rows([r])]
     for r in results:
         if "profile" in r:
             print(f"\n# pyinstrument profile of minitransformer, {r['config']}, {args.profile_steps} steps\n")

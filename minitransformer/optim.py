@@ -148,6 +148,11 @@ def _blocks(*arrays):
         yield tuple(a[start: start + ADAM_BLOCK] for a in flat)
 
 
+def _fill_zero(arrays) -> None:
+    for a in arrays:
+        a[...] = 0
+
+
 class _Constant:
     """A learning rate that does not depend on the step (a plain float given as lr)."""
 
@@ -253,8 +258,11 @@ class Adam:
         self.v = [backend.get_array_module(p.data).zeros_like(p.data) for p in params]
 
     def zero_grad(self) -> None:
-        for p in self.params:
-            p.zero_grad()
+        """Set every gradient to 0 (backward passes add into them)."""
+        # A write of every gradient (250 MB at the base size): in blocks, spread over the CPU threads.
+        xp = backend.get_array_module(self.params[0].grad)
+        blocks = [g for p in self.params for (g,) in _blocks(p.grad)]
+        backend.run_in_threads(_fill_zero, blocks, xp)
 
     # -- the non-finite policy --------------------------------------------------------
     def _gradient_problem(self) -> tuple[float, str | None]:

@@ -229,3 +229,139 @@ def test_benchmark_flop_formula_matches_the_products_run():
         backend.set_backend(before[0])
         backend.set_default_dtype(before[1])
     assert counted == bench.step_flops(tiny)
+
+
+# -- blocks of rows, spread over threads -------------------------------------------------
+
+def test_row_blocks_cover_every_row_once():
+    for n_rows, row_len, block in [(10, 3, 7), (5, 100, 10), (1, 4, 1 << 16), (64, 8, 64)]:
+        blocks = backend.row_blocks(n_rows, row_len, block)
+        assert [i for s in blocks for i in range(n_rows)[s]] == list(range(n_rows))
+        assert all(s.stop - s.start >= 1 for s in blocks)
+
+
+def test_for_row_blocks_results_in_block_order(threads):
+    for n in (1, 2, 3):
+        threads(n)
+        assert backend.for_row_blocks(lambda r: (r.start, r.stop), 10, 3, block=7) == [
+            (0, 2), (2, 4), (4, 6), (6, 8), (8, 10)]
+
+
+def test_run_in_threads_waits_for_every_part_and_raises(threads):
+    threads(2)
+    done = []
+
+    def fn(part):
+        done.extend(part)
+        if 0 in part:
+            raise RuntimeError("part with item 0 failed")
+        return len(part)
+
+    with pytest.raises(RuntimeError, match="item 0"):
+        backend.run_in_threads(fn, [0, 1, 2, 3])
+    assert sorted(done) == [0, 1, 2, 3]                                # the other part ran to the end
+
+
+def test_in_row_blocks_softmax_same_as_whole(rng, monkeypatch, threads):
+    from minitransformer.layers.attention import softmax_lastaxis
+    monkeypatch.setattr(backend, "ROW_BLOCK", 12)                       # several blocks of rows
+    s = rng.standard_normal((2, 3, 5, 4))
+    whole = softmax_lastaxis(s.copy())
+    for n in (1, 2, 3):
+        threads(n)
+        x = s.copy()
+        out = backend.in_row_blocks(softmax_lastaxis, x)
+        assert out is x                                                 # in place, as softmax_lastaxis
+        np.testing.assert_array_equal(out, whole)
+    strided = s.copy().transpose(0, 1, 3, 2)                            # not contiguous: done whole
+    np.testing.assert_array_equal(backend.in_row_blocks(softmax_lastaxis, strided),
+                                  softmax_lastaxis(s.copy().transpose(0, 1, 3, 2)))
+
+
+@pytest.mark.parametrize("block", [1, 16, 1 << 16])
+def test_layernorm_blocks_match_the_plain_formulas(rng, monkeypatch, threads, block):
+    from minitransformer.layers.layernorm import layernorm_reference
+    monkeypatch.setattr(backend, "ROW_BLOCK", block)                   # one row per block .. one block
+    x = rng.standard_normal((3, 5, 8)) * 3 + 1
+    gamma, beta, dy = rng.standard_normal(8), rng.standard_normal(8), rng.standard_normal((3, 5, 8))
+    want_y, want_dx, want_dgamma, want_dbeta = layernorm_reference(x, gamma, beta, 1e-5, dy)
+    results = []
+    for n in (1, 2, 3):
+        threads(n)
+        y, cache = layernorm_forward(x, gamma, beta, 1e-5)
+        dx, dgamma, dbeta = layernorm_backward(dy, cache)
+        np.testing.assert_allclose(y, want_y, rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(dx, want_dx, rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(dgamma, want_dgamma, rtol=1e-12)
+        np.testing.assert_allclose(dbeta, want_dbeta, rtol=1e-12)
+        results.append((y, dx, dgamma, dbeta))
+    for other in results[1:]:                                            # any number of threads: same bits
+        for a, b in zip(results[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_layernorm_one_vector():
+    from minitransformer.layers.layernorm import layernorm_reference
+    x = np.array([1.0, 2.0, 4.0, 8.0])
+    y, cache = layernorm_forward(x, np.ones(4), np.zeros(4), 1e-5)
+    assert y.shape == (4,) and cache.x_hat.shape == (4,) and cache.rstd.shape == (1,)
+    np.testing.assert_allclose(y, layernorm_reference(x, np.ones(4), np.zeros(4), 1e-5), rtol=1e-12)
+
+
+@pytest.mark.parametrize("block", [1, 20, 1 << 18])
+def test_loss_blocks_match_the_plain_formulas(rng, monkeypatch, threads, block):
+    from minitransformer.layers import loss as loss_module
+    monkeypatch.setattr(loss_module, "LOSS_BLOCK", block)
+    logits = rng.standard_normal((3, 4, 7)) * 5
+    targets = np.array([[1, 2, 0, 0], [3, 6, 5, 0], [4, 4, 4, 1]])
+    want_loss, want_d = loss_module.cross_entropy_reference(logits, targets, pad_id=0, eps_ls=0.1)
+    results = []
+    for n in (1, 2, 3):
+        threads(n)
+        loss, cache = cross_entropy_forward(logits, targets, pad_id=0, eps_ls=0.1)
+        d = cross_entropy_backward(cache)
+        assert loss == pytest.approx(want_loss, rel=1e-12)
+        np.testing.assert_allclose(d, want_d, rtol=1e-10, atol=1e-15)
+        results.append((loss, d))
+    for loss, d in results[1:]:
+        assert loss == results[0][0]
+        np.testing.assert_array_equal(d, results[0][1])
+
+
+def test_adam_zero_grad_in_blocks(rng, monkeypatch, threads):
+    monkeypatch.setattr(optim, "ADAM_BLOCK", 8)
+    threads(2)
+    params = [Parameter(rng.standard_normal(s)) for s in [(5, 5), (3,), (20,)]]
+    strided = Parameter(rng.standard_normal((6, 8))[:, ::2])
+    strided.grad = rng.standard_normal((6, 8))[:, ::2]                   # a non-contiguous gradient
+    params.append(strided)
+    for p in params[:3]:
+        p.grad[...] = 1.0
+    opt = Adam(params, lr=1e-3)
+    opt.zero_grad()
+    assert all(not p.grad.any() for p in params)
+
+
+def test_relu_forward_in_one_pass_same_as_mask(rng):
+    from minitransformer.layers.feedforward import FeedForward
+    ffn = FeedForward(4, 6, rng)
+    x = rng.standard_normal((2, 3, 4)).astype(ffn.linear1.W.data.dtype)   # a layer computes in its own dtype
+    pre = x @ ffn.linear1.W.data + ffn.linear1.b.data
+    want = (pre * (pre > 0)) @ ffn.linear2.W.data + ffn.linear2.b.data
+    np.testing.assert_allclose(ffn.forward(x), want, rtol=1e-5)
+
+
+def test_attention_all_true_mask_same_as_no_mask(rng):
+    from minitransformer.layers.attention import attention_forward
+    Q, K, V = (rng.standard_normal((2, 3, 4, 5)) for _ in range(3))
+    out_none, c_none = attention_forward(Q, K, V)
+    out_true, c_true = attention_forward(Q, K, V, np.ones((2, 1, 1, 4), dtype=bool))
+    np.testing.assert_array_equal(out_true, out_none)
+    np.testing.assert_array_equal(c_true.A, c_none.A)
+
+
+def test_rowsum(rng):
+    a = rng.standard_normal((2, 3, 5))
+    np.testing.assert_allclose(backend.rowsum(a), a.sum(axis=-1, keepdims=True), rtol=1e-12)
+    assert backend.rowsum(a.astype(np.float32)).dtype == np.float32
+    np.testing.assert_allclose(backend.rowsum(a[:, :, ::2]), a[:, :, ::2].sum(-1, keepdims=True), rtol=1e-12)

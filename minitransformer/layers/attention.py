@@ -60,7 +60,7 @@ def attention_scores(Q: Array, K: Array, mask: Array | None = None) -> Array:
     xp = backend.get_array_module(Q)
     S = backend.matmul(Q, K.swapaxes(-1, -2))       # (B, h, S_q, S_k); swapaxes is a view, not a copy
     S *= 1.0 / math.sqrt(Q.shape[-1])               # the 1/sqrt(d_k) of §3.2.1
-    if mask is not None:
+    if mask is not None and not (backend.on_cpu(mask) and mask.all()):   # a mask with no False hides nothing
         xp.copyto(S, MASK_FILL, where=~mask)        # in place; ~mask is small, it broadcasts
     return S
 

@@ -8,6 +8,7 @@ why one matrix product over the (B·S, d_model) rows does the whole sequence.
 
 from __future__ import annotations
 
+from .. import backend
 from ..backend import Array
 from ..errors import check_input
 from .linear import Linear
@@ -27,8 +28,9 @@ class FeedForward(Layer):
     def forward(self, x: Array) -> Array:
         """x: (B, S, d_model) -> FFN(x): (B, S, d_model)."""
         check_input(f"FeedForward {self._name!r}", "x", x, self.d_model, self.linear1.W.data.dtype)
+        xp = backend.get_array_module(x)
         hidden = self.linear1.forward(x)          # (B, S, d_ff): x W_1 + b_1
-        hidden *= hidden > 0                       # ReLU in place: max(0, .) without a new array
+        xp.maximum(hidden, 0.0, out=hidden)        # ReLU in place: one pass, no new array
         y = self.linear2.forward(hidden)           # (B, S, d_model)
         self._save_cache(hidden, y)
         return y
