@@ -196,13 +196,17 @@ def test_decoder_layer_matches_torch(pre_ln):
 
 class TorchTransformer(nn.Module):
     """The same model in torch.nn pieces: tied embeddings scaled by sqrt(d_model),
-    sinusoidal PE, nn.TransformerEncoder/DecoderLayer stacks, tied output projection."""
+    sinusoidal PE (a buffer) or a learned one (a Parameter shared by both sides),
+    nn.TransformerEncoder/DecoderLayer stacks, tied output projection."""
 
     def __init__(self, cfg, pe_table):
         super().__init__()
         self.cfg = cfg
         self.E = nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model, dtype=torch.float64))
-        self.register_buffer("pe", t(pe_table))
+        if cfg.positional == "learned":
+            self.pe = nn.Parameter(t(pe_table))
+        else:
+            self.register_buffer("pe", t(pe_table))
         self.enc = nn.ModuleList([nn.TransformerEncoderLayer(**torch_layer_kwargs(cfg)) for _ in range(cfg.N)])
         self.dec = nn.ModuleList([nn.TransformerDecoderLayer(**torch_layer_kwargs(cfg)) for _ in range(cfg.N)])
         self.enc_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps, dtype=torch.float64) if cfg.pre_ln else None
@@ -225,13 +229,15 @@ class TorchTransformer(nn.Module):
         return y @ self.E.T
 
 
-@pytest.mark.parametrize("pre_ln", [False, True], ids=["post-LN", "pre-LN"])
-def test_whole_model_matches_torch(pre_ln):
+@pytest.mark.parametrize("pre_ln, positional", [(False, "sinusoidal"), (True, "sinusoidal"), (False, "learned")],
+                         ids=["post-LN", "pre-LN", "post-LN-learned-PE"])
+def test_whole_model_matches_torch(pre_ln, positional):
     rng = np.random.default_rng(2)
-    cfg = CFG.with_(pre_ln=pre_ln)
+    cfg = CFG.with_(pre_ln=pre_ln, positional=positional)
     ours = Transformer(cfg, seed=3)
     randomize_norms(ours, rng)
-    theirs = TorchTransformer(cfg, ours.src_pos.table)
+    learned = positional == "learned"
+    theirs = TorchTransformer(cfg, ours.P.data if learned else ours.src_pos.table)
     with torch.no_grad():
         theirs.E.copy_(t(ours.E.data))
     for o, th in zip(ours.encoder.layers, theirs.enc):
@@ -270,6 +276,8 @@ def test_whole_model_matches_torch(pre_ln):
     if pre_ln:
         pairs += norm_pairs(ours.encoder.final_norm, theirs.enc_norm, "encoder.final_norm")
         pairs += norm_pairs(ours.decoder.final_norm, theirs.dec_norm, "decoder.final_norm")
+    if learned:
+        pairs.append(("P (learned positions: source and target)", ours.P.grad, theirs.pe.grad))
     assert len(pairs) + 1 == len(ours.parameters()), "every parameter must be compared"
     for name, g_ours, g_theirs in pairs:
         assert_close(name, g_ours, g_theirs)
