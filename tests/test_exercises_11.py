@@ -13,7 +13,7 @@ from minitransformer.exercises import lesson_11 as ex
 
 
 def learned_pe_backward(dout, offset, max_len):
-    B, S, d = dout.shape
+    _, S, d = dout.shape
     dP = np.zeros((max_len, d))
     for s in range(S):
         dP[offset + s] = dout[:, s].sum(axis=0)

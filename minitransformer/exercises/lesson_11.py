@@ -20,7 +20,15 @@ from ..gradcheck import numerical_gradient
 from ..layers.loss import cross_entropy_forward
 from ..layers.positional import LearnedPositionalEmbedding
 from ..model import TransformerConfig, count_parameters
-from ._common import NOT_ATTEMPTED, check_array, check_count, copy_all, not_attempted, report_correct, unpack
+from ._common import (
+    NOT_ATTEMPTED,
+    check_array,
+    check_count,
+    copy_all,
+    not_attempted,
+    report_correct,
+    unpack,
+)
 
 __all__ = ["NOT_ATTEMPTED", "check_learned_pe_backward", "check_perplexity", "check_variation_params"]
 
@@ -56,7 +64,7 @@ def check_learned_pe_backward(fn) -> bool:
         ref_dx = layer.backward(dout)
         ref_dP = layer.P.grad.copy()
 
-        def f():
+        def f(layer=layer, x=x, offset=offset, dout=dout):
             return float((layer.forward(x, offset=offset) * dout).sum())
 
         num_dx, num_dP = numerical_gradient(f, x), numerical_gradient(f, P)
