@@ -23,8 +23,15 @@ from .layers.feedforward import FeedForward
 from .layers.layernorm import LayerNorm
 from .layers.masks import decoder_mask, padding_mask
 from .layers.parameter import Layer, Parameter
-from .layers.positional import PositionalEncoding, sinusoidal_table
+from .layers.positional import (
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+    init_positional,
+    sinusoidal_table,
+)
 from .layers.residual import Residual
+
+POSITIONAL_KINDS = ("sinusoidal", "learned")
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class TransformerConfig:
     pad_id: int = 0
     pre_ln: bool = False        # False = the paper's post-LN; True = pre-LN variant
     ln_eps: float = 1e-5        # LayerNorm's ε (inside the square root)
+    positional: str = "sinusoidal"   # §3.5's fixed sinusoids, or "learned": a trained table (Table 3, row E)
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "h", "N", "d_ff", "max_len"):
@@ -65,6 +73,9 @@ class TransformerConfig:
                              f"{self.vocab_size - 1}, got {self.pad_id!r}")
         if not isinstance(self.pre_ln, bool):
             raise ValueError(f"TransformerConfig: pre_ln must be True or False, got {self.pre_ln!r}")
+        if self.positional not in POSITIONAL_KINDS:
+            raise ValueError(f"TransformerConfig: positional must be one of {', '.join(map(repr, POSITIONAL_KINDS))}, "
+                             f"got {self.positional!r}")
 
     @property
     def d_k(self) -> int:
@@ -321,9 +332,18 @@ class Transformer(Layer):
         self.E = Parameter(Embedding(cfg.vocab_size, cfg.d_model, rng).E.data, "E")
         self.src_embed = Embedding(cfg.vocab_size, cfg.d_model, weight=self.E, name="src_embed")
         self.tgt_embed = Embedding(cfg.vocab_size, cfg.d_model, weight=self.E, name="tgt_embed")
-        table = sinusoidal_table(cfg.max_len, cfg.d_model)
-        self.src_pos = PositionalEncoding(cfg.d_model, cfg.max_len, table)
-        self.tgt_pos = PositionalEncoding(cfg.d_model, cfg.max_len, table)
+        if cfg.positional == "learned":
+            # Table 3, row E: one learned (max_len, d_model) table P, shared by the source
+            # and target sides as the sinusoidal table is, so that row E changes one thing
+            # only (fixed vs learned). Drawn from its own generator: every other weight is
+            # the same as the sinusoidal model's of the same seed.
+            self.P = Parameter(init_positional(cfg.max_len, cfg.d_model, backend.host_rng([seed, 2])), "P")
+            self.src_pos = LearnedPositionalEmbedding(cfg.d_model, cfg.max_len, weight=self.P, name="src_pos")
+            self.tgt_pos = LearnedPositionalEmbedding(cfg.d_model, cfg.max_len, weight=self.P, name="tgt_pos")
+        else:
+            table = sinusoidal_table(cfg.max_len, cfg.d_model)
+            self.src_pos = PositionalEncoding(cfg.d_model, cfg.max_len, table)
+            self.tgt_pos = PositionalEncoding(cfg.d_model, cfg.max_len, table)
         self.src_dropout = Dropout(cfg.P_drop, self.dropout_rng)   # on embeddings + PE (§5.4)
         self.tgt_dropout = Dropout(cfg.P_drop, self.dropout_rng)
         self.encoder = Encoder(cfg, rng, self.dropout_rng)
@@ -433,7 +453,8 @@ class Transformer(Layer):
 
     # -- backward ---------------------------------------------------------------
     def backward(self, dlogits: Array) -> None:
-        """dlogits: (B, T, V). Adds into every Parameter's .grad (E gets three uses)."""
+        """dlogits: (B, T, V). Adds into every Parameter's .grad (E gets three uses;
+        a learned positional table P two, the target and source sides)."""
         self._pop_cache(dlogits, "dlogits")
         dout = self.generator.backward(dlogits)                     # use 1 of E
         dy, dmemory = self.decoder.backward(dout)
@@ -456,7 +477,8 @@ def count_parameters(cfg: TransformerConfig) -> int:
     """The number of learnable scalars, computed from the formula (no model built).
 
     Per encoder layer: attention 4·(d²+d), FFN 2·d·d_ff + d_ff + d, two LayerNorms 4d.
-    Per decoder layer: two attentions, FFN, three LayerNorms. Plus E (V·d), shared.
+    Per decoder layer: two attentions, FFN, three LayerNorms. Plus E (V·d), shared,
+    and with ``positional="learned"`` the table P (max_len·d), shared by both sides.
     """
     d, d_ff, N, V = cfg.d_model, cfg.d_ff, cfg.N, cfg.vocab_size
     attn = 4 * (d * d + d)
@@ -464,4 +486,5 @@ def count_parameters(cfg: TransformerConfig) -> int:
     enc = N * (attn + ffn + 2 * 2 * d)
     dec = N * (2 * attn + ffn + 3 * 2 * d)
     final = 2 * 2 * d if cfg.pre_ln else 0
-    return V * d + enc + dec + final
+    positional = cfg.max_len * d if cfg.positional == "learned" else 0
+    return V * d + enc + dec + final + positional

@@ -12,6 +12,7 @@ import math
 import numpy as np
 import pytest
 
+from minitransformer.errors import ShapeError
 from minitransformer.gradcheck import DEFAULT_TOL, check_layer, gradcheck
 from minitransformer.layers.attention import (
     MultiHeadAttention,
@@ -28,9 +29,14 @@ from minitransformer.layers.loss import (
     cross_entropy_backward,
     cross_entropy_forward,
 )
-from minitransformer.layers.parameter import Layer
-from minitransformer.layers.positional import PositionalEncoding, sinusoidal_table
+from minitransformer.layers.parameter import Layer, Parameter
+from minitransformer.layers.positional import (
+    LearnedPositionalEmbedding,
+    PositionalEncoding,
+    sinusoidal_table,
+)
 from minitransformer.layers.residual import Residual
+from minitransformer.model import Transformer, TransformerConfig
 
 assert DEFAULT_TOL == 1e-6
 
@@ -185,6 +191,114 @@ def test_positional_forward_adds_table(f64, rng):
     x = rng.standard_normal((2, 4, 5))
     np.testing.assert_allclose(pe.forward(x) - x, np.broadcast_to(pe.table[:4], x.shape), atol=1e-15)
     np.testing.assert_allclose(pe.forward(x, offset=3) - x, np.broadcast_to(pe.table[3:7], x.shape), atol=1e-15)
+
+
+# ---------------------------------------------------------------------------
+# Learned positional embedding (Table 3, row E)
+# ---------------------------------------------------------------------------
+
+def test_learned_positional_gradient(f64, rng):
+    lpe = LearnedPositionalEmbedding(5, max_len=9, rng=rng)
+    x = rng.standard_normal((3, 6, 5))
+    report = check_layer(lpe, x)
+    _ok(report)
+    assert set(report.errors) == {"x", "P"}, report.errors          # the input and the table
+
+
+@pytest.mark.parametrize("offset", [0, 3])
+def test_learned_positional_gradient_with_offset(f64, rng, offset):
+    """P's gradient lands in rows offset .. offset+S-1 only; the others stay 0."""
+    lpe = LearnedPositionalEmbedding(4, max_len=8, rng=rng)
+    x = rng.standard_normal((2, 3, 4))
+    G = rng.standard_normal(x.shape)
+
+    def f():
+        return float((lpe.forward(x, offset=offset) * G).sum())
+
+    lpe.zero_grad()
+    lpe.forward(x, offset=offset)
+    dx = lpe.backward(G)
+    report = gradcheck(f, {"x": x, "P": lpe.P.data}, {"x": dx, "P": lpe.P.grad.copy()})
+    _ok(report)
+    np.testing.assert_array_equal(dx, G)                                  # the identity for x
+    np.testing.assert_allclose(lpe.P.grad[offset: offset + 3], G.sum(axis=0), atol=1e-14)
+    untouched = np.ones(8, bool)
+    untouched[offset: offset + 3] = False
+    assert not lpe.P.grad[untouched].any(), "rows outside the positions used must get no gradient"
+
+
+def test_learned_positional_shared_table_sums_gradients(f64, rng):
+    """Two layers sharing one P (the model's source and target sides) add into P.grad."""
+    P = Parameter(rng.standard_normal((7, 3)), "P")
+    src, tgt = (LearnedPositionalEmbedding(3, 7, weight=P, name=n) for n in ("src", "tgt"))
+    x, y = rng.standard_normal((2, 5, 3)), rng.standard_normal((2, 4, 3))
+    Gx, Gy = rng.standard_normal(x.shape), rng.standard_normal(y.shape)
+
+    def f():
+        return float((src.forward(x) * Gx).sum() + (tgt.forward(y, offset=1) * Gy).sum())
+
+    P.zero_grad()
+    f()
+    src.backward(Gx)
+    tgt.backward(Gy)
+    report = gradcheck(f, {"P": P.data}, {"P": P.grad.copy()})
+    _ok(report)
+    want = np.zeros((7, 3))
+    want[0:5] += Gx.sum(axis=0)
+    want[1:5] += Gy.sum(axis=0)
+    np.testing.assert_allclose(P.grad, want, atol=1e-14)
+
+
+def test_learned_positional_forward_adds_rows(f64, rng):
+    lpe = LearnedPositionalEmbedding(5, max_len=8, rng=rng)
+    x = rng.standard_normal((2, 4, 5))
+    np.testing.assert_allclose(lpe.forward(x) - x, np.broadcast_to(lpe.P.data[:4], x.shape), atol=1e-15)
+    np.testing.assert_allclose(lpe.forward(x, offset=4) - x, np.broadcast_to(lpe.P.data[4:8], x.shape),
+                               atol=1e-15)
+
+
+def test_learned_positional_cannot_go_past_its_table(f64, rng):
+    lpe = LearnedPositionalEmbedding(4, max_len=6, rng=rng)
+    with pytest.raises(ShapeError, match="max_len=6.*cannot extrapolate"):
+        lpe.forward(rng.standard_normal((1, 7, 4)))
+    with pytest.raises(ShapeError, match="positions 5..6"):
+        lpe.forward(rng.standard_normal((1, 2, 4)), offset=5)
+    with pytest.raises(ShapeError, match="d_model=4"):
+        lpe.forward(rng.standard_normal((1, 2, 3)))
+    with pytest.raises(ValueError, match="shape \\(max_len, d_model\\)"):
+        LearnedPositionalEmbedding(4, 6, weight=Parameter(np.zeros((5, 4))))
+
+
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
+def test_whole_model_gradient(f64, positional):
+    """Every parameter of a tiny model (padding, dropout, label smoothing on), against
+    central differences; with the learned table, P collects the source and target sides."""
+    rng = np.random.default_rng(7)
+    cfg = TransformerConfig(vocab_size=7, d_model=4, h=2, N=1, d_ff=6, P_drop=0.2, eps_ls=0.1, max_len=6,
+                            positional=positional)
+    model = Transformer(cfg, seed=3)
+    for layer in model.modules():                       # LayerNorm gains/biases away from 1 / 0
+        if isinstance(layer, LayerNorm):
+            _randomize(layer.gamma, layer.beta, rng=rng)
+    src = np.array([[3, 4, 5, 2], [6, 3, 2, 0]])
+    tgt_in = np.array([[1, 5, 4], [1, 6, 0]])
+    tgt_out = np.array([[5, 4, 2], [6, 2, 0]])
+    loss_fn = LabelSmoothedCrossEntropy(0, cfg.eps_ls)
+
+    def f():
+        model.reseed_dropout(11)                         # the same masks at every call
+        return loss_fn.forward(model.forward(src, tgt_in), tgt_out)
+
+    model.zero_grad()
+    f()
+    model.backward(loss_fn.backward())
+    params = dict(model.named_parameters())
+    assert ("P" in params) == (positional == "learned")
+    report = gradcheck(f, {n: p.data for n, p in params.items()}, {n: p.grad.copy() for n, p in params.items()})
+    _ok(report)
+    if positional == "learned":
+        # Position 3 is used by the source only, positions 4-5 by nobody.
+        assert model.P.grad[3].any() and not model.P.grad[4:].any()
 
 
 # ---------------------------------------------------------------------------

@@ -208,13 +208,17 @@ def torch_sinusoids(max_len, d_model):
 
 class TorchTransformer(nn.Module):
     """The same model in torch.nn pieces: tied embeddings scaled by sqrt(d_model),
-    sinusoidal PE, nn.TransformerEncoder/DecoderLayer stacks, tied output projection."""
+    sinusoidal PE (a buffer) or a learned one (a Parameter shared by both sides),
+    nn.TransformerEncoder/DecoderLayer stacks, tied output projection."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, learned_table=None):
         super().__init__()
         self.cfg = cfg
         self.E = nn.Parameter(torch.zeros(cfg.vocab_size, cfg.d_model, dtype=torch.float64))
-        self.register_buffer("pe", torch_sinusoids(cfg.max_len, cfg.d_model))
+        if cfg.positional == "learned":
+            self.pe = nn.Parameter(t(learned_table))                 # the weights to compare, copied
+        else:
+            self.register_buffer("pe", torch_sinusoids(cfg.max_len, cfg.d_model))
         self.enc = nn.ModuleList([nn.TransformerEncoderLayer(**torch_layer_kwargs(cfg)) for _ in range(cfg.N)])
         self.dec = nn.ModuleList([nn.TransformerDecoderLayer(**torch_layer_kwargs(cfg)) for _ in range(cfg.N)])
         self.enc_norm = nn.LayerNorm(cfg.d_model, eps=cfg.ln_eps, dtype=torch.float64) if cfg.pre_ln else None
@@ -237,13 +241,15 @@ class TorchTransformer(nn.Module):
         return y @ self.E.T
 
 
-@pytest.mark.parametrize("pre_ln", [False, True], ids=["post-LN", "pre-LN"])
-def test_whole_model_matches_torch(pre_ln):
+@pytest.mark.parametrize("pre_ln, positional", [(False, "sinusoidal"), (True, "sinusoidal"), (False, "learned")],
+                         ids=["post-LN", "pre-LN", "post-LN-learned-PE"])
+def test_whole_model_matches_torch(pre_ln, positional):
     rng = np.random.default_rng(2)
-    cfg = CFG.with_(pre_ln=pre_ln)
+    cfg = CFG.with_(pre_ln=pre_ln, positional=positional)
     ours = Transformer(cfg, seed=3)
     randomize_norms(ours, rng)
-    theirs = TorchTransformer(cfg)
+    learned = positional == "learned"
+    theirs = TorchTransformer(cfg, ours.P.data if learned else None)
     with torch.no_grad():
         theirs.E.copy_(t(ours.E.data))
     for o, th in zip(ours.encoder.layers, theirs.enc):
@@ -282,6 +288,8 @@ def test_whole_model_matches_torch(pre_ln):
     if pre_ln:
         pairs += norm_pairs(ours.encoder.final_norm, theirs.enc_norm, "encoder.final_norm")
         pairs += norm_pairs(ours.decoder.final_norm, theirs.dec_norm, "decoder.final_norm")
+    if learned:
+        pairs.append(("P (learned positions: source and target)", ours.P.grad, theirs.pe.grad))
     assert len(pairs) + 1 == len(ours.parameters()), "every parameter must be compared"
     for name, g_ours, g_theirs in pairs:
         assert_close(name, g_ours, g_theirs)
