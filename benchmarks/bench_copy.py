@@ -21,7 +21,7 @@ import time
 
 
 def machine_line() -> str:
-    import numpy  # noqa: PLC0415
+    import numpy
 
     cpu = platform.processor() or platform.machine()
     try:
@@ -40,11 +40,11 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     if args.threads:
-        from threadpoolctl import threadpool_limits  # noqa: PLC0415
+        from threadpoolctl import threadpool_limits
         threadpool_limits(args.threads)
 
-    from minitransformer.train import load_task, make_trainer, settings_for  # noqa: PLC0415
-    from minitransformer.translate import score_translations  # noqa: PLC0415
+    from minitransformer.train import load_task, make_trainer, settings_for
+    from minitransformer.translate import score_translations
 
     print(machine_line())
     preset, settings = settings_for("copy", seed=args.seed)

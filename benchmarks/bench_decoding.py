@@ -28,9 +28,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from minitransformer import backend  # noqa: E402
-from minitransformer.decoding import greedy_decode  # noqa: E402
-from minitransformer.model import Transformer, TransformerConfig  # noqa: E402
+from minitransformer import backend
+from minitransformer.decoding import greedy_decode
+from minitransformer.model import Transformer, TransformerConfig
 
 
 def parse_args(argv=None):

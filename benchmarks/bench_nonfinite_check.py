@@ -24,9 +24,9 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from minitransformer import backend  # noqa: E402
-from minitransformer.model import PRESETS, Transformer  # noqa: E402
-from minitransformer.optim import Adam  # noqa: E402
+from minitransformer import backend
+from minitransformer.model import PRESETS, Transformer
+from minitransformer.optim import Adam
 
 
 def cpu_name() -> str:

@@ -80,8 +80,9 @@ P_DROP, EPS_LS, PAD = 0.1, 0.1, 0
 CPU_SIDES = ("numpy", "torch", "torch_fused")
 BASELINE_SIDE = "numpy_baseline"          # --baseline DIR: minitransformer from another checkout
 GPU_SIDES = ("cupy", "torch_cuda", "torch_cuda_fused")
-LABELS = {"numpy": "minitransformer", BASELINE_SIDE: "baseline", "torch": "torch Adam", "torch_fused": "torch Adam fused",
-          "cupy": "minitransformer", "torch_cuda": "torch Adam", "torch_cuda_fused": "torch Adam fused"}
+LABELS = {"numpy": "minitransformer", BASELINE_SIDE: "baseline", "torch": "torch Adam",
+          "torch_fused": "torch Adam fused", "cupy": "minitransformer", "torch_cuda": "torch Adam",
+          "torch_cuda_fused": "torch Adam fused"}
 # --malloc tuned (the default): glibc's malloc, as it comes, gives the freed memory of
 # every step back to the kernel and page-faults it in again in the next step (13,000
 # faults per step at toy size for minitransformer, 5,000 for torch; a fault costs about
@@ -131,7 +132,7 @@ def cpu_model() -> str:
 
 def blas_line() -> str:
     try:
-        from threadpoolctl import threadpool_info  # noqa: PLC0415
+        from threadpoolctl import threadpool_info
     except ImportError:
         return "threadpoolctl not installed: BLAS kernel unknown"
     info = [i for i in threadpool_info() if i.get("user_api") == "blas"]
@@ -198,11 +199,11 @@ def make_batch(c: dict, seed: int = 0):
 
 def build_numpy_side(c: dict, batch, xp_name: str = "numpy"):
     """minitransformer's model, loss and optimizer; returns (model, step function)."""
-    from minitransformer import backend  # noqa: PLC0415
-    from minitransformer.layers.loss import LabelSmoothedCrossEntropy  # noqa: PLC0415
-    from minitransformer.layers.masks import decoder_mask, padding_mask  # noqa: PLC0415
-    from minitransformer.model import Transformer, TransformerConfig  # noqa: PLC0415
-    from minitransformer.optim import Adam, NoamSchedule  # noqa: PLC0415
+    from minitransformer import backend
+    from minitransformer.layers.loss import LabelSmoothedCrossEntropy
+    from minitransformer.layers.masks import decoder_mask, padding_mask
+    from minitransformer.model import Transformer, TransformerConfig
+    from minitransformer.optim import Adam, NoamSchedule
 
     backend.set_backend(xp_name)
     backend.set_default_dtype("float32")
@@ -229,8 +230,8 @@ def build_numpy_side(c: dict, batch, xp_name: str = "numpy"):
 
 
 def torch_model_class():
-    import torch  # noqa: PLC0415
-    from torch import nn  # noqa: PLC0415
+    import torch
+    from torch import nn
     F = nn.functional
 
     class TorchTransformer(nn.Module):
@@ -273,10 +274,10 @@ def torch_model_class():
 
 def build_torch_side(c: dict, batch, fused: bool, device: str = "cpu"):
     """The torch model (torch's own initialisation of the layers), loss and Adam; returns (model, step)."""
-    import torch  # noqa: PLC0415
-    from torch.nn import functional as F  # noqa: PLC0415
+    import torch
+    from torch.nn import functional as F
 
-    from minitransformer.layers.positional import sinusoidal_table  # noqa: PLC0415
+    from minitransformer.layers.positional import sinusoidal_table
 
     torch.manual_seed(0)
     pe = sinusoidal_table(c["seq"], c["d_model"], xp=np, dtype=np.float32)
@@ -308,7 +309,7 @@ def timed_matmul_steps(step, n_steps: int) -> dict:
     steps: load from other processes only adds), the share of the step, GFLOP/s while
     inside them, and the FLOPs counted.
     """
-    from minitransformer import backend  # noqa: PLC0415
+    from minitransformer import backend
 
     plain = backend.matmul
     spent, flops = [0.0], [0]
@@ -346,7 +347,7 @@ TORCH_MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
 def torch_matmul_share(step, n_steps: int) -> dict:
     """Profile ``n_steps`` torch steps, one at a time; seconds in its matrix-product kernels
     (self time) per step, the least over the steps, and their share of the profiled time."""
-    from torch.profiler import ProfilerActivity, profile  # noqa: PLC0415
+    from torch.profiler import ProfilerActivity, profile
 
     per_step, total = [], 0.0
     for _ in range(n_steps):
@@ -362,7 +363,7 @@ def torch_matmul_share(step, n_steps: int) -> dict:
 
 def profile_text(step, n_steps: int) -> str:
     try:
-        from pyinstrument import Profiler  # noqa: PLC0415
+        from pyinstrument import Profiler
     except ImportError:
         return "(pyinstrument not installed: pip install pyinstrument)"
     profiler = Profiler(interval=0.0005)
@@ -414,12 +415,12 @@ def worker(args) -> None:
     is_torch = side.startswith("torch")
     if side == BASELINE_SIDE:
         sys.path.insert(0, os.path.abspath(args.baseline))   # its minitransformer, ahead of this checkout's
-    from threadpoolctl import threadpool_limits  # noqa: PLC0415
+    from threadpoolctl import threadpool_limits
     threadpool_limits(limits=args.threads)
     if is_torch:
-        import torch  # noqa: PLC0415
+        import torch
         torch.set_num_threads(args.threads)
-    from minitransformer import backend  # noqa: PLC0415
+    from minitransformer import backend
     backend.set_num_threads(args.threads)                # minitransformer's own threads (Adam)
     batch = make_batch(c)
     base_rss = _rss_bytes()
@@ -494,7 +495,7 @@ class Worker:
 
 def worker_peak(args) -> None:
     """Best float32 matrix product, in GFLOP/s, for NumPy and (if present) torch."""
-    from threadpoolctl import threadpool_limits  # noqa: PLC0415
+    from threadpoolctl import threadpool_limits
     threadpool_limits(limits=args.threads)
     n, reps = 2048, 10
     rng = np.random.default_rng(0)
@@ -511,7 +512,7 @@ def worker_peak(args) -> None:
 
     out = {"numpy": best_of(lambda: a @ b)}
     if not args.skip_torch and _torch_available():
-        import torch  # noqa: PLC0415
+        import torch
         torch.set_num_threads(args.threads)
         ta, tb = torch.from_numpy(a), torch.from_numpy(b)
         out["torch"] = best_of(lambda: torch.mm(ta, tb))
@@ -526,7 +527,7 @@ def _git_head(path: str) -> str:
 
 def _torch_available() -> bool:
     try:
-        import torch  # noqa: PLC0415, F401
+        import torch  # noqa: F401
     except ImportError:
         return False
     return True
@@ -579,12 +580,12 @@ def run_peak(args, env) -> dict:
 
 
 def gpu_skip_reason(args) -> str | None:
-    from minitransformer import backend  # noqa: PLC0415
+    from minitransformer import backend
     reasons = []
     if not backend.cupy_available():
         reasons.append("CuPy with a CUDA device is not available")
     if not args.skip_torch:
-        import torch  # noqa: PLC0415
+        import torch
         if not torch.cuda.is_available():
             reasons.append("torch.cuda is not available")
     return "; ".join(reasons) or None
@@ -662,14 +663,14 @@ def print_split(results, peaks) -> None:
             theirs = by_side.get(side)
             if ours is None or theirs is None or ours["other_ms"] <= 0 or theirs["other_ms"] <= 0:
                 continue
+            other, matmul, step = (ours[k] / theirs[k] for k in ("other_ms", "matmul_ms", "step_ms"))
             if side == BASELINE_SIDE:
-                print(f"{config}: minitransformer / baseline: non-matmul time {ours['other_ms'] / theirs['other_ms']:.2f}, "
-                      f"matmul time {ours['matmul_ms'] / theirs['matmul_ms']:.2f}, "
-                      f"whole step {ours['step_ms'] / theirs['step_ms']:.2f}")
+                print(f"{config}: minitransformer / baseline: non-matmul time {other:.2f}, "
+                      f"matmul time {matmul:.2f}, whole step {step:.2f}")
                 continue
-            print(f"{config}: minitransformer / {LABELS[side]}: non-matmul time {ours['other_ms'] / theirs['other_ms']:.2f} "
-                  f"(does not depend on the BLAS libraries), matmul time {ours['matmul_ms'] / theirs['matmul_ms']:.2f}, "
-                  f"whole step {ours['step_ms'] / theirs['step_ms']:.2f}" + (f" (depends on them: {blas})" if blas else ""))
+            print(f"{config}: minitransformer / {LABELS[side]}: non-matmul time {other:.2f} "
+                  f"(does not depend on the BLAS libraries), matmul time {matmul:.2f}, "
+                  f"whole step {step:.2f}" + (f" (depends on them: {blas})" if blas else ""))
 
 
 def main(argv=None) -> int:
@@ -718,7 +719,7 @@ def main(argv=None) -> int:
         print("# PyTorch is not installed (pip install torch==2.13.0): timing minitransformer alone")
         args.skip_torch = True
     if not args.skip_torch:
-        import torch  # noqa: PLC0415
+        import torch
         pin = "" if torch.__version__.split("+")[0] == "2.13.0" else " (warning: not the pinned 2.13.0)"
         print(f"# torch {torch.__version__}{pin}, BLAS {'MKL' if torch.backends.mkl.is_available() else 'other'}, "
               f"CPU capability {torch.backends.cpu.get_cpu_capability()}")

@@ -322,7 +322,7 @@ with one_blas_thread(1):
     t0, c0 = time.perf_counter(), time.process_time()
     history = trainer.run(progress=False)                 # steps 1..150: the log records
     half = model_module.Transformer(model.cfg, seed=0)    # a copy of the half-trained model
-    for (name, p), (_, q) in zip(model.named_parameters(), half.named_parameters()):
+    for p, q in zip(model.parameters(), half.parameters()):
         q.data[...] = p.data
     trainer.settings.steps = 400
     history += trainer.run(progress=False)                # steps 151..400, the same run continued

@@ -362,8 +362,8 @@ def cmd_evaluate(args) -> int:
 
 
 def cmd_tasks(args) -> int:
-    from .train import RECIPES, task_names  # noqa: PLC0415
     from .data import translation  # noqa: PLC0415
+    from .train import RECIPES, task_names  # noqa: PLC0415
 
     for name in task_names():
         if name in translation.TASKS:
@@ -452,7 +452,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["train", "valid", "test"], default=None,
                    help="which split of --task to evaluate (default: test)")
     p.add_argument("--level", choices=["char", "word"], help="tokenization of --data (default: the checkpoint's)")
-    p.add_argument("--beam", type=positive_int, default=4, help="also evaluate beam search of this size (1: greedy only)")
+    p.add_argument("--beam", type=positive_int, default=4,
+                   help="also evaluate beam search of this size (1: greedy only)")
     p.add_argument("--limit", type=positive_int, help="evaluate only the first N pairs")
     p.add_argument("--samples", type=non_negative_int, default=5, help="sample decodes to print (0: none)")
     p.add_argument("--seed", type=non_negative_int, default=None,

@@ -21,8 +21,8 @@ from __future__ import annotations
 import os
 import threading
 import types
-from typing import Any
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numpy
 
@@ -315,8 +315,9 @@ def for_row_blocks(fn, n_rows: int, row_len: int, xp=None, block: int | None = N
     """``fn(rows)`` for blocks of rows (slices covering ``0..n_rows``), spread over the CPU threads.
 
     Returns the results in block order. Fewer than ``2 * block`` elements are one block.
-    The blocks depend only on the sizes, not on the number of threads, so a reduction over blocks gives the same bits on any number of
-    threads. On CuPy the whole range is one block (more blocks would only add launches).
+    The blocks depend only on the sizes, not on the number of threads, so a reduction over
+    blocks gives the same bits on any number of threads. On CuPy the whole range is one block
+    (more blocks would only add kernel launches).
     """
     block = block or ROW_BLOCK
     if (xp is not None and xp is not numpy) or n_rows * row_len < 2 * block:

@@ -109,7 +109,8 @@ def check_token_ids(where: str, ids, vocab_size: int) -> None:
     """Raise TokenIdError if any id is not in [0, vocab_size), or ids are not integers."""
     kind = getattr(getattr(ids, "dtype", None), "kind", None)
     if kind not in ("i", "u"):
-        raise TokenIdError(f"{where}: token ids must be an integer array, got dtype {getattr(ids, 'dtype', type(ids).__name__)}")
+        got = getattr(ids, "dtype", type(ids).__name__)
+        raise TokenIdError(f"{where}: token ids must be an integer array, got dtype {got}")
     if ids.size == 0:
         return
     # One yes/no question (on a GPU, one wait for the device per call instead of two);

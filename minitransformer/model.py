@@ -85,7 +85,7 @@ class TransformerConfig:
         return json.dumps(asdict(self), sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "TransformerConfig":
+    def from_json(cls, text: str) -> TransformerConfig:
         """The inverse of ``to_json``. Unknown or missing fields are a ValueError naming them."""
         data = json.loads(text)
         if not isinstance(data, dict):
@@ -96,7 +96,7 @@ class TransformerConfig:
             raise ValueError(f"TransformerConfig: unknown fields {sorted(unknown)}")
         return cls(**data)
 
-    def with_(self, **changes) -> "TransformerConfig":
+    def with_(self, **changes) -> TransformerConfig:
         return replace(self, **changes)
 
 
@@ -218,7 +218,7 @@ class Decoder(Layer):
             y = layer.forward(y, memory, src_mask, tgt_mask)
         return self.final_norm.forward(y) if self.final_norm else y
 
-    def step(self, y_t: Array, t: int, cache: "KVCache") -> Array:
+    def step(self, y_t: Array, t: int, cache: KVCache) -> Array:
         """y_t: (B, 1, d_model) at position t -> (B, 1, d_model); see DecoderLayer.step."""
         for layer, self_kv, cross_kv in zip(self.layers, cache.self_kv, cache.cross_kv):
             y_t = layer.step(y_t, t, self_kv, cross_kv, cache.src_mask)
@@ -259,7 +259,7 @@ class KVCache:
     Memory: 2·N·B·h·T_max·d_k numbers for the self-attention buffers.
     """
 
-    def __init__(self, model: "Transformer", memory: Array, src_mask: Array, T_max: int):
+    def __init__(self, model: Transformer, memory: Array, src_mask: Array, T_max: int):
         """memory: (B, S, d_model) encoder output; src_mask: (B, 1, 1, S); T_max: positions to allow."""
         cfg = model.cfg
         xp = backend.get_array_module(memory)
@@ -463,7 +463,7 @@ class Transformer(Layer):
         self.src_embed.backward(self.src_pos.backward(self.src_dropout.backward(dx)))   # use 3 of E
 
     # -- moving between backends -------------------------------------------------
-    def to(self, xp_name: str) -> "Transformer":
+    def to(self, xp_name: str) -> Transformer:
         """Move every parameter to 'numpy' or 'cupy' (gradients too)."""
         xp = backend.module_for(xp_name)
         for p in self.parameters():

@@ -140,7 +140,7 @@ class TrainSettings:
             raise ValueError("TrainSettings: give batch_size or max_tokens (or both)")
 
     @classmethod
-    def from_dict(cls, data: dict, where: str = "settings") -> "TrainSettings":
+    def from_dict(cls, data: dict, where: str = "settings") -> TrainSettings:
         """Settings saved with ``asdict`` (in a checkpoint); unknown fields are a ValueError naming them."""
         if not isinstance(data, dict):
             raise ValueError(f"{where}: expected an object of training settings, got {type(data).__name__}")
@@ -340,7 +340,7 @@ class _StopSignals:
         self.signum: int | None = None
         self._previous: dict = {}
 
-    def __enter__(self) -> "_StopSignals":
+    def __enter__(self) -> _StopSignals:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handle)
@@ -747,6 +747,6 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
     return trainer
 
 
-__all__ = ["NonFiniteLossError", "TrainingInterrupted", "MAX_DATA_LENGTH", "read_pairs", "split_pairs", "TaskData", "Recipe", "RECIPES", "DATA_RECIPE", "TrainSettings", "Trainer",
-           "load_task", "encode_pairs", "build_model", "task_names", "read_metrics", "recipe_for",
-           "settings_for", "make_trainer"]
+__all__ = ["NonFiniteLossError", "TrainingInterrupted", "MAX_DATA_LENGTH", "read_pairs", "split_pairs", "TaskData",
+           "Recipe", "RECIPES", "DATA_RECIPE", "TrainSettings", "Trainer", "load_task", "encode_pairs", "build_model",
+           "task_names", "read_metrics", "recipe_for", "settings_for", "make_trainer"]

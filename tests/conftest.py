@@ -25,7 +25,7 @@ def fake_cupy_installed():
     """The CPU stand-in for CuPy (tests/fake_cupy.py) installed as ``cupy``/``cupyx`` for one test,
     the backend left as it is; yields the stand-in ``cupy`` module. ``fake_cupy.SYNCS`` counts host
     syncs (reset on entry). sys.modules (a real CuPy too, if any) is restored afterwards."""
-    import fake_cupy  # noqa: PLC0415  (tests/ is on sys.path: pytest puts the conftest's folder there)
+    import fake_cupy
 
     with fake_cupy.installed() as cupy:
         yield cupy

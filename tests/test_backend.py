@@ -200,7 +200,7 @@ class _CuPyMatchesNumPy:
 
     @staticmethod
     def _to_gpu(layer):
-        import cupy  # noqa: PLC0415
+        import cupy
 
         g = copy.deepcopy(layer)
         for p in g.parameters():
@@ -215,7 +215,7 @@ class _CuPyMatchesNumPy:
         assert err <= self.TOL, err
 
     def _compare(self, layer, inputs, **kwargs):
-        import cupy  # noqa: PLC0415
+        import cupy
 
         rng = np.random.default_rng(1)
         layer.zero_grad()
@@ -230,7 +230,7 @@ class _CuPyMatchesNumPy:
         for a, b in zip(gdx if isinstance(gdx, tuple) else (gdx,), dx if isinstance(dx, tuple) else (dx,)):
             if b is not None:
                 self._close(a, b)
-        for (n, gp), (_, p) in zip(glayer.named_parameters(), layer.named_parameters()):
+        for (_, gp), (_, p) in zip(glayer.named_parameters(), layer.named_parameters()):
             self._close(gp.grad, p.grad)
 
     def test_set_backend_cupy(self, rng):
@@ -258,13 +258,13 @@ class _CuPyMatchesNumPy:
         self._compare(Embedding(6, 4, rng), [np.array([[1, 1, 3], [5, 1, 1]])])
 
     def test_loss(self, rng):
-        import cupy  # noqa: PLC0415
+        import cupy
 
         logits = rng.standard_normal((2, 4, 7))
         targets = np.array([[1, 2, 3, 0], [6, 6, 0, 0]])
-        l, c = cross_entropy_forward(logits, targets, 0, 0.1)
-        gl, gc = cross_entropy_forward(cupy.asarray(logits), cupy.asarray(targets), 0, 0.1)
-        assert abs(gl - l) <= self.TOL * abs(l)
+        loss, c = cross_entropy_forward(logits, targets, 0, 0.1)
+        gloss, gc = cross_entropy_forward(cupy.asarray(logits), cupy.asarray(targets), 0, 0.1)
+        assert abs(gloss - loss) <= self.TOL * abs(loss)
         self._close(cross_entropy_backward(gc), cross_entropy_backward(c))
 
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from minitransformer.data.batching import Batch, batch_iterator, make_batch, make_source_batch
-from minitransformer.layers.masks import causal_mask, decoder_mask, padding_mask
+from minitransformer.layers.masks import causal_mask, padding_mask
 
 PAD, BOS, EOS = 0, 1, 2
 IDS = dict(pad_id=PAD, bos_id=BOS, eos_id=EOS)

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 
 from minitransformer import files
-from minitransformer.checkpoint import (CheckpointError, NonFiniteStateError, load_checkpoint,
-                                        save_checkpoint)
+from minitransformer.checkpoint import CheckpointError, NonFiniteStateError, load_checkpoint, save_checkpoint
 from minitransformer.data.vocab import Vocab
 from minitransformer.model import PRESETS, Transformer
 from minitransformer.optim import Adam

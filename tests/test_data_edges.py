@@ -13,7 +13,6 @@ from minitransformer.decoding import NonFiniteOutputError, beam_search, greedy_d
 from minitransformer.model import PRESETS, Transformer
 from minitransformer.train import build_model, load_task, split_pairs
 
-
 # -- decoding -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -273,7 +273,7 @@ def test_beam_beats_or_ties_greedy(model64):
     greedy = greedy_decode(model64, src, BOS, EOS)
     beam = beam_search(model64, src, BOS, EOS, beam_size=4, return_scores=True)
     compared = 0
-    for s, g, (ids, score) in zip(seqs, greedy, beam):
+    for s, g, (_, score) in zip(seqs, greedy, beam):
         if len(g) < _limit(model64, len(s)):                     # greedy finished with <eos>
             _, g_score = teacher_forced_score(model64, s, g, True)
             assert score >= g_score - 1e-9

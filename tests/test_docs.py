@@ -50,7 +50,7 @@ def plain_docstrings():
     _need("docutils")
     sys.path.insert(0, str(ROOT / "docs" / "_ext"))
     try:
-        import plain_docstrings  # noqa: PLC0415
+        import plain_docstrings
         yield plain_docstrings
     finally:
         sys.path.remove(str(ROOT / "docs" / "_ext"))

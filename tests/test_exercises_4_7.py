@@ -8,7 +8,6 @@ import pytest
 
 from minitransformer.exercises import lessons_4_7 as ex
 
-
 # -- correct answers, written independently of the package --------------------------
 
 def ln_backward(dy, x, gamma, eps=1e-5):
@@ -47,7 +46,7 @@ def emb_backward(dout, ids, V):
 
 
 def tied_grad(src_ids, d_src, tgt_ids, d_tgt, x_dec, dlogits):
-    V, d = dlogits.shape[-1], x_dec.shape[-1]
+    V = dlogits.shape[-1]
     return (emb_backward(d_src, src_ids, V) + emb_backward(d_tgt, tgt_ids, V)
             + np.einsum("btv,btd->vd", dlogits, x_dec))
 

@@ -56,7 +56,6 @@ from minitransformer.model import (
     Transformer,
     TransformerConfig,
 )
-from minitransformer.translate import attention_maps
 from minitransformer.train import (
     Trainer,
     TrainSettings,
@@ -64,6 +63,7 @@ from minitransformer.train import (
     encode_pairs,
     load_task,
 )
+from minitransformer.translate import attention_maps
 
 SYNCS = fake_cupy.SYNCS
 SYNCS_PER_STEP = 6

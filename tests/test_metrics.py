@@ -7,15 +7,20 @@ modes and must agree to 1e-6 on the score (and on lengths and precisions).
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from minitransformer.metrics import (
+    BleuScore,
+    corpus_bleu,
+    corpus_chrf,
+    exact_match,
+    tokenize_13a,
+)
 
 sacrebleu = pytest.importorskip(
     "sacrebleu", reason="sacrebleu is not installed (pip install -r requirements-dev.txt): "
                         "it is the reference these metrics are checked against"
-)
-from hypothesis import given, settings, strategies as st  # noqa: E402
-
-from minitransformer.metrics import (  # noqa: E402
-    BleuScore, corpus_bleu, corpus_chrf, exact_match, tokenize_13a,
 )
 
 TOL = 1e-6

@@ -13,8 +13,13 @@ import numpy as np
 import pytest
 
 from minitransformer.layers.parameter import Parameter
-from minitransformer.optim import (Adam, NonFiniteGradientError, NonFiniteGradientWarning, clip_grad_norm,
-                                   global_grad_norm)
+from minitransformer.optim import (
+    Adam,
+    NonFiniteGradientError,
+    NonFiniteGradientWarning,
+    clip_grad_norm,
+    global_grad_norm,
+)
 from minitransformer.train import Trainer, TrainSettings, build_model, encode_pairs, load_task, read_metrics
 
 

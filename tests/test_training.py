@@ -6,7 +6,6 @@ import math
 import numpy as np
 import pytest
 
-from minitransformer import backend
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
 from minitransformer.train import NonFiniteLossError, Trainer, TrainSettings, build_model, encode_pairs, load_task
 from minitransformer.translate import translate_tokens

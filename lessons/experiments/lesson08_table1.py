@@ -46,13 +46,13 @@ from numpy.lib.stride_tricks import sliding_window_view
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
 
-from minitransformer import backend  # noqa: E402
-from minitransformer.layers.attention import (  # noqa: E402
+from minitransformer import backend
+from minitransformer.layers.attention import (
     MultiHeadAttention,
     attention_forward,
     softmax_lastaxis,
 )
-from minitransformer.layers.linear import init_weight  # noqa: E402
+from minitransformer.layers.linear import init_weight
 
 # -- the layers (forward only) ----------------------------------------------------------
 

@@ -29,8 +29,8 @@ import functools
 import importlib.metadata
 import os
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
@@ -178,17 +178,17 @@ N_NUMBERS = 10_000                        # numbers 0..9999
 DATE_RANGE = (datetime.date(1950, 1, 1), datetime.date(2049, 12, 31))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _number_names(lang: str) -> tuple[str, ...]:
     num2words = _require("num2words").num2words
     return tuple(_clean(num2words(n, lang=lang)) for n in range(N_NUMBERS))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _full_dates(locale: str) -> tuple[str, ...]:
     # babel's "full" format spells out weekday and month: the interesting part.
     _require("babel")
-    from babel.dates import format_date
+    from babel.dates import format_date  # noqa: PLC0415  (babel is imported only when a dates task is built)
     first, last = DATE_RANGE
     days = (last - first).days + 1
     return tuple(
@@ -210,7 +210,7 @@ def _short_name(code: str) -> str:
     return _clean(code.replace("_", " "))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _emoji_pairs(lang: str) -> tuple[tuple[str, str], ...]:
     emoji = _require("emoji")
     emoji.config.load_language(lang)  # fills EMOJI_DATA[e][lang]
@@ -258,7 +258,7 @@ _GENERATORS: dict[str, Callable[[], tuple[tuple[str, str], ...]]] = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _pairs(name: str) -> tuple[tuple[str, str], ...]:
     _task(name)
     pairs = _GENERATORS[name]()

@@ -111,7 +111,7 @@ class Vocab:
                 self._itos.append(tok)
 
     @classmethod
-    def build(cls, token_lists: Iterable[Iterable[str]], min_freq: int = 1) -> "Vocab":
+    def build(cls, token_lists: Iterable[Iterable[str]], min_freq: int = 1) -> Vocab:
         """Count tokens over a corpus (a list of token lists) and keep the frequent ones.
 
         Order: most frequent first, ties broken alphabetically, so the same
@@ -233,7 +233,7 @@ class Vocab:
         return {"tokens": list(self._itos)}
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Vocab":
+    def from_dict(cls, d: dict) -> Vocab:
         """Rebuild a Vocab saved by :meth:`to_dict`, checking it is one."""
         tokens = d.get("tokens") if isinstance(d, dict) else None
         if not isinstance(tokens, list):

@@ -1,6 +1,7 @@
 """Checking cells for the exercises of lesson 8 (why self-attention: §1, §2, §4, Table 1).
 
-The checkers follow the contract documented at the top of ``_common`` and reuse its helpers: a stub that returns None prints ``NOT_ATTEMPTED`` and returns False; a wrong
+The checkers follow the contract documented at the top of ``_common`` and reuse its
+helpers: a stub that returns None prints ``NOT_ATTEMPTED`` and returns False; a wrong
 answer raises AssertionError naming the likely mistake; a right one prints ``correct``
 with the measured errors and returns True. Inputs are fixed, seeded float64 arrays,
 handed over as copies.
@@ -23,7 +24,6 @@ import numpy as np
 from .. import backend
 from ..gradcheck import numerical_gradient
 from ..layers.attention import MultiHeadAttention, softmax_lastaxis
-
 from ._common import NOT_ATTEMPTED, check_array, describe, not_attempted, report_correct, unpack
 
 __all__ = [

@@ -137,7 +137,8 @@ def check_beam_step(fn) -> bool:
                 raise AssertionError(f"{where}: the right k candidates in the wrong order\n  hint: best first "
                                      "(the largest log P first): sort in descending order")
         if not (np.array_equal(parent, ref_parent) and np.array_equal(token, ref_token)):
-            msg = (f"{where}: wrong (parent, token) pairs: expected {list(zip(ref_parent.tolist(), ref_token.tolist()))}, "
+            expected = list(zip(ref_parent.tolist(), ref_token.tolist()))
+            msg = (f"{where}: wrong (parent, token) pairs: expected {expected}, "
                    f"got {list(zip(parent.tolist(), token.tolist()))}")
             flat = ref_parent * V + ref_token
             if (np.array_equal(parent, flat % V) and np.array_equal(token, flat // V)) or (
@@ -195,7 +196,9 @@ _BLEU_CORPORA = [
 
 def check_corpus_bleu(fn) -> bool:
     """fn(hyps, refs) -> corpus BLEU in [0, 100]; hyps/refs: lists of token lists."""
-    copy = lambda corpus: [list(s) for s in corpus]
+    def copy(corpus):
+        return [list(s) for s in corpus]
+
     first = fn(copy(_BLEU_CORPORA[0][0]), copy(_BLEU_CORPORA[0][1]))
     if not_attempted(first):
         return False
@@ -330,7 +333,7 @@ def check_greedy_decode(fn) -> bool:
         ref = greedy_decode(model, src, BOS, EOS, max_len=max_len)[0]
         no_stop = greedy_decode(model, src, BOS, None, max_len=max_len)[0]
         seen = _guard(model)
-        model.train()                                   # as a model is after training: the answer must switch dropout off
+        model.train()                     # as a model is after training: the answer must switch dropout off
         try:
             got = fn(model, src.copy(), BOS, EOS, max_len)
         finally:

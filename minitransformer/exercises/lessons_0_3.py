@@ -18,7 +18,6 @@ import numpy as np
 
 from .. import backend
 from ..gradcheck import numerical_gradient
-from ..layers.masks import causal_mask, padding_mask
 from ..layers.attention import (
     AttentionCache,
     MultiHeadAttention,
@@ -29,6 +28,7 @@ from ..layers.attention import (
     split_heads,
 )
 from ..layers.linear import LinearCache, linear_backward, linear_forward
+from ..layers.masks import causal_mask, padding_mask
 from ._common import NOT_ATTEMPTED, as_array, check_array, copy_all, describe, not_attempted, report_correct, unpack
 
 __all__ = [
@@ -179,9 +179,11 @@ def check_causal_mask(fn) -> bool:
             )
         if not np.array_equal(got, expected):
             n_bad = int((got != expected).sum())
-            msg = f"mask (T={T}): {n_bad} of {T * T} entries are wrong; {_explain_mask_difference(got[0, 0], expected[0, 0])}"
+            why = _explain_mask_difference(got[0, 0], expected[0, 0])
+            msg = f"mask (T={T}): {n_bad} of {T * T} entries are wrong; {why}"
             if np.array_equal(got, expected.swapaxes(-1, -2)):
-                msg += "\n  hint: this is the transpose: rows are queries, columns are keys; a query sees the keys at or before it"
+                msg += ("\n  hint: this is the transpose: rows are queries, columns are keys; "
+                        "a query sees the keys at or before it")
             elif np.array_equal(got, expected & ~np.eye(T, dtype=bool)):
                 msg += "\n  hint: the diagonal is masked: a position may attend to itself"
             raise AssertionError(msg)
@@ -391,7 +393,8 @@ def check_qkv_projection_backward(fn) -> bool:
         return float(np.sum(Q * dQ) + np.sum(K * dK) + np.sum(V * dV))
 
     numeric = [numerical_gradient(f, a) for a in (x, W_qkv, b_qkv)]
-    wrong_order = [grads(fold(order)) for order in ((dK, dQ, dV), (dV, dK, dQ), (dQ, dV, dK), (dK, dV, dQ), (dV, dQ, dK))]
+    orders = ((dK, dQ, dV), (dV, dK, dQ), (dQ, dV, dK), (dK, dV, dQ), (dV, dQ, dK))
+    wrong_order = [grads(fold(order)) for order in orders]
     plain_reshape = grads(fold((dQ, dK, dV), merge=lambda g: g.reshape(B, S, d_model)))
     only_q = fold((dQ, np.zeros_like(dK), np.zeros_like(dV))) @ W_qkv.T
     dqkv = fold((dQ, dK, dV))

@@ -171,8 +171,8 @@ class MultiHeadAttention(Layer):
         xp, dtype = backend.xp_default(), backend.default_dtype()
         self.d_model, self.h, self.d_k = d_model, h, d_model // h
         # Initialise each of W^Q, W^K, W^V as its own (d_model, d_model) block.
-        self.W_qkv = Parameter(xp.concatenate([init_weight(d_model, d_model, rng, xp, dtype) for _ in range(3)], axis=1),
-                               f"{name}.W_qkv")
+        blocks = [init_weight(d_model, d_model, rng, xp, dtype) for _ in range(3)]
+        self.W_qkv = Parameter(xp.concatenate(blocks, axis=1), f"{name}.W_qkv")
         self.b_qkv = Parameter(xp.zeros(3 * d_model, dtype=dtype), f"{name}.b_qkv")
         self.W_o = Parameter(init_weight(d_model, d_model, rng, xp, dtype), f"{name}.W_o")
         self.b_o = Parameter(xp.zeros(d_model, dtype=dtype), f"{name}.b_o")

@@ -11,8 +11,8 @@ import math
 from typing import NamedTuple
 
 from .. import backend
-from ..errors import check_input
 from ..backend import Array
+from ..errors import check_input
 from .parameter import Layer, Parameter
 
 

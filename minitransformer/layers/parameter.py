@@ -15,7 +15,6 @@ from __future__ import annotations
 from contextlib import contextmanager
 
 from .. import backend
-from ..backend import Array
 from ..errors import check_gradient
 
 
