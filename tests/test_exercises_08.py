@@ -9,14 +9,13 @@ import pathlib
 
 import numpy as np
 import pytest
+from checker_contract import contract_tests
 
 from minitransformer.exercises import lesson_08 as ex
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 
-def stub(*args, **kwargs):
-    return None
 
 
 # -- right answers (the same as the notebook's "Solutions" section) --------------------
@@ -138,31 +137,8 @@ CASES = {
 }
 
 
-def test_every_checker_has_cases():
-    assert sorted(CASES) == sorted(n for n in ex.__all__ if n.startswith("check_"))
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_correct_answer_passes(name, capsys):
-    correct, _ = CASES[name]
-    assert getattr(ex, name)(correct) is True
-    assert capsys.readouterr().out.startswith("correct")
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_stub_is_not_attempted_and_does_not_raise(name, capsys):
-    assert getattr(ex, name)(stub) is False
-    assert ex.NOT_ATTEMPTED in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "name, wrong, pattern",
-    [pytest.param(name, wrong, pattern, id=f"{name}: {label}")
-     for name, (_, wrongs) in sorted(CASES.items()) for label, wrong, pattern in wrongs],
-)
-def test_wrong_answer_raises_with_hint(name, wrong, pattern):
-    with pytest.raises(AssertionError, match="(?s)" + pattern):
-        getattr(ex, name)(wrong)
+(test_every_checker_has_cases, test_correct_answer_passes, test_stub_is_not_attempted,
+ test_wrong_answer_gets_its_hint) = contract_tests(ex, CASES)
 
 
 def test_checkers_do_not_change_backend_state():
