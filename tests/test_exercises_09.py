@@ -153,6 +153,6 @@ def test_the_checkers_inputs_tell_the_classic_mistakes_apart():
 
 
 def test_the_dlogits_checker_needs_padding_and_smoothing_in_its_inputs():
-    logits, targets, pad_id, eps_ls = ex._loss_inputs()
+    _, targets, pad_id, eps_ls = ex._loss_inputs()
     assert (targets == pad_id).any() and (targets != pad_id).any() and eps_ls > 0
     assert (targets == pad_id).sum(axis=1).tolist() != [0, 0]
