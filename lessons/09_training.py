@@ -535,7 +535,7 @@ for row, entry in zip(axes, ls_saved):
         row[1].plot(st, [c["token_accuracy"] for c in run["curve"]], color=color, marker=".")
         row[2].plot(st, [c["exact_match"] for c in run["curve"]], color=color, marker=".")
     row[0].axhline(1 / (1 - 0.1 + 0.1 / len(cv)), color="tab:green", ls=":", lw=1)   # copy and reverse share cv
-    row[0].set(yscale="log", ylabel=f"{entry['task']}, {entry['preset']}\nheld-out perplexity", title="perplexity (lower is better)")
+    row[0].set(ylabel=f"{entry['task']}, {entry['preset']}\nheld-out perplexity", title="perplexity (lower is better)")
     row[1].set(title="token accuracy"); row[2].set(title="exact match (greedy)")
     for ax in row:
         ax.set_xlabel("step")
