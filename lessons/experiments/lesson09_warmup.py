@@ -1,0 +1,111 @@
+"""What does the warm-up of §5.3 buy? Loss curves with and without it, measured.
+
+The copy task, the copy preset, the same seed and batches; two schedules that agree from
+step ``warmup_steps`` on and differ only before it:
+
+* with warm-up (the paper's):  lr(step) = factor · d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
+* without warm-up:             lr(step) = factor · d_model^-0.5 · max(step, warmup)^-0.5
+  (the same peak rate from step 1, then the same 1/sqrt(step) decay)
+
+for a few ``factor`` values (the peak rate grows with it), without gradient clipping so
+that nothing else tames the first steps. Records the training loss at every step.
+
+    python lessons/experiments/lesson09_warmup.py [--factors 0.5 1 2] [--seeds 0 1] [--steps 500]
+
+Writes lessons/experiments/lesson09_warmup.json (command, date, machine, curves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import sys
+import time
+
+import numpy
+
+from minitransformer.data.batching import batch_iterator
+from minitransformer.files import atomic_write_text
+from minitransformer.layers.loss import LabelSmoothedCrossEntropy
+from minitransformer.optim import Adam, NoamSchedule
+from minitransformer.train import build_model, encode_pairs, load_task
+
+HERE = pathlib.Path(__file__).resolve().parent
+
+
+def machine() -> str:
+    cpu = platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, NumPy {numpy.__version__}"
+
+
+def batches(pairs, vocab, batch_size, seed):
+    """Endless shuffled, bucketed batches, epoch e drawn from default_rng([seed, e]) (as Trainer does)."""
+    epoch = 0
+    while True:
+        yield from batch_iterator(pairs, batch_size, None, numpy.random.default_rng([seed, epoch]),
+                                  pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
+        epoch += 1
+
+
+def train(task, preset, factor, warmup, ramp, steps, seed, batch_size=64):
+    """The loop of Trainer.train_step, with the schedule chosen here. Returns the losses."""
+    model = build_model(task, preset, seed=seed)
+    noam = NoamSchedule(model.cfg.d_model, warmup, factor)
+    lr = noam if ramp else (lambda step: noam(max(step, warmup)))
+    optimizer = Adam(model.parameters(), lr=lr)
+    loss_fn = LabelSmoothedCrossEntropy(task.vocab.pad_id, model.cfg.eps_ls)
+    stream = batches(encode_pairs(task.vocab, task.train), task.vocab, batch_size, seed)
+    losses = []
+    for _ in range(steps):
+        b = next(stream)
+        logits = model.forward(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
+        losses.append(loss_fn.forward(logits, b.tgt_out))
+        optimizer.zero_grad()
+        model.backward(loss_fn.backward())
+        optimizer.step()
+    return losses
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--preset", default="copy")
+    p.add_argument("--factors", type=float, nargs="+", default=[0.5, 1.0, 2.0])
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    p.add_argument("--steps", type=int, default=500)
+    p.add_argument("--out", default=str(HERE / "lesson09_warmup.json"))
+    args = p.parse_args()
+
+    task = load_task("copy")
+    runs = []
+    for factor in args.factors:
+        for seed in args.seeds:
+            for ramp in (True, False):
+                t0 = time.perf_counter()
+                losses = train(task, args.preset, factor, args.warmup, ramp, args.steps, seed)
+                runs.append({"factor": factor, "seed": seed, "warmup": ramp,
+                             "peak_lr": NoamSchedule(build_model(task, args.preset).cfg.d_model, args.warmup,
+                                                     factor).peak_lr,
+                             "loss": [round(x, 5) for x in losses]})
+                print(f"factor {factor} seed {seed} warm-up {ramp}: loss at 100/200/last 50: "
+                      f"{numpy.mean(losses[90:110]):.3f} {numpy.mean(losses[190:210]):.3f} "
+                      f"{numpy.mean(losses[-50:]):.3f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
+    result = {"command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
+              "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(),
+              "load_average_at_end": round(os.getloadavg()[0], 2), "task": "copy", "preset": args.preset,
+              "warmup_steps": args.warmup, "batch_size": 64, "clip_norm": None, "runs": runs}
+    atomic_write_text(args.out, json.dumps(result) + "\n")
+    print("wrote", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
