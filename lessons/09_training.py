@@ -760,7 +760,7 @@ optimizer = Adam(model.parameters(), lr=1e-3)
 loss_fn = LabelSmoothedCrossEntropy(cv.pad_id, 0.0)
 overfit = []
 t0 = time.perf_counter()
-for step in range(200):
+for _step in range(200):
     loss = loss_fn.forward(model.forward(one_batch.src, one_batch.tgt_in, one_batch.src_mask, one_batch.tgt_mask),
                            one_batch.tgt_out)
     overfit.append(loss)

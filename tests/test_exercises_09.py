@@ -3,10 +3,9 @@ raises AssertionError with its hint, the untouched stub (returns None) returns F
 without raising. The right answers here are written independently of the package."""
 
 import numpy as np
-import pytest
+from checker_contract import contract_tests
 
 from minitransformer.exercises import lesson_09 as ex
-
 
 # -- correct answers -----------------------------------------------------------------------
 
@@ -67,10 +66,6 @@ def dlogits_with(**changes):
     return grad
 
 
-def stub(*args):
-    return None
-
-
 CASES = {
     "check_noam_lr": (noam, [
         ("max for min", lambda s, d, w: d ** -0.5 * max(s ** -0.5, s * w ** -1.5), r"min and max swapped"),
@@ -110,30 +105,8 @@ CASES = {
 }
 
 
-def test_every_checker_is_covered():
-    assert sorted(CASES) == sorted(n for n in ex.__all__ if n.startswith("check_"))
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_correct_answer_passes(name, capsys):
-    assert getattr(ex, name)(CASES[name][0]) is True
-    assert capsys.readouterr().out.startswith("correct")
-
-
-@pytest.mark.parametrize("name", sorted(CASES))
-def test_stub_returns_false_without_raising(name, capsys):
-    assert getattr(ex, name)(stub) is False
-    assert ex.NOT_ATTEMPTED in capsys.readouterr().out
-
-
-@pytest.mark.parametrize(
-    "name, wrong, pattern",
-    [pytest.param(name, wrong, pattern, id=f"{name}: {label}")
-     for name, (_, wrongs) in sorted(CASES.items()) for label, wrong, pattern in wrongs],
-)
-def test_wrong_answer_gets_its_hint(name, wrong, pattern):
-    with pytest.raises(AssertionError, match="(?s)" + pattern):   # (?s): "." also matches the hint line
-        getattr(ex, name)(wrong)
+(test_every_checker_has_cases, test_correct_answer_passes, test_stub_is_not_attempted,
+ test_wrong_answer_gets_its_hint) = contract_tests(ex, CASES)
 
 
 def test_the_checkers_inputs_tell_the_classic_mistakes_apart():
