@@ -201,7 +201,13 @@ def build_numpy_side(c: dict, batch, xp_name: str = "numpy"):
     """minitransformer's model, loss and optimizer; returns (model, step function)."""
     from minitransformer import backend
     from minitransformer.layers.loss import LabelSmoothedCrossEntropy
-    from minitransformer.layers.masks import decoder_mask, padding_mask
+    try:
+        from minitransformer.layers.masks import decoder_mask, padding_mask
+    except ImportError:            # a --baseline checkout from before the masks moved to layers/masks.py (issue 13)
+        from minitransformer.data.batching import causal_mask, padding_mask
+
+        def decoder_mask(ids, pad_id):
+            return padding_mask(ids, pad_id) & causal_mask(ids.shape[1], backend.get_array_module(ids))
     from minitransformer.model import Transformer, TransformerConfig
     from minitransformer.optim import Adam, NoamSchedule
 
