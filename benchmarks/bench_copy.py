@@ -12,25 +12,16 @@ held-out exact match. A benchmark, not a test: it asserts nothing about time.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
-import subprocess
 import sys
 import tempfile
 import time
 
 
 def machine_line() -> str:
-    import numpy
+    # imported late, after threadpool_limits (see main)
+    from minitransformer import backend
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-        cpu = next((ln.split(":", 1)[1].strip() for ln in out.splitlines() if ln.startswith("Model name")), cpu)
-    except OSError:
-        pass
-    return (f"{time.strftime('%Y-%m-%d %H:%M')} | {cpu}, {os.cpu_count()} cores | Python {platform.python_version()}, "
-            f"NumPy {numpy.__version__} | load average {os.getloadavg()[0]:.2f}")
+    return f"{time.strftime('%Y-%m-%d %H:%M')} | {backend.machine_summary()}"
 
 
 def main() -> int:

@@ -55,9 +55,7 @@ def parse_args(argv=None):
 
 
 def machine_line(xp_name: str) -> str:
-    cores = os.cpu_count()
-    line = (f"{platform.platform()} | {platform.processor() or platform.machine()} | {cores} cores | "
-            f"Python {platform.python_version()} | NumPy {np.__version__}")
+    line = f"{platform.platform()} | {backend.machine_summary()}"
     if xp_name == "cupy":
         cp = backend.module_for("cupy")
         name = cp.cuda.runtime.getDeviceProperties(0)["name"]

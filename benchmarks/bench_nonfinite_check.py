@@ -29,17 +29,6 @@ from minitransformer.model import PRESETS, Transformer
 from minitransformer.optim import Adam
 
 
-def cpu_name() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="base", choices=list(PRESETS))
@@ -52,7 +41,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     for p in params:
         p.grad[...] = rng.standard_normal(p.data.shape).astype(p.data.dtype) * 1e-3
-    print(f"machine: {cpu_name()}, {os.cpu_count()} logical CPUs, {backend.num_threads()} threads; "
+    print(f"machine: {backend.machine_info()['cpu']}, {os.cpu_count()} logical CPUs, {backend.num_threads()} threads; "
           f"NumPy {np.__version__}, Python {platform.python_version()}")
     print(f"preset {args.preset}: {sum(p.data.size for p in params):,} parameters, float32; "
           f"min / median of {args.repeats} steps, the two variants alternating")

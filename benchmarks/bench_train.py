@@ -119,17 +119,6 @@ def tokens_per_step(c: dict) -> int:
 
 # -- the machine -------------------------------------------------------------------------
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def blas_line() -> str:
     try:
         from threadpoolctl import threadpool_info
@@ -169,8 +158,10 @@ def busy_line(when: str) -> str:
 
 
 def header(args) -> list[str]:
+    from minitransformer import backend
+
     lines = [f"# bench_train  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-             f"# machine: {cpu_model()}, {os.cpu_count()} logical CPUs | {platform.platform()} | "
+             f"# machine: {backend.machine_info()['cpu']}, {os.cpu_count()} logical CPUs | {platform.platform()} | "
              f"Python {platform.python_version()}",
              f"# NumPy {np.__version__}: {blas_line()}"]
     forced = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}

@@ -1157,20 +1157,7 @@ print(f"all {len(claims)} claims hold")
 # whole (Exercise 12.3).
 
 # %%
-import os
-import platform
-
-
-def machine():
-    """This computer, in words: the CPU model (from /proc/cpuinfo where there is one) and the core count."""
-    model = platform.processor() or platform.machine()
-    if os.path.exists("/proc/cpuinfo"):
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), model)
-    return f"{model}, {os.cpu_count()} logical CPUs"
-
-
-print("measured on:", machine())
+print("measured on:", backend.machine_summary())
 print(f"{'check':<16}{'CPU seconds per bug (mean over the 11 rows)':>45}")
 for check in CHECKS:
     print(f"{check:<16}{np.mean([SECONDS[p.name][check] for p in ROWS]):>45.2f}")
@@ -1322,4 +1309,4 @@ PROPERTIES["PE is §3.5's"] = lambda plant: (pe_property_solution(build(plant)),
 print(property_check(mystery(1)))
 print(property_check(CLEAN))
 print(f"\nthe whole lesson: {time.perf_counter() - LESSON_START:.0f} s on the clock, {time.process_time():.0f} s of CPU "
-      f"({machine()})")
+      f"({backend.machine_summary()})")

@@ -420,3 +420,13 @@ def test_source_rule_reports_file_and_line(tmp_path):
     found = source_rule_violations(pkg)
     assert found == ["minitransformer/layers/bad.py:3: import numpy: import numpy as np",
                      "minitransformer/layers/bad.py:4: uses name 'np': x = np.exp(1.0)"]
+
+
+def test_machine_info_names_the_computer_a_figure_came_from(monkeypatch):
+    info = backend.machine_info()
+    assert info["cpu"] and isinstance(info["cores"], int) and info["cores"] >= 1
+    assert info["numpy"] == np.__version__
+    line = backend.machine_summary()
+    assert line.startswith(f"{info['cpu']}, {info['cores']} logical CPUs, Python {info['python']}, NumPy")
+    monkeypatch.delattr(backend.os, "getloadavg")            # an OS without a load average (Windows)
+    assert backend.machine_info()["load_average"] is None and "load" not in backend.machine_summary()

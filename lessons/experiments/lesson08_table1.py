@@ -35,7 +35,6 @@ import datetime
 import math
 import os
 import pathlib
-import platform
 import sys
 import time
 import tracemalloc
@@ -223,14 +222,7 @@ def peak_bytes(fn) -> int:
 
 
 def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    with contextlib.suppress(OSError):
-        for line in pathlib.Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    info = {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "numpy": np.__version__}
+    info = backend.machine_info()
     with contextlib.suppress(ImportError):
         from threadpoolctl import threadpool_info
         info["blas"] = [f"{i.get('internal_api')} {i.get('version')}" for i in threadpool_info()]

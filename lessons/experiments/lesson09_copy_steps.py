@@ -18,25 +18,16 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import sys
 import time
 
+from minitransformer.backend import machine_summary
 from minitransformer.files import atomic_write_text
 from minitransformer.train import load_task, make_trainer, settings_for
 from minitransformer.translate import score_translations
 
 HERE = pathlib.Path(__file__).resolve().parent
 
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
 def main() -> int:
@@ -68,7 +59,7 @@ def main() -> int:
         runs.append({"seed": seed, "curve": curve})
 
     result = {"command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
-              "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(),
+              "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine_summary(),
               "load_average_at_end": os.getloadavg()[0],
               "recipe": {"preset": preset, **{k: getattr(settings, k) for k in
                                               ("batch_size", "lr_factor", "warmup_steps", "clip_norm")}},

@@ -22,13 +22,12 @@ import json
 import math
 import os
 import pathlib
-import platform
 import sys
 import time
 
-import numpy
 
 from minitransformer.data.batching import batch_iterator
+from minitransformer.backend import machine_summary
 from minitransformer.files import atomic_write_text
 from minitransformer.layers.loss import cross_entropy_forward
 from minitransformer.layers.parameter import eval_mode
@@ -37,15 +36,6 @@ from minitransformer.translate import score_translations
 
 HERE = pathlib.Path(__file__).resolve().parent
 
-
-def machine() -> str:
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, NumPy {numpy.__version__}"
 
 
 def held_out(model, vocab, pairs) -> dict:
@@ -103,7 +93,7 @@ def main() -> int:
     path = pathlib.Path(args.out)
     results = json.loads(path.read_text()) if path.exists() else []
     entry = {"task": args.task, "preset": preset, "command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
-             "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(),
+             "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine_summary(),
              "load_average_at_end": round(os.getloadavg()[0], 2),
              "settings": {k: getattr(settings, k) for k in ("batch_size", "lr_factor", "warmup_steps", "clip_norm")},
              "model": {k: getattr(model.cfg, k) for k in ("d_model", "h", "N", "d_ff", "P_drop")},

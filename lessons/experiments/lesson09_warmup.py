@@ -21,13 +21,13 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import sys
 import time
 
 import numpy
 
 from minitransformer.data.batching import batch_iterator
+from minitransformer.backend import machine_summary
 from minitransformer.files import atomic_write_text
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
 from minitransformer.optim import Adam, NoamSchedule
@@ -35,15 +35,6 @@ from minitransformer.train import build_model, encode_pairs, load_task
 
 HERE = pathlib.Path(__file__).resolve().parent
 
-
-def machine() -> str:
-    cpu = platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, NumPy {numpy.__version__}"
 
 
 def batches(pairs, vocab, batch_size, seed):
@@ -99,7 +90,7 @@ def main() -> int:
                       f"{numpy.mean(losses[90:110]):.3f} {numpy.mean(losses[190:210]):.3f} "
                       f"{numpy.mean(losses[-50:]):.3f}  ({time.perf_counter() - t0:.0f} s)", flush=True)
     result = {"command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
-              "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine(),
+              "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine_summary(),
               "load_average_at_end": round(os.getloadavg()[0], 2), "task": "copy", "preset": args.preset,
               "warmup_steps": args.warmup, "batch_size": 64, "clip_norm": None, "runs": runs}
     atomic_write_text(args.out, json.dumps(result) + "\n")

@@ -46,7 +46,6 @@ import json
 import math
 import os
 import pathlib
-import platform
 import sys
 import time
 
@@ -242,15 +241,10 @@ def run_one(label: str, seed: int, steps: int = STEPS, task_name: str = TASK, ta
 
 
 def machine() -> dict:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(), "numpy": numpy.__version__,
-            "platform": platform.platform(), "blas_threads": 1, "load_average_at_start": load}
+    info = backend.machine_info()
+    # the key name the saved history in table3.json has always used
+    info["load_average_at_start"] = info.pop("load_average")
+    return {**info, "blas_threads": 1}
 
 
 def load(path=OUT) -> dict:
