@@ -19,6 +19,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 from contextlib import contextmanager
 
 # Only the standard library and the version (minitransformer/__init__.py holds
@@ -230,9 +231,17 @@ def cmd_train(args) -> int:
                          max_length=args.max_length)
     for note in task.notes:
         print(f"note: {note}", file=sys.stderr)
-    out_dir = args.out or os.path.join("runs", task.name)
+    if args.out is not None and not args.out.strip():
+        raise CliError("the output folder is empty; leave --out out for runs/TASK, or name a folder", "--out")
+    out_dir = args.out if args.out is not None else os.path.join("runs", task.name)
     with _about(f"--out {out_dir}"):
         check_writable_dir(out_dir)
+    earlier = os.path.join(out_dir, "checkpoint.npz")
+    continuing = args.resume is not None and os.path.exists(earlier) and os.path.samefile(args.resume, earlier)
+    if os.path.exists(earlier) and not continuing and not args.overwrite:
+        # A new run would replace the earlier one's checkpoint: never without being asked.
+        raise CliError(f"{earlier} holds an earlier run; continue it with --resume {earlier}, train into another "
+                       "folder with --out DIR, or replace it with --overwrite", f"--out {out_dir}")
     overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
                      lr_factor=args.lr_factor, warmup_steps=args.warmup, clip_norm=args.clip_norm,
                      seed=seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
@@ -254,10 +263,20 @@ def cmd_train(args) -> int:
         print(f"resuming from {args.resume} at step {trainer.step}")
     t0 = time.perf_counter()
     try:
-        trainer.run(progress=not args.no_progress, progress_every=args.progress_every)
+        with warnings.catch_warnings():
+            # A diverging step makes NumPy warn about overflow at each line it reaches; the
+            # non-finite policy (optim.Adam) already reports such a step once, naming the tensor.
+            warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) encountered", RuntimeWarning)
+            trainer.run(progress=not args.no_progress, progress_every=args.progress_every)
     except TrainingInterrupted as stop:
         print(f"{stop}", file=sys.stderr)
-        if stop.checkpoint:
+        if stop.checkpoint and stop.step >= settings.steps:
+            # The signal came during the last step: training is complete, only the report was skipped.
+            source = f"--task {task.name}" if args.task else f"--data {shlex.quote(args.data)}"
+            print(f"training is complete ({stop.step} of {settings.steps} steps); the test-set report was skipped. "
+                  f"Score the checkpoint with: python -m minitransformer evaluate --checkpoint "
+                  f"{shlex.quote(stop.checkpoint)} {source}", file=sys.stderr)
+        elif stop.checkpoint:
             print(f"resume with: {_resume_command(args.argv, stop.checkpoint)}", file=sys.stderr)
         return stop.exit_code
     except NonFiniteError as exc:
@@ -313,6 +332,9 @@ def cmd_translate(args) -> int:
     for text, where in sentences:
         with _about(where):
             sources.append(tokenize(text, src_level))
+        if len(sources[-1]) + 1 > model.cfg.max_len:          # + 1: the <eos> the source ends with
+            raise CliError(f"the sentence has {len(sources[-1])} {src_level} tokens; with <eos> that is more "
+                           f"than the model's max_len of {model.cfg.max_len} positions", where)
     unknown = sorted({t for src in sources for t in src if t not in ckpt.vocab})
     if unknown:
         print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
@@ -425,6 +447,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed of the data split, the initial weights and dropout (default 0; when resuming, "
                         "the checkpoint's)")
     p.add_argument("--out", help="output directory (default: runs/TASK)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start afresh even if --out holds an earlier run's checkpoint (it is replaced)")
     p.add_argument("--resume", help="continue from this checkpoint")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.add_argument("--progress-every", type=positive_float, default=30.0, metavar="SECONDS",

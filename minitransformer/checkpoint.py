@@ -14,7 +14,8 @@ Saving is safe:
 * the file is written atomically (``files.atomic_write_bytes``): a crash
   mid-save leaves the old checkpoint intact, never a half-written one;
 * nothing non-finite is ever written: a parameter or optimizer moment holding
-  NaN or inf raises :class:`NonFiniteStateError` and the file on disk stays as
+  NaN or inf, or a parameter with an entry too large to square in its dtype
+  (|x| > 1.8e19 in float32), raises :class:`NonFiniteStateError` and the file on disk stays as
   it was (a diverged run must not replace the last good checkpoint);
 * ``keep_previous=True`` (what training uses) keeps the checkpoint being
   replaced as ``checkpoint.prev.npz``.
@@ -48,15 +49,28 @@ class CheckpointError(ValueError):
 
 
 class NonFiniteStateError(NonFiniteError):
-    """Refused to save: a parameter or optimizer moment is NaN or infinite (the file on disk is kept)."""
+    """Refused to save: a parameter or optimizer moment is NaN or infinite, or a parameter too large to square
+    (the file on disk is kept)."""
 
 
 def _first_non_finite(arrays: dict) -> str | None:
-    """The name of the first array in ``arrays`` with a NaN or an inf, else None."""
+    """What is wrong with the first array in ``arrays`` holding a NaN or an inf, or the first
+    parameter (``param/...``) with an entry too large to square in its dtype (above √max,
+    1.8e19 in float32), else None.
+
+    Such a weight counts as diverged too: it overflows in the next forward (LayerNorm's
+    variance, the attention scores), so the model it saves cannot translate. (Adam's v
+    holds squares and may legitimately be that large, so only parameters are checked.)
+    """
     for name, value in arrays.items():
-        if value.dtype.kind == "f" and not numpy.isfinite(value).all():
+        if value.dtype.kind != "f" or value.size == 0:
+            continue
+        if not numpy.isfinite(value).all():
             kind = "NaN" if numpy.isnan(value).any() else "inf"
             return f"{name} contains {kind}"
+        largest = float(numpy.abs(value).max()) if name.startswith("param/") else 0.0
+        if largest > float(numpy.sqrt(numpy.finfo(value.dtype).max)):
+            return f"{name} has entries up to {largest:.3g}, too large to square in {value.dtype} (a diverged run)"
     return None
 
 
@@ -220,8 +234,12 @@ def load_checkpoint(path: str, backend_name: str | None = None) -> Checkpoint:
     path = os.fspath(path)
     meta, arrays = _read_npz(path)
     _check_meta(path, meta)
+    config = dict(meta["config"])
+    # Format-1 files written before the warm-up moved to the training settings carry a
+    # config.warmup_steps; the model never used it (the settings hold the value), so it is dropped.
+    config.pop("warmup_steps", None)
     try:
-        cfg = TransformerConfig.from_json(json.dumps(meta["config"]))
+        cfg = TransformerConfig.from_json(json.dumps(config))
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: bad model config in the checkpoint ({exc})") from None
     try:

@@ -153,6 +153,37 @@ def test_non_finite_optimizer_moments_are_refused_too(tmp_path):
     assert not (tmp_path / "c.npz").exists()
 
 
+def test_a_finite_but_diverged_weight_is_refused(saved):
+    """Issue 11's example: weights of magnitude 1e27 are finite in float32, but square to inf in
+    the next forward, so a model holding them cannot translate: not saved over a good file."""
+    good = saved.read_bytes()
+    model = load_checkpoint(str(saved)).model
+    model.encoder.layers[0].ffn.linear1.W.data[1, 2] = -1e27
+    with pytest.raises(NonFiniteStateError, match=r"param/encoder.layers.0.ffn.linear1.W has entries up to 1e\+27, "
+                                                  r"too large to square in float32"):
+        save_checkpoint(str(saved), model, VOCAB, step=2, keep_previous=True)
+    assert saved.read_bytes() == good
+    model.encoder.layers[0].ffn.linear1.W.data[1, 2] = 1e18           # large, but squares without overflow
+    save_checkpoint(str(saved), model, VOCAB, step=2)
+    assert load_checkpoint(str(saved)).step == 2
+
+
+def test_a_large_second_moment_is_not_mistaken_for_divergence(tmp_path):
+    model = _model()
+    opt = Adam(model.parameters(), lr=1e-3)
+    opt.v[0][0, 0] = 1e30                     # v holds squares: a gradient of 1e15 is rare but finite
+    save_checkpoint(str(tmp_path / "c.npz"), model, VOCAB, opt)
+    assert load_checkpoint(str(tmp_path / "c.npz")).optimizer_state["v.0"][0, 0] == np.float32(1e30)
+
+
+def test_a_checkpoint_from_before_the_warmup_moved_still_loads(saved):
+    """Format-1 files written before issue 13 carry config.warmup_steps (now a training setting)."""
+    with np.load(saved) as npz:
+        config = json.loads(str(npz["meta"]))["config"]
+    _rewrite(saved, {"config": {**config, "warmup_steps": 4000}})
+    assert load_checkpoint(str(saved)).model.cfg == _model().cfg
+
+
 def test_keep_previous_keeps_the_replaced_checkpoint(tmp_path):
     path = tmp_path / "checkpoint.npz"
     for step in (1, 2, 3):

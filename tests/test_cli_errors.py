@@ -90,6 +90,13 @@ BAD = [
     (["translate", "--checkpoint", "{ckpt}", "one two", "   "], 2, "the sentence is empty", "(argument 2)"),
     (["translate", "--checkpoint", "{ckpt}", "one <eos> two"], 2, "word-level text may not contain '<eos>'",
      "(argument 1)"),
+    (["translate", "--checkpoint", "{ckpt}", "one", " ".join(["two"] * 64)], 2,
+     "the sentence has 64 word tokens; with <eos> that is more than the model's max_len of 64", "(argument 2)"),
+    (TRAIN[:-1] + [""], 2, "the output folder is empty", "(--out)"),
+    (TRAIN[:-1] + ["{dir}/run"], 2, "{dir}/run/checkpoint.npz holds an earlier run; continue it with --resume "
+     "{dir}/run/checkpoint.npz, train into another folder with --out DIR, or replace it with --overwrite",
+     "(--out {dir}/run)"),
+    (TRAIN[:-1] + ["{dir}/run", "--resume", "{dir}/missing.npz"], 2, "checkpoint not found", None),
     (["translate", "--checkpoint", "{ckpt}", "--beam", "0", "one"], 2, "must be a whole number ≥ 1", "(--beam)"),
     (["translate", "--checkpoint", "{dir}/missing.npz", "one"], 2, "checkpoint not found",
      "(--checkpoint {dir}/missing.npz)"),
@@ -152,6 +159,48 @@ def test_cupy_without_a_gpu_names_the_option(files, capsys):
     assert main(["translate", "--checkpoint", files["ckpt"], "--backend", "cupy", "one"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.rstrip().endswith("(--backend cupy)") and "Traceback" not in err
+
+
+@pytest.mark.parametrize("last", [False, True])
+def test_an_interrupt_prints_a_command_that_works(files, capsys, monkeypatch, tmp_path, last):
+    """Ctrl-C mid-run: the resume command. Ctrl-C during the last step: training is complete, so
+    resuming would have nothing to train; the message says so and gives the evaluate command."""
+    import signal
+
+    import minitransformer.train as train
+
+    def interrupted_run(self, **kwargs):
+        self.step = self.settings.steps if last else 2
+        path = str(tmp_path / "r" / "checkpoint.npz")
+        self.save(path)
+        raise train.TrainingInterrupted(signal.SIGINT, self.step, path)
+    monkeypatch.setattr(train.Trainer, "run", interrupted_run)
+    argv = _fill(TRAIN[:-1], files) + [str(tmp_path / "r"), "--steps", "4"]
+    assert main(argv) == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    command = err.splitlines()[-1]
+    monkeypatch.undo()                                   # the printed command runs for real
+    if last:
+        assert "training is complete (4 of 4 steps); the test-set report was skipped" in command
+        assert command.endswith(f"evaluate --checkpoint {tmp_path / 'r' / 'checkpoint.npz'} "
+                                f"--data {files['data']}")
+        rc = main(command.split("python -m minitransformer ", 1)[1].split() + ["--beam", "1", "--samples", "0"])
+    else:
+        assert command.startswith("resume with: python -m minitransformer train")
+        rc = main(command.split("python -m minitransformer ", 1)[1].split() + ["--steps", "3"])
+    assert rc == 0, capsys.readouterr().err
+
+
+def test_overwrite_replaces_an_earlier_run_only_when_asked(files, capsys, tmp_path):
+    out = tmp_path / "again"
+    argv = _fill(TRAIN[:-1], files) + [str(out), "--steps", "2", "--eval-beams", "1"]
+    assert main(argv) == 0
+    first = (out / "checkpoint.npz").read_bytes()
+    assert main(argv) == 2 and "holds an earlier run" in capsys.readouterr().err
+    assert (out / "checkpoint.npz").read_bytes() == first                     # nothing was touched
+    assert main(argv + ["--seed", "1", "--overwrite"]) == 0
+    assert (out / "checkpoint.npz").read_bytes() != first
 
 
 def test_an_internal_error_is_one_line_with_exit_1_and_debug_shows_the_traceback(files, capsys, monkeypatch):
