@@ -515,44 +515,32 @@ def main(argv=None) -> int:
             raise _Terminated()
         previous_term = signal.signal(signal.SIGTERM, on_term)
     debug = False
+
+    def fail(line: str, code: int, exc: BaseException | None = None) -> int:
+        """Print ``error: line`` (after exc's traceback if --debug asked for it); return ``code``."""
+        if debug and exc is not None:
+            traceback.print_exception(exc)
+        print(f"error: {line}", file=sys.stderr)
+        return code
+
     try:
         debug = _debug_requested(argv)
         return _run(argv)
     except CliError as exc:
-        if debug and exc.__cause__ is not None:
-            traceback.print_exception(exc.__cause__)
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.code
-    except KeyboardInterrupt:
-        if debug:
-            traceback.print_exc()
-        print("error: interrupted (Ctrl-C)", file=sys.stderr)
-        return 130
+        return fail(str(exc), exc.code, exc.__cause__)
+    except KeyboardInterrupt as exc:
+        return fail("interrupted (Ctrl-C)", 130, exc)
     except _Terminated:
-        print("error: terminated (SIGTERM)", file=sys.stderr)
-        return 143
+        return fail("terminated (SIGTERM)", 143)
     except BAD_INPUT as exc:
-        if debug:
-            traceback.print_exc()
-        print(f"error: {_message(exc)}", file=sys.stderr)
-        return 2
-    except MemoryError:
-        if debug:
-            traceback.print_exc()
-        print("error: out of memory (try a smaller --batch-size or --max-tokens, or a smaller --preset)",
-              file=sys.stderr)
-        return 1
+        return fail(_message(exc), 2, exc)
+    except MemoryError as exc:
+        return fail("out of memory (try a smaller --batch-size or --max-tokens, or a smaller --preset)", 1, exc)
     except OSError as exc:
-        if debug:
-            traceback.print_exc()
-        print(f"error: {_message(exc)}", file=sys.stderr)
-        return 1
+        return fail(_message(exc), 1, exc)
     except Exception as exc:  # noqa: BLE001 - the one place every other error is turned into a line
-        if debug:
-            traceback.print_exc()
         hint = "" if debug else f" (run with --debug or {DEBUG_VARIABLE}=1 for the traceback)"
-        print(f"error: internal error: {type(exc).__name__}: {exc}{hint}", file=sys.stderr)
-        return 1
+        return fail(f"internal error: {type(exc).__name__}: {exc}{hint}", 1, exc)
     finally:
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)

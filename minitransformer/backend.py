@@ -37,7 +37,6 @@ _BACKENDS = ("numpy", "cupy")
 _DTYPES = ("float32", "float64")
 
 
-
 def _env_choice(variable: str, choices: tuple[str, ...], default: str) -> str:
     """The value of an environment variable that must be one of ``choices`` (unset or empty: ``default``)."""
     raw = os.environ.get(variable, "")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 import zipfile
 
@@ -65,11 +66,10 @@ def _first_non_finite(arrays: dict) -> str | None:
     for name, value in arrays.items():
         if value.dtype.kind != "f" or value.size == 0:
             continue
-        if not numpy.isfinite(value).all():
-            kind = "NaN" if numpy.isnan(value).any() else "inf"
-            return f"{name} contains {kind}"
-        largest = float(numpy.abs(value).max()) if name.startswith("param/") else 0.0
-        if largest > float(numpy.sqrt(numpy.finfo(value.dtype).max)):
+        largest = float(numpy.abs(value).max())     # one pass: NaN if any entry is NaN, inf if any is inf
+        if not math.isfinite(largest):
+            return f"{name} contains {'NaN' if math.isnan(largest) else 'inf'}"
+        if name.startswith("param/") and largest > math.sqrt(float(numpy.finfo(value.dtype).max)):
             return f"{name} has entries up to {largest:.3g}, too large to square in {value.dtype} (a diverged run)"
     return None
 

@@ -99,8 +99,9 @@ def global_grad_norm(params: Sequence[Parameter]) -> float:
         # ~1.8e19). Redo each sum in float64: a finite gradient then gets its finite norm.
         total = 0.0
         for p in params:
-            g64 = p.grad.reshape(-1).astype(backend.get_array_module(p.grad).float64)
-            total += float(backend.get_array_module(g64).vdot(g64, g64))
+            xp = backend.get_array_module(p.grad)
+            g64 = p.grad.reshape(-1).astype(xp.float64)
+            total += float(xp.vdot(g64, g64))
     return math.sqrt(total)
 
 
@@ -276,8 +277,11 @@ class Adam:
             for p in self.params:
                 xp = backend.get_array_module(p.grad)
                 big = math.sqrt(float(xp.finfo(p.grad.dtype).max))
-                if norm > big and p.grad.size and float(xp.abs(p.grad).max()) > big:
-                    return norm, (f"the gradient of {p.name!r} has entries up to {float(xp.abs(p.grad).max()):.3g}, "
+                if norm <= big or not p.grad.size:
+                    continue
+                largest = float(xp.abs(p.grad).max())
+                if largest > big:
+                    return norm, (f"the gradient of {p.name!r} has entries up to {largest:.3g}, "
                                   f"whose square overflows {p.grad.dtype} in Adam's second moment v")
             return norm, None
         for p in self.params:                       # rare: find the tensor to name
