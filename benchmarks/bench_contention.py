@@ -250,7 +250,11 @@ def main() -> int:
 
     print(f"# bench_contention {time.strftime('%Y-%m-%d %H:%M')} | {machine_summary()}")
     print(f"# NumPy's BLAS: {blas_line()}")
-    print(f"# job: {args.job}, {args.steps} timed steps after {args.warmup} warm-up (copy recipe, seed {args.seed})")
+    if args.job == "cli":
+        print(f"# job: python -m minitransformer train --task copy{f' --steps {args.steps}' if args.steps else ''} "
+              "(wall and CPU time of the whole command)")
+    else:
+        print(f"# job: {args.steps} timed steps after {args.warmup} warm-up (copy recipe, seed {args.seed})")
     print(f"{'variant':<8} {'phase':<15} {'wall s':>8} {'max s':>8} {'cpu s':>7} {'steps/s':>8} {'cpu ms/st':>8} "
           f"{'wall x':>7} {'cpu x':>7} {'blas':>5}")
     rows = []

@@ -137,12 +137,15 @@ def trained_model(args):
     return model.eval(), vocab, sources, how
 
 
-def best_time(repeats, fn, *args):
-    best, out = float("inf"), None
+def best_times(repeats, *calls):
+    """Best time and last result of each (fn, args) in ``calls``, run in turn ``repeats`` times
+    (interleaved, so a change in machine load hits every side alike)."""
+    best, out = [float("inf")] * len(calls), [None] * len(calls)
     for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn(*args)
-        best = min(best, time.perf_counter() - t0)
+        for i, (fn, args) in enumerate(calls):
+            t0 = time.perf_counter()
+            out[i] = fn(*args)
+            best[i] = min(best[i], time.perf_counter() - t0)
     return best, out
 
 
@@ -166,7 +169,8 @@ def torch_comparison(args) -> None:
     busy = cpu_busy(0.5)
     print(f"# load average {os.getloadavg()[0]:.2f}, other processes busy {100 * (busy or 0):.0f}% of all cores")
     print(f"# weights: {how}; model d_model={cfg.d_model} h={cfg.h} N={cfg.N} d_ff={cfg.d_ff} "
-          f"V={cfg.vocab_size}; {len(sources)} held-out {args.task} sentences, best of {args.repeats} runs")
+          f"V={cfg.vocab_size}; {len(sources)} held-out {args.task} sentences, best of {args.repeats} runs "
+          "(the two sides in turn)")
     header = (f"{'search':<8} {'batch':>5} | {'ours s':>7} {'tok/s':>8} | {'torch s':>7} {'tok/s':>8} | "
               f"{'ours/torch':>10} | {'differ':>6}")
     print(header)
@@ -175,8 +179,9 @@ def torch_comparison(args) -> None:
         for batch in args.batches:
             decode_ours(model, vocab, sources[:batch], beam, batch)            # warm-up, both sides
             decode_torch(decoder, vocab, sources[:batch], beam, batch)
-            t_ours, ours = best_time(args.repeats, decode_ours, model, vocab, sources, beam, batch)
-            t_torch, theirs = best_time(args.repeats, decode_torch, decoder, vocab, sources, beam, batch)
+            (t_ours, t_torch), (ours, theirs) = best_times(
+                args.repeats, (decode_ours, (model, vocab, sources, beam, batch)),
+                (decode_torch, (decoder, vocab, sources, beam, batch)))
             n_tok = sum(len(y) + 1 for y in ours)                             # + <eos> (or the last step)
             differ = sum(a != b for a, b in zip(ours, theirs))
             name = "greedy" if beam == 1 else f"beam {beam}"

@@ -290,6 +290,24 @@ def load(path: str) -> dict:
     return {"about": __doc__.splitlines()[0], "records": []}
 
 
+def _rounded(value):
+    """Floats to 6 significant digits (losses, fractions; times are rounded where measured)."""
+    if isinstance(value, float):
+        return float(f"{value:.6g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def dump(data: dict) -> str:
+    """The JSON text: one record per line, so a diff shows which runs changed."""
+    head = json.dumps({k: v for k, v in data.items() if k != "records"})[:-1]
+    lines = [json.dumps(_rounded(r), separators=(",", ":"), allow_nan=False) for r in data["records"]]
+    return head + ', "records": [\n' + ",\n".join(lines) + "\n]}\n"
+
+
 def key(r: dict) -> tuple:
     return (r["task"], r["candidate"], r["seed"], r["blas_threads"])
 
@@ -362,7 +380,7 @@ def main() -> int:
             record = run_one(args.task, name, seed, args)
             data = load(args.out)                       # re-read: another invocation may have added records
             data["records"] = [r for r in data["records"] if key(r) != key(record)] + [record]
-            atomic_write_text(args.out, json.dumps(data, indent=1) + "\n")
+            atomic_write_text(args.out, dump(data))
             steps = {i: solved_step(record["curve"], i, args.confirm) for i in args.intervals}
             print(f"{args.task} {name} seed {seed}: solved at {steps} (interval: step), "
                   f"{record['train_seconds']:.0f} s training, {record['validate_seconds']:.0f} s validating",
