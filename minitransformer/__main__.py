@@ -1,4 +1,4 @@
-"""Command line: ``python -m minitransformer {train,translate,evaluate,tasks} --help``.
+"""Command line: ``python -m minitransformer {train,translate,evaluate,tasks,grade} --help``.
 
 Errors reach the user as one line, ``error: <what> (<which option, file or variable>)``,
 with exit code 2 for bad input (options, files, data, environment variables) and 1
@@ -397,6 +397,12 @@ def cmd_tasks(args) -> int:
     return 0
 
 
+def cmd_grade(args) -> int:
+    from .grade import run  # noqa: PLC0415
+
+    return run(args)
+
+
 def _task_names_help() -> str:
     """The task names for --help (the data modules import only numpy, not the data packages)."""
     from .data.tasks import SYNTHETIC_TASKS  # noqa: PLC0415
@@ -488,6 +494,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list the built-in tasks")
     _add_common(p, backend_option=False)
     p.set_defaults(func=cmd_tasks)
+
+    from .grade import add_arguments as add_grade_arguments  # noqa: PLC0415
+
+    p = sub.add_parser("grade", help="score lesson notebooks with the lessons' own checkers (this runs them)",
+                       description="Run each notebook top to bottom in a fresh kernel and score its exercises "
+                                   "with the checkers (docs/teachers.md). This runs the notebooks' code with your "
+                                   "permissions: grade in a container or under a throwaway account.")
+    add_grade_arguments(p)
+    _add_common(p, backend_option=False)
+    p.set_defaults(func=cmd_grade)
     return parser
 
 

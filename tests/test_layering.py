@@ -8,6 +8,7 @@ layer or below, and no two modules import each other (directly or in a circle).
     translate   translate
     train       train
     lessons     exercises/*
+    grade       grade
     cli         __main__
 
 docs/architecture.md draws the same graph. Imports inside functions count too:
@@ -29,6 +30,7 @@ LAYERS = [
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("lessons", ["exercises.*"]),
+    ("grade", ["grade"]),
     ("cli", ["__main__"]),
 ]
 
