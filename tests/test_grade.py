@@ -68,6 +68,7 @@ def test_the_log_reads_what_arrives_cell_by_cell(tmp_path):
 def armed(tmp_path):
     """The verdict channel armed here as the grader arms it in a kernel; disarmed afterwards."""
     key, nonce = b"s" * 32, "abc"
+    checkers = dict(_verdict._CHECKERS)                 # a test may register a fake checker: undone below
     (tmp_path / "key").write_bytes(key)
     (tmp_path / "log").write_bytes(b"")
     exercises.arm(str(tmp_path / "key"), str(tmp_path / "log"), nonce)
@@ -76,6 +77,8 @@ def armed(tmp_path):
         yield log
     finally:
         _verdict._state.record = _verdict._state.seal = None
+        _verdict._CHECKERS.clear()
+        _verdict._CHECKERS.update(checkers)
 
 
 def _causal_mask(T):
