@@ -36,7 +36,7 @@ from typing import NamedTuple
 from .pcfg import GRAMMAR, Grammar
 from .trees import Tree
 
-__all__ = ["ViterbiParser", "Parse", "binarize", "unbinarize"]
+__all__ = ["ViterbiParser", "Parse", "BinaryGrammar", "binarize", "unbinarize"]
 
 HELPER = "@"   # helper symbols made by binarize start with this
 
