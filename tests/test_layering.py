@@ -3,8 +3,8 @@ layer or below, and no two modules import each other (directly or in a circle).
 
     foundation  errors, backend, files
     layers      layers/*, gradcheck
-    model       model, data/*, metrics
-    search      decoding, optim, checkpoint, plot
+    model       model, settings, data/*, metrics
+    search      decoding, optim, checkpoint, plot, progress
     translate   translate
     train       train
     lessons     exercises/*
@@ -24,8 +24,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "minitransformer"
 LAYERS = [
     ("foundation", ["errors", "backend", "files", "__init__"]),
     ("layers", ["layers.*", "gradcheck"]),
-    ("model", ["model", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "plot"]),
+    ("model", ["model", "settings", "data.*", "metrics"]),
+    ("search", ["decoding", "optim", "checkpoint", "plot", "progress"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("lessons", ["exercises.*"]),
