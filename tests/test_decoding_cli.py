@@ -10,8 +10,9 @@ import time
 import pytest
 
 from minitransformer.__main__ import main
+from minitransformer.data.registry import load_task
 from minitransformer.decoding import MAX_BEAM_SIZE
-from minitransformer.train import load_task, make_trainer, settings_for
+from minitransformer.train import make_trainer, settings_for
 
 WORDS = "one two three four five six seven eight".split()
 
@@ -23,7 +24,7 @@ def files(tmp_path_factory):
     data = d / "pairs.tsv"
     data.write_text("".join(f"{a} {b}\t{b} {a}\n" for a in WORDS for b in WORDS), encoding="utf-8")
     task = load_task(data=str(data), level="word")
-    preset, settings = settings_for(task.name, preset="tiny", steps=5)
+    preset, settings = settings_for(task, preset="tiny", steps=5)
     trainer = make_trainer(task, settings, preset, str(d / "run"))
     (d / "run").mkdir()
     trainer.save(str(d / "run" / "checkpoint.npz"))

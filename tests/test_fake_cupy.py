@@ -36,6 +36,7 @@ from minitransformer import backend
 from minitransformer.__main__ import main
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
 from minitransformer.data.batching import make_source_batch
+from minitransformer.data.registry import load_task
 from minitransformer.decoding import Beam, Greedy, Sample, beam_search, decode, greedy_decode
 from minitransformer.gradcheck import check_layer, gradcheck
 from minitransformer.layers.attention import (
@@ -63,7 +64,6 @@ from minitransformer.train import (
     TrainSettings,
     build_model,
     encode_pairs,
-    load_task,
 )
 from minitransformer.translate import attention_maps
 
