@@ -29,13 +29,18 @@ from contextlib import contextmanager
 from . import __version__
 
 DEBUG_VARIABLE = "MINITRANSFORMER_DEBUG"
+_several_ranks = False          # set once MPI has started with more than one rank (train under mpiexec -n N)
 
 
 # -- errors ----------------------------------------------------------------------------
 
 
 class CliError(Exception):
-    """An error to show as ``error: <what> (<which>)`` and exit with ``code``."""
+    """An error to show as ``error: <what> (<which>)`` and exit with ``code``.
+
+    On several ranks (``mpiexec -n N``) every rank meets a CliError alike (the same options,
+    files and parameters), so rank 0 alone prints it.
+    """
 
     def __init__(self, what: str, which: str | None = None, code: int = 2):
         super().__init__(what)
@@ -284,8 +289,9 @@ def _report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> 
     return results
 
 
-def _resume_command(argv: list[str], checkpoint: str) -> str:
-    """The command line that continues an interrupted run: the same options, with --resume CHECKPOINT."""
+def _resume_command(argv: list[str], checkpoint: str, ranks: int = 1) -> str:
+    """The command line that continues an interrupted run: the same options, with --resume CHECKPOINT
+    (under ``mpiexec -n ranks`` if it ran on several; a checkpoint resumes on any number)."""
     kept, skip = [], False
     for arg in argv:
         if skip:
@@ -294,7 +300,8 @@ def _resume_command(argv: list[str], checkpoint: str) -> str:
             skip = True
         elif not arg.startswith("--resume="):
             kept.append(arg)
-    return shlex.join(["python", "-m", "minitransformer", *kept, "--resume", checkpoint])
+    launcher = ["mpiexec", "-n", str(ranks)] if ranks > 1 else []
+    return shlex.join([*launcher, "python", "-m", "minitransformer", *kept, "--resume", checkpoint])
 
 
 # -- train -------------------------------------------------------------------------------
@@ -339,16 +346,38 @@ def _check_resumed_model(ckpt, preset: str | None, changes: dict, path: str) -> 
                            f"{name}={value!r} (leave --preset out when resuming)", f"--preset {preset}")
 
 
+def _ranks(args):
+    """The communicator of this run (``distributed.world()``): one process, or the ranks of mpiexec.
+
+    On ranks other than 0, standard output and error go to /dev/null: rank 0 speaks for the run
+    (an error only one rank meets still reaches the terminal, see ``main``)."""
+    from . import distributed  # noqa: PLC0415
+
+    try:
+        comm = distributed.world()
+    except distributed.MPIUnavailable as exc:
+        raise CliError(str(exc), exc.variable, 2) from None
+    if comm.size > 1:
+        global _several_ranks
+        _several_ranks = True
+        comm.check_every = args.check_sync_every
+    if not comm.is_root:
+        sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")      # for the rest of the process
+    return comm
+
+
 def cmd_train(args) -> int:
     from . import backend  # noqa: PLC0415
     from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
     from .data.registry import load_task  # noqa: PLC0415
+    from .distributed import describe as describe_ranks  # noqa: PLC0415
     from .errors import NonFiniteError  # noqa: PLC0415
     from .files import check_writable_dir  # noqa: PLC0415
     from .model import describe  # noqa: PLC0415
     from .train import TrainingInterrupted, TrainSettings, make_trainer, settings_for  # noqa: PLC0415
 
     _set_backend(args)
+    comm = _ranks(args)
     strategies = _eval_strategies(args)        # checked when parsed; used after the last step
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --task NAME or --data pairs.tsv", "--task/--data")
@@ -380,8 +409,9 @@ def cmd_train(args) -> int:
     if args.out is not None and not args.out.strip():
         raise CliError("the output folder is empty; leave --out out for runs/TASK, or name a folder", "--out")
     out_dir = args.out if args.out is not None else os.path.join("runs", task.name)
-    with _about(f"--out {out_dir}"):
-        check_writable_dir(out_dir)
+    if comm.is_root:                            # rank 0 alone writes there (two probing at once would clash)
+        with _about(f"--out {out_dir}"):
+            check_writable_dir(out_dir)
     earlier = os.path.join(out_dir, "checkpoint.npz")
     continuing = args.resume is not None and os.path.exists(earlier) and os.path.samefile(args.resume, earlier)
     if os.path.exists(earlier) and not continuing and not args.overwrite:
@@ -389,8 +419,9 @@ def cmd_train(args) -> int:
         raise CliError(f"{earlier} holds an earlier run; continue it with --resume {earlier}, train into another "
                        "folder with --out DIR, or replace it with --overwrite", f"--out {out_dir}")
     overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                     lr_factor=args.lr_factor, warmup_steps=args.warmup, clip_norm=args.clip_norm,
-                     seed=seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
+                     accumulate=args.accumulate, lr_factor=args.lr_factor, warmup_steps=args.warmup,
+                     clip_norm=args.clip_norm, seed=seed, valid_every=args.valid_every,
+                     checkpoint_every=args.checkpoint_every)
     preset, settings = settings_for(task, preset=args.preset, **overrides)
     if saved is not None:
         # A resumed run continues with its own settings and model; options given now override the settings.
@@ -400,13 +431,16 @@ def cmd_train(args) -> int:
             settings = TrainSettings(**{**vars(saved), **given})
     with _about(f"--resume {args.resume}" if args.resume else
                 " ".join([f"--preset {preset}", *(f"--set {t}" for t in args.set or [])])):
-        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes)
+        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes, comm=comm)
     model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
           f"vocabulary {len(vocab)}")
     changed = "".join(f" --set {name}={value}" for name, value in changes.items())
     print(f"model: preset {preset}{changed}, {model.num_parameters():,} parameters, backend {backend.backend_name()}")
     print(f"  config: {describe(cfg)}")
+    ranks_line = describe_ranks(comm, settings)
+    if ranks_line:
+        print(ranks_line)
     if ckpt is not None:
         print(f"resuming from {args.resume} at step {trainer.step}")
     first_step = trainer.step
@@ -426,7 +460,7 @@ def cmd_train(args) -> int:
                   f"Score the checkpoint with: python -m minitransformer evaluate --checkpoint "
                   f"{shlex.quote(stop.checkpoint)} {source}", file=sys.stderr)
         elif stop.checkpoint:
-            print(f"resume with: {_resume_command(args.argv, stop.checkpoint)}", file=sys.stderr)
+            print(f"resume with: {_resume_command(args.argv, stop.checkpoint, comm.size)}", file=sys.stderr)
         return stop.exit_code
     except NonFiniteError as exc:
         raise CliError(str(exc), None, 1) from exc
@@ -436,8 +470,10 @@ def cmd_train(args) -> int:
     print(f"trained {trained} steps{resumed} in {time.perf_counter() - t0:.1f}s; checkpoint: "
           f"{checkpoint}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
           f"curve: {os.path.join(out_dir, 'loss.png')}")
-    print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
-    _report(model.eval(), task, vocab, task.test, strategies)
+    if comm.is_root:
+        print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
+        _report(model.eval(), task, vocab, task.test, strategies)
+    comm.barrier("the end of the run (rank 0 decoding the test set)", timeout=False)
     return 0
 
 
@@ -594,6 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, help="optimizer steps (default: the task's)")
     p.add_argument("--batch-size", type=positive_int, help="sentence pairs per batch")
     p.add_argument("--max-tokens", type=positive_int, help="cap on padded tokens per batch")
+    p.add_argument("--accumulate", type=positive_int, metavar="K",
+                   help="K batches per optimizer step, their gradients summed (gradient accumulation: the "
+                        "update of one batch K times larger, in the memory of one; default 1)")
     p.add_argument("--lr-factor", type=positive_float, help="multiplier on the §5.3 learning-rate schedule")
     p.add_argument("--warmup", type=positive_int, help="warm-up steps of the schedule")
     p.add_argument("--clip-norm", type=positive_float, help="clip the global gradient norm to this value")
@@ -609,6 +648,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh even if --out holds an earlier run's checkpoint (it is replaced)")
     p.add_argument("--resume", help="continue from this checkpoint")
+    p.add_argument("--check-sync-every", type=positive_int, metavar="STEPS",
+                   help="under mpiexec -n N: compare a hash of the parameters on every rank every STEPS steps "
+                        "(default: at every checkpoint; one process: no effect)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.add_argument("--progress-every", type=positive_float, default=30.0, metavar="SECONDS",
                    help="when the output is not a terminal, print a progress line this often (default 30)")
@@ -660,12 +702,28 @@ def _run(argv: list[str]) -> int:
         from . import backend  # noqa: F401, PLC0415  (reads the environment variables)
     except EnvironmentVariableError as exc:
         raise CliError(str(exc), exc.variable, 2) from exc
+    from .distributed import RanksOutOfSync, launched  # noqa: PLC0415
+
     args = build_parser().parse_args(argv)
     args.argv = argv
+    _, size, variable = launched()
+    if size > 1 and args.func is not cmd_train:
+        raise CliError(f"only train runs on several ranks; run {args.command} as one process, without mpiexec",
+                       f"{variable}={size}")
     try:
         return args.func(args)
-    except NonFiniteError as exc:
+    except (NonFiniteError, RanksOutOfSync) as exc:     # every rank meets these alike
         raise CliError(str(exc), None, 1) from exc
+
+
+def _launched_rank() -> int:
+    """This process's rank as its launcher says (0 without mpiexec), read without starting MPI."""
+    try:
+        from .distributed import launched  # noqa: PLC0415
+
+        return launched()[0]
+    except Exception:  # noqa: BLE001 - an unreadable environment is reported as an error of its own
+        return 0
 
 
 def main(argv=None) -> int:
@@ -678,34 +736,49 @@ def main(argv=None) -> int:
         previous_term = signal.signal(signal.SIGTERM, on_term)
     debug = False
 
-    def fail(line: str, code: int, exc: BaseException | None = None) -> int:
-        """Print ``error: line`` (after exc's traceback if --debug asked for it); return ``code``."""
+    def fail(line: str, code: int, exc: BaseException | None = None, alike: bool = True) -> int:
+        """Print ``error: line`` (after exc's traceback if --debug asked for it); return ``code``.
+
+        Under mpiexec: an error every rank meets ``alike`` (bad input, a diverged run) is printed
+        by rank 0 alone; any other is printed by the rank that met it, which names itself."""
+        rank = _launched_rank()
+        if rank and alike:
+            return code
+        stream = sys.__stderr__ if rank else sys.stderr      # other ranks' sys.stderr is /dev/null
         if debug and exc is not None:
-            traceback.print_exception(exc)
-        print(f"error: {line}", file=sys.stderr)
+            traceback.print_exception(exc, file=stream)
+        print(f"error: {f'rank {rank}: ' if rank else ''}{line}", file=stream, flush=True)
         return code
 
     try:
         debug = _debug_requested(argv)
-        return _run(argv)
+        code = _run(argv)
     except CliError as exc:
-        return fail(str(exc), exc.code, exc.__cause__)
+        code = fail(str(exc), exc.code, exc.__cause__)
     except KeyboardInterrupt as exc:
-        return fail("interrupted (Ctrl-C)", 130, exc)
+        code = fail("interrupted (Ctrl-C)", 130, exc)
     except _Terminated:
-        return fail("terminated (SIGTERM)", 143)
+        code = fail("terminated (SIGTERM)", 143)
     except BAD_INPUT as exc:
-        return fail(_message(exc), 2, exc)
+        code = fail(_message(exc), 2, exc)
     except MemoryError as exc:
-        return fail("out of memory (try a smaller --batch-size or --max-tokens, or a smaller --preset)", 1, exc)
+        code = fail("out of memory (try a smaller --batch-size or --max-tokens, or a smaller --preset)", 1, exc,
+                    alike=False)
     except OSError as exc:
-        return fail(_message(exc), 1, exc)
+        code = fail(_message(exc), 1, exc, alike=False)
     except Exception as exc:  # noqa: BLE001 - the one place every other error is turned into a line
         hint = "" if debug else f" (run with --debug or {DEBUG_VARIABLE}=1 for the traceback)"
-        return fail(f"internal error: {type(exc).__name__}: {exc}{hint}", 1, exc)
+        code = fail(f"internal error: {type(exc).__name__}: {exc}{hint}", 1, exc, alike=False)
     finally:
         if previous_term is not None:
             signal.signal(signal.SIGTERM, previous_term)
+    if code and _several_ranks:
+        # MPI_Finalize, which a normal exit calls, would wait for ranks that may be stuck in a
+        # collective: leave at once, and mpiexec stops the others.
+        sys.stdout.flush()
+        sys.__stderr__.flush()
+        os._exit(code)
+    return code
 
 
 if __name__ == "__main__":

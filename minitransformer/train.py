@@ -43,11 +43,12 @@ from dataclasses import asdict, replace
 import numpy
 
 from .checkpoint import save_checkpoint
-from .data.batching import batch_iterator
+from .data.batching import Batch, batch_iterator, batch_plan
 from .data.loading import TaskData
 from .data.registry import recipe_for
 from .data.vocab import Vocab
 from .decoding import EXTRA_OUTPUT_LEN
+from .distributed import GradientSum, SingleProcess, StepBatches, agree_signal, check_in_sync, step_batches
 from .errors import NonFiniteError
 from .files import atomic_write_text, check_writable_dir, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
@@ -98,8 +99,9 @@ class _StopSignals:
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
-    def __init__(self):
+    def __init__(self, announce: bool = True):
         self.signum: int | None = None
+        self.announce = announce               # False on ranks other than 0: one message per run
         self._previous: dict = {}
 
     def __enter__(self) -> _StopSignals:
@@ -114,8 +116,9 @@ class _StopSignals:
         name = signal.Signals(signum).name
         if self.signum is None:
             self.signum = signum
-            os.write(2, f"\n{name} received: finishing this step, then saving a checkpoint...\n".encode())
-        else:
+            if self.announce:
+                os.write(2, f"\n{name} received: finishing this step, then saving a checkpoint...\n".encode())
+        elif self.announce:
             os.write(2, f"\n{name} received again: still saving the checkpoint; stopping as soon as it is "
                         "written\n".encode())
 
@@ -136,10 +139,13 @@ class Trainer:
     CHECKPOINT = "checkpoint.npz"
 
     def __init__(self, model: Transformer, vocab: Vocab, train_pairs, valid_pairs, settings: TrainSettings,
-                 out_dir: str | None = None, levels: dict | None = None):
+                 out_dir: str | None = None, levels: dict | None = None, comm=None):
         """levels: how the task tokenizes ({"src": "char", "tgt": "word", "bleu_tokenize": ...}),
-        saved in checkpoints so ``translate`` and ``evaluate`` tokenize the same way."""
+        saved in checkpoints so ``translate`` and ``evaluate`` tokenize the same way.
+        comm: the ranks of a data-parallel run (``distributed.world()``); default one process."""
         self.model, self.vocab, self.settings, self.out_dir = model, vocab, settings, out_dir
+        self.comm = comm or SingleProcess()
+        self._gradient_sum = GradientSum(model.parameters()) if self.comm.size > 1 else None
         self.levels = levels or {}
         self.preset: str | None = None         # the model preset's name, saved for a resume to check
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
@@ -169,8 +175,14 @@ class Trainer:
             raise ValueError("Trainer.save: no path given and the trainer has no out_dir")
         extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                  "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset}
-        save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
+        # Several ranks: only a state they all hold is saved, by rank 0; the others wait for the file.
+        if self.comm.size > 1:
+            check_in_sync(self.comm, self.model.parameters(), self.step)
+        if self.comm.is_root:
+            save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
+        self.comm.barrier(f"rank 0 writing the checkpoint of step {self.step}", timeout=False)
         self.last_saved = (path, self.step)
+        self.comm.note = f"the last checkpoint, {path}, is from step {self.step}"
         return path
 
     def restore(self, ckpt) -> None:
@@ -181,53 +193,79 @@ class Trainer:
         self.batch_in_epoch = ckpt.extra.get("batch_in_epoch", 0)
 
     # -- batches --------------------------------------------------------------------
-    def _epoch_batches(self, epoch: int):
-        """The batches of one epoch, a pure function of (seed, epoch)."""
+    def _epoch_plan(self, epoch: int) -> list[list[int]]:
+        """The (global) batches of one epoch as index lists, a pure function of (seed, epoch)."""
         s = self.settings
-        rng = numpy.random.default_rng([s.seed, epoch])
-        return batch_iterator(self.train_pairs, s.batch_size, s.max_tokens, rng, shuffle=True,
-                              pad_id=self.vocab.pad_id, bos_id=self.vocab.bos_id, eos_id=self.vocab.eos_id,
-                              xp=self.xp)
+        return batch_plan(self.train_pairs, s.batch_size, s.max_tokens, numpy.random.default_rng([s.seed, epoch]))
 
-    def batches(self):
-        """Endless batches from the current (epoch, batch_in_epoch) position."""
+    def _plans(self):
+        """Endless global batches (index lists) from the current (epoch, batch_in_epoch) position."""
         while True:
-            for i, batch in enumerate(self._epoch_batches(self.epoch)):
+            for i, indices in enumerate(self._epoch_plan(self.epoch)):
                 if i < self.batch_in_epoch:
                     continue                      # already trained on before a resume
                 self.batch_in_epoch = i + 1
-                yield batch
+                yield indices
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
+    def batches(self):
+        """Endless steps: the ``accumulate`` global batches of each, as this rank's shards
+        (a ``distributed.StepBatches``). Every rank walks the same plan, so none depends on N."""
+        plans, v = self._plans(), self.vocab
+        while True:
+            step_plans = [next(plans) for _ in range(self.settings.accumulate)]
+            yield step_batches(step_plans, self.train_pairs, self.comm, v.pad_id, v.bos_id, v.eos_id, self.xp)
+
     # -- one step ---------------------------------------------------------------------
-    def train_step(self, batch) -> float:
+    def train_step(self, batch: Batch | StepBatches) -> float:
         """Forward, loss, backward and one Adam update; returns the loss.
+
+        batch: one Batch, or this rank's shards of a step's batches (``batches()``). The loss is
+        the mean over the step's n non-pad target tokens (all ranks, all accumulated batches):
+        each shard's dlogits is scaled by n_shard / n, so the gradients summed over shards
+        (backward adds) and ranks (GradientSum) are those of one batch holding them all.
 
         A non-finite loss skips the backward and the update; a non-finite
         gradient makes Adam skip the update. Either way the step is counted,
         a warning names it, and ``max_consecutive_skips`` skips in a row raise.
         """
+        work = batch if isinstance(batch, StepBatches) else StepBatches.whole(batch)
         model = self.model.train()
-        if model.cfg.P_drop > 0:
-            model.reseed_dropout(self.dropout_seed(self.step))
-        logits = model.forward(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-        loss = self.criterion.forward(logits, batch.tgt_out)
+        self.optimizer.zero_grad()
+        loss = 0.0                                # this rank's part of the step's mean loss
+        for k, shard in enumerate(work.shards):
+            if shard is None:
+                continue                          # an empty shard: no tokens, zero gradient
+            if model.cfg.P_drop > 0:
+                model.reseed_dropout(self.dropout_seed(self.step, self.comm.rank, k))
+            logits = model.forward(shard.src, shard.tgt_in, shard.src_mask, shard.tgt_mask)
+            weight = shard.n_tokens / work.n_tokens
+            loss += self.criterion.forward(logits, shard.tgt_out) * weight
+            if not math.isfinite(loss):
+                break                             # every rank sees the sum below, and skips
+            dlogits = self.criterion.backward()
+            if weight != 1.0:
+                dlogits *= weight                 # mean over the shard -> its share of the step's mean
+            model.backward(dlogits)
+        if self._gradient_sum is not None:        # several ranks: sum the gradients and the loss over them
+            loss = self._gradient_sum(self.comm, loss, work, self.step + 1)
         self.step += 1
         if not math.isfinite(loss):
             self._skipped(f"the training loss is {loss}", NonFiniteLossError)
-            return loss
-        self.optimizer.zero_grad()
-        model.backward(self.criterion.backward())
-        if self.optimizer.step():
+        elif self.optimizer.step():
             self.consecutive_skips = 0
         else:
             self._skipped(self.optimizer.last_skip, NonFiniteGradientError)
+        if self.comm.check_every and self.step % self.comm.check_every == 0:
+            check_in_sync(self.comm, model.parameters(), self.step)       # bit-identical on every rank
         return loss
 
-    def dropout_seed(self, step: int) -> int:
-        """The seed of the dropout masks of step ``step`` (0-based): a pure function of
-        (settings.seed, step), so a resumed run draws the same masks as an uninterrupted one."""
-        return int(numpy.random.SeedSequence([self.settings.seed, step]).generate_state(1)[0])
+    def dropout_seed(self, step: int, rank: int = 0, micro: int = 0) -> int:
+        """The seed of the dropout masks of step ``step`` (0-based) on rank ``rank``, batch ``micro``
+        of the step: a pure function of (settings.seed, step, rank, micro), so a resumed run draws
+        the same masks as an uninterrupted one, and no two ranks or batches share masks."""
+        key = [self.settings.seed, step] if rank == micro == 0 else [self.settings.seed, step, rank, micro]
+        return int(numpy.random.SeedSequence(key).generate_state(1)[0])
 
     def _adam_skipped(self, message: str) -> None:
         """Adam's own report of a skip; the trainer reports it in _skipped, with the step."""
@@ -248,6 +286,8 @@ class Trainer:
         self._warn(f"step {self.step}: skipped, no update: {problem} ({k} in a row; the run stops at {limit})")
 
     def _warn(self, text: str) -> None:
+        if not self.comm.is_root:
+            return                                # every rank meets the same warnings: rank 0 says them
         if self._progress is not None:
             self._progress.warn(text)
         else:
@@ -255,21 +295,33 @@ class Trainer:
 
     # -- validation -------------------------------------------------------------------
     def validate(self) -> dict:
+        """The loss on the validation pairs (mean over their non-pad target tokens) and the exact
+        match of greedy decodes of the first ``valid_decode``; on N ranks, rank r takes every
+        N-th pair from the r-th, and the sums are added."""
         model = self.model.eval()
-        v = self.vocab
+        v, r, N = self.vocab, self.comm.rank, self.comm.size
         total, n = 0.0, 0
-        for batch in batch_iterator(self.valid_pairs, 64, None, None, shuffle=False,
-                                    pad_id=v.pad_id, bos_id=v.bos_id, eos_id=v.eos_id, xp=self.xp):
+        mine = self.valid_pairs[r::N]
+        for batch in batch_iterator(mine, 64, None, None, shuffle=False, pad_id=v.pad_id, bos_id=v.bos_id,
+                                    eos_id=v.eos_id, xp=self.xp) if mine else ():
             logits = model.forward(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
             total += self.criterion.forward(logits, batch.tgt_out) * batch.n_tokens
             n += batch.n_tokens
         pairs = self.valid_pairs[: self.settings.valid_decode]
-        hyps = translate_ids(model, v, [s for s, _ in pairs]) if pairs else []
-        acc = sum(h == t for h, (_, t) in zip(hyps, pairs)) / max(1, len(pairs))
+        hyps = translate_ids(model, v, [s for s, _ in pairs[r::N]]) if pairs[r::N] else []
+        correct = sum(h == t for h, (_, t) in zip(hyps, pairs[r::N]))
+        sums = numpy.array([total, n, correct], dtype=numpy.float64)
+        total, n, correct = self.comm.allreduce_sum(sums, f"the validation at step {self.step}").tolist()
         model.train()
-        return {"valid_loss": total / max(1, n), "valid_exact_match": acc}
+        return {"valid_loss": total / max(1, n), "valid_exact_match": correct / max(1, len(pairs))}
 
     # -- the loop ---------------------------------------------------------------------
+    def _stopping(self, stop: _StopSignals) -> bool:
+        """Has a stop signal arrived? On several ranks: on any of them (all stop after the same step)."""
+        if self.comm.size > 1:
+            stop.signum = agree_signal(self.comm, stop.signum, self.step)
+        return stop.signum is not None
+
     def _trim_log(self, log_path: str) -> list[dict]:
         """Keep only the records up to the current step: a fresh run starts an empty
         log, a resumed run continues its own (dropping what came after the checkpoint).
@@ -297,16 +349,17 @@ class Trainer:
         """
         s = self.settings
         mode = "auto" if progress is True else "off" if progress is False else progress
-        log_path = os.path.join(self.out_dir, "metrics.jsonl") if self.out_dir else None
-        if self.out_dir:
+        writer = self.out_dir if self.comm.is_root else None     # rank 0 alone writes files and progress
+        log_path = os.path.join(writer, "metrics.jsonl") if writer else None
+        if writer:
             self._prepare_out_dir()
         history: list[dict] = self._trim_log(log_path) if log_path else []
-        self._progress = bar = Progress(mode, s.steps, self.step, progress_every)
+        self._progress = bar = Progress(mode if self.comm.is_root else "off", s.steps, self.step, progress_every)
         tokens, t0, losses, window_skips = 0, time.perf_counter(), [], 0
         batches = self.batches()
         try:
-            with _StopSignals() as stop:
-                while self.step < s.steps and stop.signum is None:
+            with _StopSignals(announce=self.comm.is_root) as stop:
+                while self.step < s.steps and not self._stopping(stop):
                     batch = next(batches)
                     skips_before = self.skipped_steps
                     loss = self.train_step(batch)
@@ -314,7 +367,7 @@ class Trainer:
                         losses.append(loss)
                     else:
                         window_skips += 1
-                    tokens += batch.n_tokens + int((batch.src != self.vocab.pad_id).sum())
+                    tokens += batch.tokens
                     record = None
                     if self.step % s.log_every == 0 or self.step == s.steps:
                         elapsed = time.perf_counter() - t0
@@ -328,8 +381,9 @@ class Trainer:
                     validating = self.step % s.valid_every == 0 or self.step == s.steps
                     if validating and self.valid_pairs:
                         record = (record or {"step": self.step}) | self.validate()
-                        bar.result(f"step {self.step}: valid loss {record['valid_loss']:.4f}, "
-                                   f"exact match {100 * record['valid_exact_match']:.1f}%")
+                        if self.comm.is_root:
+                            bar.result(f"step {self.step}: valid loss {record['valid_loss']:.4f}, "
+                                       f"exact match {100 * record['valid_exact_match']:.1f}%")
                     if record is not None:
                         record = _json_safe(record)
                         history.append(record)
@@ -343,14 +397,14 @@ class Trainer:
                         self.save()
                 if self.out_dir and (self.last_saved is None or self.last_saved[1] != self.step):
                     self.save()                    # the end, or the step an interruption stopped at
-                if stop.signum is not None:
+                if self._stopping(stop):
                     raise TrainingInterrupted(stop.signum, self.step, self.checkpoint_path)
         finally:
             bar.close()
             self._progress = None
-        if self.out_dir:
+        if writer:
             try:
-                plot_loss_curve(history, os.path.join(self.out_dir, "loss.png"))
+                plot_loss_curve(history, os.path.join(writer, "loss.png"))
             except Exception as exc:  # noqa: BLE001 - a picture is not worth losing the run's report
                 self._warn(f"could not draw the loss curve ({type(exc).__name__}: {exc}); the checkpoint and "
                            "metrics.jsonl are saved")
@@ -423,7 +477,7 @@ def settings_for(task: str | TaskData | Recipe, **overrides) -> tuple[str, Train
 
 
 def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: str | None = None,
-                 resume=None, config: dict | None = None) -> Trainer:
+                 resume=None, config: dict | None = None, comm=None) -> Trainer:
     """A Trainer for ``task``: a fresh model of ``preset`` with the TransformerConfig fields in
     ``config`` changed (``train --set``), or the model, vocabulary and optimizer state of a
     loaded checkpoint (``resume``, a ``checkpoint.Checkpoint``).
@@ -445,7 +499,7 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
     else:
         model, vocab = build_model(task, preset, seed=settings.seed, **(config or {})), task.vocab
     trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
-                      settings, out_dir, levels=task.levels)
+                      settings, out_dir, levels=task.levels, comm=comm)
     trainer.preset = preset
     if resume is not None:
         trainer.restore(resume)
