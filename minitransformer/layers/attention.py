@@ -225,6 +225,11 @@ class MultiHeadAttention(Layer):
                     f"got {tuple(x_kv.shape)}"
                 )
             S_k = x_kv.shape[1]
+        if x_q.shape[1] == 0 or S_k == 0:
+            # Softmax over no keys (or no queries at all) has no meaning; NumPy would say
+            # "zero-size array to reduction operation" from deep inside it.
+            raise ShapeError(f"{where}: the sequences must have at least one position; got S_q={x_q.shape[1]}, "
+                             f"S_k={S_k}")
         if mask is not None:
             check_mask(where, "mask", mask, (x_q.shape[0], self.h, x_q.shape[1], S_k))
 
