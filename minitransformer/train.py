@@ -435,6 +435,8 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
     """
     if resume is not None:
         where = getattr(resume, "path", None) or "the checkpoint"
+        # First the data (its fingerprint says how it differs), then what follows from it (the vocabulary).
+        data = for_resume(resume.extra.get("data"), task.fingerprint(), resume.step, where)
         if resume.vocab != task.vocab:
             raise ValueError(f"{where}: the checkpoint was trained with a different vocabulary than task "
                              f"{task.name!r}")
@@ -443,7 +445,6 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
         if resume.step >= settings.steps:
             raise ValueError(f"{where}: the checkpoint is at step {resume.step}, and steps={settings.steps} "
                              f"leaves nothing to train; give more steps (--steps {resume.step + 1} or more)")
-        data = for_resume(resume.extra.get("data"), task.fingerprint(), resume.step, where)
         model, vocab = resume.model, resume.vocab
     else:
         model, vocab = build_model(task, preset, seed=settings.seed, **(config or {})), task.vocab
