@@ -65,6 +65,7 @@ SAVED_DTYPES = ("float32", "float64")
 MAX_META_BYTES = 64 * 2**20
 # The most bytes a .npy header takes besides the data (numpy refuses longer headers by default).
 _NPY_HEADER_BYTES = 10_000 + 16
+_size = backend.format_bytes
 
 
 class CheckpointError(ValueError):
@@ -238,14 +239,6 @@ def _read_entry(path: str, archive: zipfile.ZipFile, key: str, info: zipfile.Zip
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
         raise damaged(exc) from None
     return numpy.frombuffer(data, dtype=dtype).reshape(saved_shape, order="F" if fortran else "C").copy()
-
-
-def _size(n: int) -> str:
-    """A byte count for a message: "3.0 GB", "12.5 kB"."""
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n} bytes"
 
 
 def _read_meta(path: str, archive: zipfile.ZipFile, entries: dict) -> dict:

@@ -590,13 +590,6 @@ class ModelTooLargeError(ValueError):
 _BYTES_PER_LAYER_PAIR = 20_000
 
 
-def _bytes(n: float) -> str:
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{n / 1e3:.1f} kB"
-
-
 def memory_estimate(cfg: TransformerConfig, itemsize: int = 4) -> dict[str, tuple[float, tuple[str, ...]]]:
     """The bytes building a model of ``cfg`` takes, by part: {part: (bytes, the fields it grows with)}.
 
@@ -637,7 +630,8 @@ def check_fits(cfg: TransformerConfig, dtype=None, limit: int | None = None) -> 
     part, (size, names) = max(parts.items(), key=lambda item: item[1][0])
     base = TransformerConfig()
     field = max(names, key=lambda name: getattr(cfg, name) / getattr(base, name))   # the most unusual value
+    size_of = backend.format_bytes
     raise ModelTooLargeError(
-        f"TransformerConfig: this model needs about {_bytes(needed)} of memory ({_bytes(size)} of it for {part}), "
-        f"more than the {_bytes(limit)} this machine has; make {field}={getattr(cfg, field)} smaller",
+        f"TransformerConfig: this model needs about {size_of(needed)} of memory ({size_of(size)} of it for {part}), "
+        f"more than the {size_of(limit)} this machine has; make {field}={getattr(cfg, field)} smaller",
         field, int(needed), int(limit))

@@ -206,7 +206,7 @@ def test_evaluate_with_another_seed_counts_the_training_pairs_it_would_score(tmp
     were training data, without a word. The warning now gives the exact count."""
     out = tmp_path / "numbers"
     assert main(["train", "--task", "numbers-en-fr", "--preset", "tiny", "--steps", "1", "--no-progress",
-                 "--eval-beams", "1", "--out", str(out)]) == 0
+                 "--eval", "greedy", "--out", str(out)]) == 0
     capsys.readouterr()
     ckpt = str(out / "checkpoint.npz")
     assert main(["evaluate", "--checkpoint", ckpt, "--task", "numbers-en-fr", "--seed", "3", "--beam", "1",
@@ -229,7 +229,7 @@ def test_evaluate_a_char_model_on_a_word_task_is_a_level_mismatch(tmp_path, caps
     data = tmp_path / "chars.tsv"
     data.write_text("\n".join(PAIRS) + "\n")
     assert main(["train", "--data", str(data), "--preset", "tiny", "--steps", "1", "--no-progress",
-                 "--eval-beams", "1", "--out", str(tmp_path / "char")]) == 0          # --level char (default)
+                 "--eval", "greedy", "--out", str(tmp_path / "char")]) == 0          # --level char (default)
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", str(tmp_path / "char" / "checkpoint.npz"), "--task", "copy"]) == 2
     assert _errors(capsys.readouterr().err) == ["error: level mismatch: the checkpoint's model was trained on "
@@ -277,7 +277,7 @@ def test_evaluate_data_with_a_line_longer_than_max_len_names_the_line(trained, t
 
 
 def test_evaluate_task_with_a_sentence_longer_than_max_len_names_the_pair(tmp_path, capsys):
-    assert main(["train", "--task", "copy", "--preset", "tiny", "--steps", "1", "--no-progress", "--eval-beams", "1",
+    assert main(["train", "--task", "copy", "--preset", "tiny", "--steps", "1", "--no-progress", "--eval", "greedy",
                  "--out", str(tmp_path / "copy")]) == 0
     ckpt = tmp_path / "copy" / "checkpoint.npz"
     with np.load(ckpt) as npz:

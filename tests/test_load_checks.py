@@ -276,11 +276,11 @@ def _train_argv(corpus, tmp_path, *extra):
      "(--preset tiny)"),
     ("minitransformer.train.Trainer.run", "out of memory while training; try a smaller --batch-size", None),
     ("minitransformer.translate.score_translations", "out of memory scoring the test set; the checkpoint is saved",
-     "(--eval-beams 1 4)"),
+     "(--eval)"),
 ])
 def test_out_of_memory_in_train_names_its_cause(corpus, tmp_path, monkeypatch, capsys, target, says, which):
     monkeypatch.setattr(target, _oom)
-    rc = main(_train_argv(corpus, tmp_path, "--eval-beams", "1", "4"))
+    rc = main(_train_argv(corpus, tmp_path, "--eval", "greedy", "beam4"))
     err = capsys.readouterr().err
     assert rc == 1, err
     (line,) = [line for line in err.splitlines() if line.startswith("error: ")]
@@ -343,3 +343,68 @@ def test_the_loss_of_an_empty_batch_says_so_not_every_target_is_padding(B, T):
     assert "padding" not in str(caught.value)
     with pytest.raises(ValueError, match="every target is padding"):           # the real case still says so
         loss.forward(np.zeros((1, 2, 5), np.float32), np.zeros((1, 2), np.int64))
+
+
+# -- item 10 (the command line's half): options used only after training, checked before the first step
+
+# When each `train` option is used. A new option must be added here; one used only at the end needs a
+# case below that refuses a bad value before the first step.
+TRAIN_OPTIONS = {
+    "setup": {"--task", "--data", "--level", "--header", "--max-length", "--preset", "--set", "--seed", "--out",
+              "--overwrite", "--resume", "--backend", "--debug", "--help"},
+    "training": {"--steps", "--batch-size", "--max-tokens", "--lr-factor", "--warmup", "--clip-norm",
+                 "--valid-every", "--checkpoint-every", "--no-progress", "--progress-every"},
+    "end": {"--eval"},
+}
+
+
+def test_every_train_option_is_classified():
+    from minitransformer.__main__ import build_parser
+
+    parser = build_parser()
+    train = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith("train"))
+    options = {s for action in train._actions for s in action.option_strings if s.startswith("--")}
+    assert options == set().union(*TRAIN_OPTIONS.values())
+
+
+def test_an_eval_beam_that_cannot_fit_in_memory_is_refused_before_the_first_step(corpus, tmp_path, monkeypatch,
+                                                                                   capsys):
+    """--eval is used only after the last step: a decoder that cannot fit would lose the whole run's report."""
+    monkeypatch.setattr(backend, "memory_limit", lambda xp=None: 2_000_000)   # the tiny model fits; beam 64 not
+    out = tmp_path / "never"
+    rc = main(["train", "--data", corpus, "--level", "word", "--preset", "tiny", "--no-progress", "--steps", "2",
+               "--out", str(out), "--eval", "greedy", "beam64"])
+    captured = capsys.readouterr()
+    assert rc == 2, captured.err
+    (line,) = [line for line in captured.err.splitlines() if line.startswith("error: ")]
+    assert line.startswith("error: decoding 3 sentences with beam 64 at the end (the test set) would need about ")
+    assert line.endswith("choose a smaller beam (--eval)")
+    assert not (out / "checkpoint.npz").exists() and "valid loss" not in captured.out       # nothing trained
+    monkeypatch.undo()
+    assert main(["train", "--data", corpus, "--level", "word", "--preset", "tiny", "--no-progress", "--steps", "2",
+                 "--out", str(out), "--eval", "greedy", "beam64"]) == 0                    # fits here
+
+
+def test_decoding_memory_grows_with_the_beam_and_the_sentence_length():
+    from minitransformer.decoding import GREEDY, Beam
+    from minitransformer.translate import decoding_bytes
+
+    model = _model()
+    greedy, beam = decoding_bytes(model, 100, 10, GREEDY), decoding_bytes(model, 100, 10, Beam(8))
+    assert beam > 7 * greedy
+    assert decoding_bytes(model, 100, 20, GREEDY) > greedy
+    assert decoding_bytes(model, 5, 10, GREEDY) < greedy                  # a batch of 5 rows, not 100
+
+
+@pytest.mark.parametrize("command, limit", [("translate", 1_000_000), ("evaluate", 2_500_000)])
+def test_a_beam_that_cannot_fit_is_refused_before_decoding(corpus, tmp_path, monkeypatch, capsys, command, limit):
+    assert main(_train_argv(corpus, tmp_path)) == 0
+    capsys.readouterr()
+    monkeypatch.setattr(backend, "memory_limit", lambda xp=None: limit)      # greedy fits, beam 64 does not
+    monkeypatch.setattr("minitransformer.translate.translate_tokens", _oom)       # never reached
+    ckpt = str(tmp_path / "r" / "checkpoint.npz")
+    argv = (["translate", "--checkpoint", ckpt, "--beam", "64", "one two"] if command == "translate" else
+            ["evaluate", "--checkpoint", ckpt, "--data", corpus, "--beam", "64"])
+    assert main(argv) == 2
+    (line,) = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error: ")]
+    assert "with beam 64 would need about" in line and line.endswith("choose a smaller beam (--beam 64)"), line
