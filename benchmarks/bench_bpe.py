@@ -12,11 +12,12 @@ they split whitespace their own way (sentencepiece keeps a "▁" on each word, t
 splits at every whitespace), so their tokens per sentence differ a little.
 
 The default corpus is numbers-en-de: of the offline tasks it has by far the most distinct
-words (8,604; learning time grows with them, not with the running text), and it is the
-only one on which thousands of merges exist. Even there, at min_frequency 2 learning
-stops after about 517 merges (German number words, each seen once, are all made of a few
-dozen pieces), so the default is min_frequency 1, which merges on until every word is
-one symbol. ``--task all`` takes the seven tasks' training text together.
+words (learning time grows with them, not with the running text; the dates have the most
+running text but a few hundred distinct words), and it is the only one on which thousands
+of merges exist. Even there, at min_frequency 2 learning stops after a few hundred merges
+(German number words, each seen once, are all made of a few dozen pieces), so the default
+is min_frequency 1, which merges on until every word is one symbol. ``--task all`` takes
+the seven tasks' training text together. The table says how many merges were learned.
 
     python benchmarks/bench_bpe.py                                  # numbers-en-de, 1k 2k 4k 8k merges
     python benchmarks/bench_bpe.py --merges 1000 8000 --repeats 3

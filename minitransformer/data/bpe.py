@@ -69,7 +69,7 @@ from ..files import atomic_write_text
 
 __all__ = [
     "END", "SEPARATOR", "CODES_HEADER", "Merge", "BPEError", "BPETextError", "CodesFileError",
-    "check_word", "split_words", "word_counts", "word_symbols", "initial_symbols",
+    "check_word", "word_counts", "word_symbols", "initial_symbols",
     "learn_bpe", "learn_bpe_by_recounting", "BPE", "detokenize", "unapply", "write_codes", "read_codes",
 ]
 
@@ -141,12 +141,6 @@ def _check_line(line: str, where: str) -> str:
             if word:
                 check_word(word, where)
     return body
-
-
-def split_words(line: str, where: str = "") -> list[str]:
-    """The words of a line, as subword-nmt reads them: strip spaces and the line ending, split at single
-    spaces, skip the empty words that runs of spaces leave. Each word is checked (``check_word``)."""
-    return [w for w in _check_line(line, where).split(" ") if w]
 
 
 def word_counts(lines: Iterable[str], source: str = "<text>") -> Counter[str]:
@@ -367,7 +361,7 @@ def learn_bpe(corpus, num_merges: int, min_frequency: int = 2) -> list[Merge]:
     corpus: an iterable of lines (both columns of a parallel corpus, for a joint
     vocabulary) or a {word: count} mapping. Learning stops early when no pair
     occurs ``min_frequency`` times or more, or when every word is one symbol.
-    Returns the merges in the order learned: line k of the codes file is merges[k].
+    Returns the merges in the order learned, the order of the codes file's lines.
 
     A merge changes only the words that contain its pair, and in them only the
     pairs next to it. So instead of recounting the corpus per merge, this keeps:
@@ -420,8 +414,7 @@ def learn_bpe(corpus, num_merges: int, min_frequency: int = 2) -> list[Merge]:
                     del pair_freq[pair]
                 if delta > 0:
                     queue.push(pair, total)            # a frequency rose: the queue needs a new entry
-        # Every occurrence of `best` was merged, so it left pair_freq. (A merged pair can come back
-        # later only through a new symbol: "ab c" again once "a bc" is merged too.)
+        # Every occurrence of `best` was merged: its frequency fell to 0 and it left pair_freq.
     return merges
 
 
@@ -486,16 +479,17 @@ class BPE:
     def __repr__(self) -> str:
         return f"BPE({len(self.merges)} merges)"
 
-    def segment(self, word: str) -> tuple[str, ...]:
+    def segment(self, word: str, where: str = "") -> tuple[str, ...]:
         """The pieces of one word, without markers: ``("lo", "west")`` for "lowest" in the example above.
 
         Start from the word's initial symbols; while some adjacent pair is a merge,
-        merge (everywhere in the word) the pair that was learned earliest.
+        merge (everywhere in the word) the pair that was learned earliest. A word that
+        breaks a rule of ``check_word`` raises BPETextError, which ``where`` starts.
         """
         pieces = self._pieces.get(word)
         if pieces is not None:
-            return pieces
-        check_word(word)
+            return pieces                              # seen before, and so already checked
+        check_word(word, where)
         symbols = list(word_symbols(word))
         rank = self._rank
         while len(symbols) > 1:
@@ -513,8 +507,8 @@ class BPE:
         self._pieces[word] = pieces
         return pieces
 
-    def _word_tokens(self, word: str) -> list[str]:
-        pieces = self.segment(word)
+    def _word_tokens(self, word: str, where: str = "") -> list[str]:
+        pieces = self.segment(word, where)
         return [p + SEPARATOR for p in pieces[:-1]] + [pieces[-1]]
 
     def tokens(self, line: str, where: str = "") -> list[str]:
@@ -526,11 +520,12 @@ class BPE:
         """
         if not isinstance(line, str):
             raise TypeError(f"{where}tokens expects a str, got {type(line).__name__}")
-        if line.startswith(" ") or line.endswith(" ") or "  " in line:
+        if not line:
+            return []
+        if line[0] == " " or line[-1] == " " or "  " in line:
             raise BPETextError(f"{where}the text {line!r:.80} has spaces at an end or several in a row; they "
                                "would not come back (words are separated by single spaces)")
-        _check_line(line, where)
-        return [tok for word in line.split(" ") if word for tok in self._word_tokens(word)]
+        return [tok for word in line.split(" ") for tok in self._word_tokens(word, where)]
 
     def apply(self, line: str, where: str = "") -> str:
         """The line as ``subword-nmt apply-bpe`` writes it: pieces separated by spaces, "@@"
