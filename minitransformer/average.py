@@ -153,7 +153,8 @@ def average_checkpoints(checkpoints: Sequence[Checkpoint]) -> Checkpoint:
     Its model is a fresh Transformer of the shared config holding the mean parameters,
     on the current backend; vocabulary, tokenization (``extra["levels"]``) and training
     settings are the first checkpoint's (all agree). No optimizer state. ``step`` is the
-    latest source step, and ``extra["average"] = {"sources": [...], "steps": [...]}``.
+    latest source step, and ``extra["average"] = {"sources": [...], "steps": [...]}``; ``meta``
+    is None (it was not read from a file).
     Raises an AverageError subclass naming the two checkpoints that disagree.
     """
     means = average_parameters(checkpoints)
