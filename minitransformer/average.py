@@ -29,8 +29,6 @@ import dataclasses
 import os
 from collections.abc import Sequence
 
-import numpy
-
 from . import backend
 from .checkpoint import Checkpoint, save_checkpoint
 from .model import Transformer
@@ -76,7 +74,7 @@ def _name(ckpt: Checkpoint, k: int) -> str:
     return ckpt.path or f"checkpoint {k + 1}"
 
 
-def _host_parameters(ckpt: Checkpoint) -> dict[str, numpy.ndarray]:
+def _host_parameters(ckpt: Checkpoint) -> dict:
     return {name: backend.to_numpy(p.data) for name, p in ckpt.model.named_parameters()}
 
 
@@ -128,21 +126,21 @@ def _check_compatible(checkpoints: Sequence[Checkpoint]) -> None:
             raise DtypeMismatchError(f"{a} has {dtype_a} parameters and {b} has {dtype_b}")
 
 
-def average_parameters(checkpoints: Sequence[Checkpoint]) -> dict[str, numpy.ndarray]:
-    """{parameter name: the element-wise mean over ``checkpoints``}, as host arrays.
+def average_parameters(checkpoints: Sequence[Checkpoint]) -> dict:
+    """{parameter name: the element-wise mean over ``checkpoints``}, as host (NumPy) arrays.
 
     The sum is accumulated in float64 and the mean cast back to the parameters' dtype,
     so the average of one checkpoint is that checkpoint, bit for bit, and the average of
     two float32 checkpoints is their exact mean rounded once.
     """
     _check_compatible(checkpoints)
-    total: dict[str, numpy.ndarray] = {}
+    total = {}                                         # name -> the running sum, float64
     for ckpt in checkpoints:
         for name, value in _host_parameters(ckpt).items():
             if name in total:
                 total[name] += value                   # float32 + float64: added in float64
             else:
-                total[name] = value.astype(numpy.float64)
+                total[name] = value.astype("float64")
     dtype = checkpoints[0].model.E.data.dtype
     return {name: (s / len(checkpoints)).astype(dtype) for name, s in total.items()}
 
