@@ -833,7 +833,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description=f"Train a Transformer on a named task ({_task_names_help()}; "
                                    "`python -m minitransformer tasks` describes them) or a TSV file. A checkpoint "
                                    "is saved at every validation and at the end (the one replaced is kept as "
-                                   "checkpoint.prev.npz); Ctrl-C, SIGTERM, SIGHUP or a closed output pipe save one and print how to resume.")
+                                   "checkpoint.prev.npz); Ctrl-C, SIGTERM, SIGHUP or a closed output pipe save "
+                                   "one and print how to resume.")
     p.add_argument("--task", help=f"a named task: {_task_names_help()} (see the 'tasks' command)")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task); duplicate pairs "
                                   "are removed and the rest split into train / valid / test")
