@@ -231,14 +231,20 @@ def _read_entry(path: str, archive: zipfile.ZipFile, key: str, info: zipfile.Zip
             if n_bytes > max_bytes:
                 raise CheckpointError(f"{path}: the entry {key!r} would take {_size(n_bytes)}, more than the "
                                       f"{_size(max_bytes)} the config allows for it")
-            data = f.read(n_bytes)
-            if len(data) != n_bytes or f.read(1):
-                raise damaged(f"{len(data)} bytes of data where its header says {n_bytes}")
+            data = bytearray(n_bytes)               # read into place: writable, and no second copy
+            view, got = memoryview(data), 0
+            while got < n_bytes:
+                k = f.readinto(view[got:])
+                if not k:
+                    break
+                got += k
+            if got != n_bytes or f.read(1):
+                raise damaged(f"{got} bytes of data where its header says {n_bytes}")
     except CheckpointError:
         raise
     except (ValueError, OSError, zipfile.BadZipFile, EOFError, zlib.error) as exc:
         raise damaged(exc) from None
-    return numpy.frombuffer(data, dtype=dtype).reshape(saved_shape, order="F" if fortran else "C").copy()
+    return numpy.frombuffer(data, dtype=dtype).reshape(saved_shape, order="F" if fortran else "C")
 
 
 def _read_meta(path: str, archive: zipfile.ZipFile, entries: dict) -> dict:

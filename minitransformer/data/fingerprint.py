@@ -27,25 +27,31 @@ import json
 SPLIT_NAMES = ("train", "valid", "test")
 
 
-def _pair_lines(pairs) -> list[str]:
-    """One canonical text line per distinct pair (tokens as JSON, so no separator can be confused)."""
-    return sorted({json.dumps([list(src), list(tgt)], ensure_ascii=False) for src, tgt in pairs})
+def _pair_lines(pairs) -> set[str]:
+    """One canonical text line per distinct pair: the repr of a tuple of two tuples of strings,
+    which no other pair shares (repr quotes and escapes every token)."""
+    return {repr((tuple(src), tuple(tgt))) for src, tgt in pairs}
 
 
-def digest(pairs) -> str:
-    """SHA-256 (hex) of the set of (source tokens, target tokens) pairs; the order does not matter."""
+def _digest_lines(lines: set[str]) -> str:
     h = hashlib.sha256()
-    for line in _pair_lines(pairs):
+    for line in sorted(lines):
         h.update(line.encode("utf-8", "surrogatepass"))
         h.update(b"\n")
     return h.hexdigest()
 
 
+def digest(pairs) -> str:
+    """SHA-256 (hex) of the set of (source tokens, target tokens) pairs; the order does not matter."""
+    return _digest_lines(_pair_lines(pairs))
+
+
 def fingerprint(name: str, train, valid, test) -> dict:
     """The fingerprint of a task's three splits (lists of token pairs): a JSON-ready dict."""
-    parts = {"train": digest(train), "valid": digest(valid), "test": digest(test)}
+    lines = {"train": _pair_lines(train), "valid": _pair_lines(valid), "test": _pair_lines(test)}
+    parts = {split: _digest_lines(split_lines) for split, split_lines in lines.items()}
     split = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-    return {"task": name, "corpus": digest([*train, *valid, *test]), "split": split,
+    return {"task": name, "corpus": _digest_lines(set().union(*lines.values())), "split": split,
             "sizes": [len(train), len(valid), len(test)], "since_step": 0}
 
 
