@@ -472,6 +472,10 @@ def cmd_train(args) -> int:
     changes = _model_changes(args)
     # Everything that can be checked is checked before the first step.
     ckpt, saved = None, None
+    if args.resume is not None and not args.resume.strip():
+        # An empty --resume would otherwise be "no --resume": a fresh run where a resumed one was asked for.
+        raise CliError("the checkpoint to resume from is empty; name a checkpoint.npz, or leave --resume out",
+                       "--resume")
     if args.resume:
         with _memory_for("loading the checkpoint", f"--resume {args.resume}"):
             ckpt = _load_checkpoint(args.resume, "--resume")

@@ -85,6 +85,14 @@ def test_a_strict_utf8_stdin_error_names_standard_input_and_the_line(trained, mo
                             "(standard input, line 2)"]
 
 
+def test_an_empty_resume_is_an_error_not_a_fresh_run(trained, tmp_path, capsys):
+    """The neighbour of `translate --attention ""`: an empty value must not read as "not given"."""
+    assert main(_train(trained["data"], tmp_path / "r", "--steps", "2", "--resume", "")) == 2
+    assert _errors(capsys.readouterr().err) == ["error: the checkpoint to resume from is empty; name a "
+                                                "checkpoint.npz, or leave --resume out (--resume)"]
+    assert not (tmp_path / "r").exists()
+
+
 def test_an_empty_attention_folder_is_an_error(trained, capsys):
     assert main(["translate", "--checkpoint", str(trained["ckpt"]), "--attention", "", "one"]) == 2
     assert _errors(capsys.readouterr().err) == ["error: the folder for the heatmaps is empty; name a folder, or leave "
