@@ -452,11 +452,9 @@ def _check_resumed_model(ckpt, preset: str | None, changes: dict, path: str) -> 
 
 
 def cmd_train(args) -> int:
-    from . import backend  # noqa: PLC0415
     from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
     from .data.registry import load_task  # noqa: PLC0415
-    from .model import describe  # noqa: PLC0415
-    from .train import TrainSettings, make_trainer, settings_for  # noqa: PLC0415
+    from .train import TrainSettings  # noqa: PLC0415
 
     _set_backend(args)
     strategies = _eval_strategies(args)        # checked when parsed; used after the last step
@@ -498,39 +496,46 @@ def cmd_train(args) -> int:
     out_dir = args.out if args.out is not None else os.path.join("runs", task.name)
     _check_output_dir(out_dir, "--out")
     with _run_lock(out_dir):
-        # Holding the folder's lock: no other run can start into it between this check and our saves.
-        earlier = os.path.join(out_dir, "checkpoint.npz")
-        continuing = args.resume is not None and os.path.exists(earlier) and os.path.samefile(args.resume, earlier)
-        if os.path.exists(earlier) and not continuing and not args.overwrite:
-            # A new run would replace the earlier one's checkpoint: never without being asked.
-            raise CliError(f"{earlier} holds an earlier run; continue it with --resume {earlier}, train into "
-                           "another folder with --out DIR, or replace it with --overwrite", f"--out {out_dir}")
-        overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                         lr_factor=args.lr_factor, warmup_steps=args.warmup, clip_norm=args.clip_norm,
-                         seed=seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
-        preset, settings = settings_for(task, preset=args.preset, **overrides)
-        if saved is not None:
-            # A resumed run continues with its own settings and model; options given now override the settings.
-            preset = ckpt.extra.get("preset") or args.preset or preset
-            with _about(f"--resume {args.resume}"):
-                given = {k: v for k, v in overrides.items() if v is not None}
-                settings = TrainSettings(**{**vars(saved), **given})
-        model_options = " ".join([f"--preset {preset}", *(f"--set {t}" for t in args.set or [])])
-        with _about(f"--resume {args.resume}" if args.resume else model_options), \
-                _memory_for("building the model", model_options, "choose a smaller --preset or --set smaller sizes"):
-            trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes)
-        model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
-        _check_decoding_fits(model, [src for src, _ in task.test], strategies, "--eval",
-                             " at the end (the test set)")
-        print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test "
-              f"pairs, vocabulary {len(vocab)}")
-        changed = "".join(f" --set {name}={value}" for name, value in changes.items())
-        print(f"model: preset {preset}{changed}, {model.num_parameters():,} parameters, "
-              f"backend {backend.backend_name()}")
-        print(f"  config: {describe(cfg)}")
-        if ckpt is not None:
-            print(f"resuming from {args.resume} at step {trainer.step}")
-        return _train_and_report(args, task, trainer, settings, out_dir, strategies)
+        return _train_locked(args, task, out_dir, ckpt, saved, seed, changes, strategies)
+
+
+def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dict, strategies: list) -> int:
+    """The rest of ``train``, holding ``out_dir``'s run lock: no other run can start into the folder
+    between the check for an earlier run below and this run's last save."""
+    from . import backend  # noqa: PLC0415
+    from .model import describe  # noqa: PLC0415
+    from .train import TrainSettings, make_trainer, settings_for  # noqa: PLC0415
+
+    earlier = os.path.join(out_dir, "checkpoint.npz")
+    continuing = args.resume is not None and os.path.exists(earlier) and os.path.samefile(args.resume, earlier)
+    if os.path.exists(earlier) and not continuing and not args.overwrite:
+        # A new run would replace the earlier one's checkpoint: never without being asked.
+        raise CliError(f"{earlier} holds an earlier run; continue it with --resume {earlier}, train into another "
+                       "folder with --out DIR, or replace it with --overwrite", f"--out {out_dir}")
+    overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
+                     lr_factor=args.lr_factor, warmup_steps=args.warmup, clip_norm=args.clip_norm,
+                     seed=seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
+    preset, settings = settings_for(task, preset=args.preset, **overrides)
+    if saved is not None:
+        # A resumed run continues with its own settings and model; options given now override the settings.
+        preset = ckpt.extra.get("preset") or args.preset or preset
+        with _about(f"--resume {args.resume}"):
+            given = {k: v for k, v in overrides.items() if v is not None}
+            settings = TrainSettings(**{**vars(saved), **given})
+    model_options = " ".join([f"--preset {preset}", *(f"--set {t}" for t in args.set or [])])
+    with _about(f"--resume {args.resume}" if args.resume else model_options), \
+            _memory_for("building the model", model_options, "choose a smaller --preset or --set smaller sizes"):
+        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes)
+    model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
+    _check_decoding_fits(model, [src for src, _ in task.test], strategies, "--eval", " at the end (the test set)")
+    print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
+          f"vocabulary {len(vocab)}")
+    changed = "".join(f" --set {name}={value}" for name, value in changes.items())
+    print(f"model: preset {preset}{changed}, {model.num_parameters():,} parameters, backend {backend.backend_name()}")
+    print(f"  config: {describe(cfg)}")
+    if ckpt is not None:
+        print(f"resuming from {args.resume} at step {trainer.step}")
+    return _train_and_report(args, task, trainer, settings, out_dir, strategies)
 
 
 @contextmanager
