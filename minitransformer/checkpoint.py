@@ -26,10 +26,10 @@ dtype, shape and finiteness), and each problem is one :class:`CheckpointError`
 naming the file and what is wrong with it. Two rules make a loaded checkpoint
 one the trainer can save again:
 
-* the validity rule of saving is the rule of loading (``array_problem``): float32
-  or float64 arrays, every entry finite, no parameter too large to square in its
-  dtype. A checkpoint the trainer would refuse to save is refused at load, before
-  a resumed run spends its steps on it;
+* the validity rule of saving is the rule of loading (``dtype_problem``,
+  ``value_problem``): float32 or float64 arrays, every entry finite, no parameter
+  too large to square in its dtype. A checkpoint the trainer would refuse to save
+  is refused at load, before a resumed run spends its steps on it;
 * nothing is allocated before it is checked. The model's size is estimated from
   the config and refused if it cannot fit in memory (``model.check_fits``); each
   entry's size is read from the zip directory and its shape from its ``.npy``
