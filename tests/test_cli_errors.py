@@ -13,7 +13,8 @@ import pytest
 
 from minitransformer import backend
 from minitransformer.__main__ import main
-from minitransformer.train import load_task, make_trainer, settings_for
+from minitransformer.data.registry import load_task
+from minitransformer.train import make_trainer, settings_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "one two three four five six seven eight".split()
@@ -26,7 +27,7 @@ def files(tmp_path_factory):
     data = d / "pairs.tsv"
     data.write_text("".join(f"{a} {b}\t{b} {a}\n" for a in WORDS for b in WORDS), encoding="utf-8")
     task = load_task(data=str(data), level="word")
-    preset, settings = settings_for(task.name, preset="tiny", steps=5)
+    preset, settings = settings_for(task, preset="tiny", steps=5)
     trainer = make_trainer(task, settings, preset, str(d / "run"))
     (d / "run").mkdir()
     trainer.step = 5                                   # as if trained: --steps 5 is then "nothing to train"
@@ -204,11 +205,11 @@ def test_overwrite_replaces_an_earlier_run_only_when_asked(files, capsys, tmp_pa
 
 
 def test_an_internal_error_is_one_line_with_exit_1_and_debug_shows_the_traceback(files, capsys, monkeypatch):
-    import minitransformer.train as train
+    import minitransformer.data.registry as registry
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
-    monkeypatch.setattr(train, "load_task", broken)
+    monkeypatch.setattr(registry, "load_task", broken)
     argv = _fill(TRAIN, files)
     assert main(argv) == 1
     err = capsys.readouterr().err

@@ -34,6 +34,7 @@ from minitransformer import backend
 from minitransformer.__main__ import main
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
 from minitransformer.data.batching import make_source_batch
+from minitransformer.data.registry import load_task
 from minitransformer.decoding import beam_search, greedy_decode
 from minitransformer.gradcheck import check_layer, gradcheck
 from minitransformer.layers.attention import (
@@ -61,7 +62,6 @@ from minitransformer.train import (
     TrainSettings,
     build_model,
     encode_pairs,
-    load_task,
 )
 from minitransformer.translate import attention_maps
 

@@ -1,9 +1,9 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
+#     formats: ipynb,src//py:percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -44,7 +44,7 @@
 # | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search` |
 # | the length penalty (Wu et al. 2016, Eq. 14) | `minitransformer.decoding.length_penalty` |
 # | BLEU, chrF, exact match | `minitransformer.metrics.corpus_bleu`, `corpus_chrf`, `exact_match` |
-# | a task, its recipe, a training run | `minitransformer.train.load_task`, `settings_for`, `make_trainer`, `Trainer.run` |
+# | a task, its recipe, a training run | `minitransformer.data.registry.load_task`, `minitransformer.train.settings_for`, `make_trainer`, `Trainer.run` |
 # | translate and score a test set | `minitransformer.translate.score_translations` |
 # | every layer's and head's attention weights | `minitransformer.translate.attention_maps` |
 #
@@ -62,6 +62,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minitransformer import backend, decoding, metrics, translate, train
+from minitransformer.data.registry import load_task
 from minitransformer import model as model_module
 from minitransformer.layers.loss import log_softmax
 from minitransformer.layers.masks import padding_mask
@@ -276,7 +277,7 @@ plt.show()
 # words. Both sides are split into words.
 
 # %%
-task = train.load_task("dates-en-ko")
+task = load_task("dates-en-ko")
 vocab = task.vocab
 print(f"{task.name}: {len(task.train):,} training pairs, {len(task.valid)} validation, {len(task.test)} test; "
       f"{len(vocab)} tokens in the shared vocabulary")
