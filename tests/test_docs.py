@@ -9,6 +9,7 @@ docs/_static/mathjax, the browser must show no raw LaTeX, and the TeX fonts must
 
 import html.parser
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -200,8 +201,12 @@ class _DOM(html.parser.HTMLParser):
 
 @pytest.fixture(scope="module")
 def chromium():
+    """The browser's path; without one the browser tests skip, except where
+    MINITRANSFORMER_NEED_BROWSER is set (.ci/run sets it: there they must run)."""
     path = next(filter(None, map(shutil.which, CHROMIUM)), None)
     if path is None:
+        if os.environ.get("MINITRANSFORMER_NEED_BROWSER"):
+            pytest.fail(NO_CHROMIUM.replace("skipped", "cannot run, and MINITRANSFORMER_NEED_BROWSER is set"))
         pytest.skip(NO_CHROMIUM)
     return path
 
