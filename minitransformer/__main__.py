@@ -124,6 +124,37 @@ def positive_float(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    """A number p with 0 < p ≤ 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:            # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text}")
+    return value
+
+
+def beam_size(text: str) -> int:
+    """A beam size: a whole number in 1..decoding.MAX_BEAM_SIZE (checked here, before anything runs)."""
+    from .decoding import MAX_BEAM_SIZE  # noqa: PLC0415
+
+    value = positive_int(text)
+    if value > MAX_BEAM_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BEAM_SIZE} (§6.1 uses 4), got {text}")
+    return value
+
+
+def strategy_spec(text: str):
+    """A decoding strategy by name: greedy, beam4, sample:temperature=0.7,top_k=10 (decoding.parse_strategy)."""
+    from .decoding import parse_strategy  # noqa: PLC0415
+
+    try:
+        return parse_strategy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors in the package's one format: ``error: <what> (<option>)``, exit 2."""
 
@@ -168,17 +199,80 @@ def _load_checkpoint(path: str, option: str):
         return load_checkpoint(path)
 
 
-def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None) -> dict:
-    """Decode ``pairs`` (token lists), print samples and scores; return the scores."""
+# -- decoding strategies: one set of options for translate and evaluate, --eval for train ---
+
+_SAMPLING_OPTIONS = (("temperature", "--temperature"), ("top_k", "--top-k"), ("top_p", "--top-p"),
+                     ("sample_seed", "--sample-seed"))
+
+
+def _add_strategy_options(p: argparse.ArgumentParser, default_beam: int = 4) -> None:
+    """--beam, or --sample with --temperature / --top-k / --top-p / --sample-seed (read by _strategy_from_args)."""
+    p.add_argument("--beam", type=beam_size, default=None, metavar="K",
+                   help=f"beam size (1 = greedy; default {default_beam}, as in §6.1)")
+    p.set_defaults(default_beam=default_beam)
+    p.add_argument("--sample", action="store_true",
+                   help="sample each token from the model's distribution instead of searching (not with --beam)")
+    p.add_argument("--temperature", type=positive_float, metavar="T",
+                   help="with --sample: divide the logits by T (< 1 sharper, > 1 flatter; default 1)")
+    p.add_argument("--top-k", type=positive_int, metavar="K", help="with --sample: only the K most probable tokens")
+    p.add_argument("--top-p", type=probability, metavar="P",
+                   help="with --sample: only the most probable tokens holding probability P (nucleus, 0 < P ≤ 1)")
+    p.add_argument("--sample-seed", type=non_negative_int, metavar="N",
+                   help="with --sample: seed of the draws (default 0; the same seed gives the same outputs)")
+
+
+def _strategy_from_args(args):
+    """The decoding strategy the options of ``_add_strategy_options`` ask for (CliError if they conflict)."""
+    from .decoding import GREEDY, Beam, Sample  # noqa: PLC0415
+
+    given = [(name, option) for name, option in _SAMPLING_OPTIONS if getattr(args, name) is not None]
+    if not args.sample:
+        if given:
+            raise CliError(f"{given[0][1]} applies only to sampling; add --sample", given[0][1])
+        size = args.beam if args.beam is not None else args.default_beam
+        return GREEDY if size == 1 else Beam(size)
+    if args.beam is not None:
+        raise CliError(f"--sample and --beam {args.beam} ask for two different decoders; give one of them",
+                       "--sample/--beam")
+    settings = {name: getattr(args, name) for name, _ in given}
+    settings["seed"] = settings.pop("sample_seed", 0)
+    with _about("--sample-seed"):
+        return Sample(**settings)
+
+
+def _after_greedy(strategy) -> list:
+    """evaluate's list: greedy first, as the baseline, then ``strategy`` unless it is greedy."""
+    from .decoding import GREEDY  # noqa: PLC0415
+
+    return [GREEDY] if strategy == GREEDY else [GREEDY, strategy]
+
+
+def _add_eval_option(p: argparse.ArgumentParser) -> None:
+    """train --eval: the strategies the test set is decoded with at the end, checked when the options are parsed."""
+    p.add_argument("--eval", type=strategy_spec, nargs="+", default=None, metavar="STRATEGY",
+                   help="decode the test set at the end with each of these: greedy, beamK (e.g. beam4), "
+                        "beam:size=K,alpha=A, sample, sample:temperature=T,top_k=K,top_p=P,seed=N "
+                        "(default: greedy)")
+
+
+def _eval_strategies(args) -> list:
+    """The strategies of train --eval, duplicates dropped (default: greedy)."""
+    from .decoding import GREEDY  # noqa: PLC0415
+
+    return list(dict.fromkeys(args.eval or [GREEDY]))
+
+
+def _report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> dict:
+    """Decode ``pairs`` (token lists) with each strategy, print samples and scores; return the scores."""
     from .data.vocab import detokenize  # noqa: PLC0415
     from .translate import score_translations  # noqa: PLC0415
 
     stream = stream or sys.stdout   # looked up now: a default of sys.stdout would miss redirections
     results = {}
-    for beam in beam_sizes:
-        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, beam_size=beam)
-        name = "greedy" if beam == 1 else f"beam {beam}"
-        if beam == beam_sizes[0] and n_samples > 0:
+    for i, strategy in enumerate(strategies):
+        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, strategy=strategy)
+        name = str(strategy)
+        if i == 0 and n_samples > 0:
             print("sample decodes:", file=stream)
             for (src, _), hyp, ref in list(zip(pairs, r["hyps"], r["refs"]))[:n_samples]:
                 mark = "✓" if hyp == ref else "✗"
@@ -255,6 +349,7 @@ def cmd_train(args) -> int:
     from .train import TrainingInterrupted, TrainSettings, make_trainer, settings_for  # noqa: PLC0415
 
     _set_backend(args)
+    strategies = _eval_strategies(args)        # checked when parsed; used after the last step
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --task NAME or --data pairs.tsv", "--task/--data")
     if args.task is not None:
@@ -342,7 +437,7 @@ def cmd_train(args) -> int:
           f"{checkpoint}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
           f"curve: {os.path.join(out_dir, 'loss.png')}")
     print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
-    _report(model.eval(), task, vocab, task.test, beam_sizes=tuple(args.eval_beams))
+    _report(model.eval(), task, vocab, task.test, strategies)
     return 0
 
 
@@ -375,6 +470,7 @@ def cmd_translate(args) -> int:
     from .translate import translate_tokens  # noqa: PLC0415
 
     _set_backend(args)
+    strategy = _strategy_from_args(args)
     sentences = _read_sentences(args)
     if args.attention:
         with _about(f"--attention {args.attention}"):
@@ -401,12 +497,12 @@ def cmd_translate(args) -> int:
     unknown = sorted({t for src in sources for t in src if t not in ckpt.vocab})
     if unknown:
         print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
-    for hyp in translate_tokens(model, ckpt.vocab, sources, beam_size=args.beam):
+    for hyp in translate_tokens(model, ckpt.vocab, sources, strategy):
         print(detokenize(hyp, tgt_level))
     if args.attention:
         from .translate import save_attention_maps  # noqa: PLC0415
         paths = save_attention_maps(model, ckpt.vocab, sources[0], args.attention, src_level, tgt_level,
-                                    beam_size=args.beam)
+                                    strategy=strategy)
         print(f"wrote {len(paths)} attention heatmaps to {args.attention}", file=sys.stderr)
     return 0
 
@@ -419,6 +515,7 @@ def cmd_evaluate(args) -> int:
     from .data.registry import load_task  # noqa: PLC0415
 
     _set_backend(args)
+    strategy = _strategy_from_args(args)
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --data pairs.tsv or --task NAME", "--task/--data")
     if args.data and args.split is not None:
@@ -444,8 +541,7 @@ def cmd_evaluate(args) -> int:
         pairs = getattr(task, args.split or "test")
     if args.limit is not None:
         pairs = pairs[: args.limit]
-    beams = (1,) if args.beam == 1 else (1, args.beam)
-    _report(ckpt.model.eval(), task, ckpt.vocab, pairs, beam_sizes=beams, n_samples=args.samples)
+    _report(ckpt.model.eval(), task, ckpt.vocab, pairs, _after_greedy(strategy), n_samples=args.samples)
     return 0
 
 
@@ -505,8 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validate (and save a checkpoint) every this many steps")
     p.add_argument("--checkpoint-every", type=positive_int,
                    help="also save a checkpoint every this many steps")
-    p.add_argument("--eval-beams", type=positive_int, nargs="+", default=[1],
-                   help="beam sizes to evaluate the test set with at the end (default: 1 = greedy)")
+    _add_eval_option(p)
     p.add_argument("--seed", type=non_negative_int, default=None,
                    help="seed of the data split, the initial weights and dropout (default 0; when resuming, "
                         "the checkpoint's)")
@@ -527,14 +622,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "first, with a note; words still unknown after that are named in a warning.")
     p.add_argument("text", nargs="*", help="sentences (default: read lines from standard input)")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
-    p.add_argument("--beam", type=positive_int, default=4, help="beam size (1 = greedy; default 4, as in §6.1)")
+    _add_strategy_options(p)
     p.add_argument("--level", choices=["char", "word"], help="source tokenization (default: the checkpoint's)")
     p.add_argument("--attention", metavar="OUT_DIR",
                    help="also save attention heatmaps (every layer and head) for the first sentence")
     _add_common(p)
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split")
+    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split",
+                       description="Score a checkpoint: greedy decoding first, then the decoder chosen with "
+                                   "--beam K (default 4) or --sample.")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (all of it is evaluated)")
     p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")
@@ -542,8 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["train", "valid", "test"], default=None,
                    help="which split of --task to evaluate (default: test)")
     p.add_argument("--level", choices=["char", "word"], help="tokenization of --data (default: the checkpoint's)")
-    p.add_argument("--beam", type=positive_int, default=4,
-                   help="also evaluate beam search of this size (1: greedy only)")
+    _add_strategy_options(p)      # scored after greedy (--beam 1: greedy only)
     p.add_argument("--limit", type=positive_int, help="evaluate only the first N pairs")
     p.add_argument("--samples", type=non_negative_int, default=5, help="sample decodes to print (0: none)")
     p.add_argument("--seed", type=non_negative_int, default=None,
