@@ -69,10 +69,13 @@ def _call_site() -> str:
 
     def name(f):
         # Relative to the checkout, whatever its folder is called (a clone named "minitransformer"
-        # has that word twice in its paths); a file elsewhere (an installed copy) keeps its path.
+        # has that word twice in its paths). A file of an installed copy of the package (in
+        # site-packages) is named from its package folder on: minitransformer/decoding.py.
         path = os.path.abspath(f.f_code.co_filename)
         if os.path.commonpath([path, _ROOT]) == _ROOT:
             path = os.path.relpath(path, _ROOT)
+        elif f"{os.sep}minitransformer{os.sep}" in path:
+            path = "minitransformer" + os.sep + path.rsplit(f"{os.sep}minitransformer{os.sep}", 1)[1]
         return f"{path.replace(os.sep, '/')}:{f.f_lineno} ({f.f_code.co_name})"
 
     site = name(frame)
