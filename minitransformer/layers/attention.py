@@ -134,7 +134,7 @@ class MHACache(NamedTuple):
     x_q: object        # (B, S_q, d_model) query input
     x_kv: object       # (B, S_k, d_model) key/value input, or None for self-attention
     concat: object     # (B, S_q, d_model) the concatenated heads, input of W^O
-    attn: AttentionCache
+    attn: AttentionCache   # what the heads' scaled dot-product attention saved
 
 
 class MultiHeadAttention(Layer):

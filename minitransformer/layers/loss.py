@@ -25,8 +25,8 @@ class LossCache(NamedTuple):
     probs: object     # (B, T, V) softmax of the logits
     targets: object   # (B, T)
     valid: object     # (B, T) bool, True at non-pad targets
-    n_tokens: int
-    eps_ls: float
+    n_tokens: int     # the number of non-pad targets, the mean's divisor
+    eps_ls: float     # ε_ls, the label smoothing
 
 
 def log_softmax(logits: Array) -> Array:
