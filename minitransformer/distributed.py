@@ -354,18 +354,24 @@ class GradientSum:
         dtypes = {p.grad.dtype for p in self.params}
         if len(dtypes) != 1:
             raise TypeError(f"GradientSum: the gradients have several dtypes {sorted(map(str, dtypes))}")
-        sizes = [p.grad.size for p in self.params]
-        self.offsets = numpy.concatenate([[0], numpy.cumsum(sizes)]).astype(int).tolist()
-        self.buffer = numpy.empty(self.offsets[-1] + 2, dtype=dtypes.pop())   # + the loss and the count
+        self.dtype = dtypes.pop()
+        self.offsets = numpy.concatenate([[0], numpy.cumsum([p.grad.size for p in self.params])]).astype(int).tolist()
+        self._buffer: numpy.ndarray | None = None          # made at the first sum over several ranks
 
     @property
     def nbytes(self) -> int:
-        return self.buffer.nbytes
+        """The bytes one Allreduce sums: every gradient, the loss and the token count."""
+        return (self.offsets[-1] + 2) * self.dtype.itemsize
 
     def __call__(self, comm, loss: float, work: StepBatches, step: int) -> float:
         """Sum the gradients and the loss (this rank's share of the step's mean) over the ranks;
-        returns the step's loss. RanksOutOfSync if the shards do not add up to the global batch."""
-        buf, offsets = self.buffer, self.offsets
+        returns the step's loss (one process: ``loss`` as it is). RanksOutOfSync if the shards do
+        not add up to the global batch."""
+        if comm.size == 1:
+            return loss
+        if self._buffer is None:
+            self._buffer = numpy.empty(self.offsets[-1] + 2, dtype=self.dtype)   # + the loss and the count
+        buf, offsets = self._buffer, self.offsets
         xp = backend.get_array_module(self.params[0].grad)
         grads = [p.grad.reshape(-1) for p in self.params]
         if xp is numpy:
@@ -407,12 +413,16 @@ def check_in_sync(comm, params: Sequence, step: int) -> str:
     return digest
 
 
-def agree_signal(comm, signum: int | None, step: int) -> int | None:
-    """The stop signal any rank has received (None: none): every rank stops after the same step."""
-    agreed = comm.max_int(signum or 0, f"the stop check after step {step}")
-    return agreed or None
+def agree_to_stop(comm, stop, step: int) -> bool:
+    """Has a stop been asked for (``stop``: a ``stops.StopSignals``)? On several ranks: on any of them,
+    whose signal every rank then takes, so that all of them stop after the same step."""
+    asked = stop.requested()
+    if comm.size > 1:
+        stop.signum = comm.max_int(stop.signum or 0, f"the stop check after step {step}") or None
+        asked = stop.signum is not None
+    return asked
 
 
 __all__ = ["DEFAULT_TIMEOUT", "GradientSum", "INSTALL_HINT", "MPICommunicator", "MPIUnavailable",
-           "RanksOutOfSync", "SingleProcess", "StepBatches", "TIMEOUT_VARIABLE", "agree_signal",
+           "RanksOutOfSync", "SingleProcess", "StepBatches", "TIMEOUT_VARIABLE", "agree_to_stop",
            "check_in_sync", "describe", "launched", "parameter_digest", "shard_batch", "step_batches", "world"]

@@ -18,9 +18,19 @@ Nothing is lost, nothing is silent:
 * the run saves ``checkpoint.npz`` at every validation, every
   ``checkpoint_every`` steps and at the end, keeping the file it replaces as
   ``checkpoint.prev.npz``; a state with NaN or inf is never saved;
-* SIGINT (Ctrl-C) or SIGTERM stop the run at the end of the current step, save
-  a checkpoint and raise :class:`TrainingInterrupted`; a second signal during
-  that save is acknowledged and ignored until the file is written;
+* SIGINT (Ctrl-C), SIGTERM, SIGHUP (the terminal was closed) or SIGPIPE, or a
+  standard output or error whose reader is gone (``train … | head``, see
+  ``streams``), stop the run at the end of the current step, save a checkpoint
+  and raise :class:`TrainingInterrupted`; a second signal during that save is
+  acknowledged and ignored until the file is written;
+* one run per output folder: the folder's lock (``runlock``) is held for the
+  whole run, and a second run into it stops at once naming the first one's PID;
+* a checkpoint (or the log) that cannot be written, for a full disk say, stops
+  the run with :class:`OutputWriteError`, which names the file, the step, and
+  the last checkpoint that is intact;
+* the checkpoint records a fingerprint of the data and of its split
+  (``data.fingerprint``): resuming on other data, or on the same data split
+  differently, is refused (``make_trainer``);
 * a step whose loss or gradient is not finite is skipped (no update) with a
   warning; ``max_consecutive_skips`` of them in a row stop the run with
   :class:`NonFiniteLossError` or ``optim.NonFiniteGradientError``;
@@ -34,21 +44,21 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from dataclasses import asdict, replace
 
 import numpy
 
+from . import runlock
 from .checkpoint import save_checkpoint
 from .data.batching import Batch, batch_iterator, batch_plan
+from .data.fingerprint import for_resume
 from .data.loading import TaskData
 from .data.registry import recipe_for
 from .data.vocab import Vocab
-from .decoding import EXTRA_OUTPUT_LEN
-from .distributed import GradientSum, SingleProcess, StepBatches, agree_signal, check_in_sync, step_batches
+from .decoding import EXTRA_OUTPUT_LEN, NonFiniteOutputError
+from .distributed import GradientSum, SingleProcess, StepBatches, agree_to_stop, check_in_sync, step_batches
 from .errors import NonFiniteError
 from .files import atomic_write_text, check_writable_dir, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
@@ -57,26 +67,12 @@ from .optim import Adam, NoamSchedule, NonFiniteGradientError
 from .plot import plot_loss_curve
 from .progress import Progress
 from .settings import Recipe, TrainSettings
+from .stops import OutputWriteError, StopSignals, TrainingInterrupted
 from .translate import source_ids, translate_ids
 
 
 class NonFiniteLossError(NonFiniteError):
     """The loss was NaN or infinite for ``max_consecutive_skips`` steps in a row; training stops."""
-
-
-class TrainingInterrupted(Exception):
-    """SIGINT or SIGTERM stopped the run; a checkpoint of the current step was saved first.
-
-    signum: the signal (signal.SIGINT or signal.SIGTERM); step: the step saved;
-    checkpoint: the file written (None when the trainer has no out_dir).
-    ``exit_code`` is the shell's convention, 128 + signum (130 for Ctrl-C, 143 for SIGTERM).
-    """
-
-    def __init__(self, signum: int, step: int, checkpoint: str | None):
-        self.signum, self.step, self.checkpoint = signum, step, checkpoint
-        self.exit_code = 128 + int(signum)
-        where = f"; checkpoint saved: {checkpoint}" if checkpoint else ""
-        super().__init__(f"interrupted by {signal.Signals(signum).name} at step {step}{where}")
 
 
 def encode_pairs(vocab: Vocab, pairs) -> list[tuple[list[int], list[int]]]:
@@ -85,47 +81,6 @@ def encode_pairs(vocab: Vocab, pairs) -> list[tuple[list[int], list[int]]]:
 
 
 # -- the loop ------------------------------------------------------------------------
-
-
-class _StopSignals:
-    """While active, SIGINT (Ctrl-C) and SIGTERM ask the loop to stop instead of killing it.
-
-    The handler only records the signal: the step in progress finishes, then the
-    loop saves a checkpoint and stops. A second signal while that happens is
-    acknowledged and changes nothing (a checkpoint half-written by a second
-    Ctrl-C is what this avoids). Signal handlers can only be installed from the
-    main thread; elsewhere this does nothing and signals behave as usual.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self, announce: bool = True):
-        self.signum: int | None = None
-        self.announce = announce               # False on ranks other than 0: one message per run
-        self._previous: dict = {}
-
-    def __enter__(self) -> _StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        # os.write, not print: a handler may run in the middle of a print, and
-        # Python's buffered streams refuse to be re-entered.
-        name = signal.Signals(signum).name
-        if self.signum is None:
-            self.signum = signum
-            if self.announce:
-                os.write(2, f"\n{name} received: finishing this step, then saving a checkpoint...\n".encode())
-        elif self.announce:
-            os.write(2, f"\n{name} received again: still saving the checkpoint; stopping as soon as it is "
-                        "written\n".encode())
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
 
 
 def _json_safe(record: dict) -> dict:
@@ -142,10 +97,10 @@ class Trainer:
                  out_dir: str | None = None, levels: dict | None = None, comm=None):
         """levels: how the task tokenizes ({"src": "char", "tgt": "word", "bleu_tokenize": ...}),
         saved in checkpoints so ``translate`` and ``evaluate`` tokenize the same way.
-        comm: the ranks of a data-parallel run (``distributed.world()``); default one process."""
+        comm: a data-parallel run's ranks (``distributed.world()``; rank 0 writes, the CLI mutes the rest)."""
         self.model, self.vocab, self.settings, self.out_dir = model, vocab, settings, out_dir
         self.comm = comm or SingleProcess()
-        self._gradient_sum = GradientSum(model.parameters()) if self.comm.size > 1 else None
+        self._gradient_sum = GradientSum(model.parameters())          # sums over the ranks (none for one)
         self.levels = levels or {}
         self.preset: str | None = None         # the model preset's name, saved for a resume to check
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
@@ -160,6 +115,9 @@ class Trainer:
         self.xp = model.xp
         self.skipped_steps, self.consecutive_skips = 0, 0
         self.last_saved: tuple[str, int] | None = None     # (path, step) of the last checkpoint written
+        self.resumed_from: tuple[str, int] | None = None   # (path, step) of the checkpoint restored, if any
+        # What the run trains on (data.fingerprint), saved in every checkpoint; None: not known.
+        self.data_fingerprint: dict | None = None
         self._progress: Progress | None = None
 
     # -- state for checkpoints --------------------------------------------------
@@ -169,39 +127,48 @@ class Trainer:
 
     def save(self, path: str | None = None) -> str:
         """Save a checkpoint (default: ``out_dir/checkpoint.npz``), keeping the one it replaces
-        as ``checkpoint.prev.npz``. Never saves a non-finite state (checkpoint.NonFiniteStateError)."""
+        as ``checkpoint.prev.npz``. Never saves a non-finite state (checkpoint.NonFiniteStateError);
+        a file that cannot be written (a full disk) is an OutputWriteError naming the intact one."""
         path = path or self.checkpoint_path
         if path is None:
             raise ValueError("Trainer.save: no path given and the trainer has no out_dir")
         extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                  "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset}
-        # Several ranks: only a state they all hold is saved, by rank 0; the others wait for the file.
-        if self.comm.size > 1:
+        if self.data_fingerprint is not None:
+            extra["data"] = self.data_fingerprint
+        if self.comm.size > 1:               # only a state every rank holds is saved (by rank 0 alone)
             check_in_sync(self.comm, self.model.parameters(), self.step)
-        if self.comm.is_root:
-            save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
+        try:
+            if self.comm.is_root:
+                save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
+        except OSError as exc:
+            raise OutputWriteError(path, self.step, exc.strerror or str(exc), self.intact_checkpoint) from exc
         self.comm.barrier(f"rank 0 writing the checkpoint of step {self.step}", timeout=False)
         self.last_saved = (path, self.step)
         self.comm.note = f"the last checkpoint, {path}, is from step {self.step}"
         return path
 
+    @property
+    def intact_checkpoint(self) -> tuple[str, int] | None:
+        """(path, step) of the newest checkpoint a resume can start from: the last one this run
+        saved, else the one it was resumed from; None if there is none."""
+        return self.last_saved or self.resumed_from
+
     def restore(self, ckpt) -> None:
         """Continue from a loaded Checkpoint (its model must be this trainer's model)."""
         self.optimizer.load_state_dict(ckpt.optimizer_state)
         self.step = ckpt.step
+        self.resumed_from = (ckpt.path, ckpt.step) if getattr(ckpt, "path", None) else None
         self.epoch = ckpt.extra.get("epoch", 0)
         self.batch_in_epoch = ckpt.extra.get("batch_in_epoch", 0)
 
     # -- batches --------------------------------------------------------------------
-    def _epoch_plan(self, epoch: int) -> list[list[int]]:
-        """The (global) batches of one epoch as index lists, a pure function of (seed, epoch)."""
-        s = self.settings
-        return batch_plan(self.train_pairs, s.batch_size, s.max_tokens, numpy.random.default_rng([s.seed, epoch]))
-
     def _plans(self):
-        """Endless global batches (index lists) from the current (epoch, batch_in_epoch) position."""
+        """Endless global batches (index lists) from (epoch, batch_in_epoch); an epoch's depend on (seed, epoch)."""
+        s = self.settings
         while True:
-            for i, indices in enumerate(self._epoch_plan(self.epoch)):
+            rng = numpy.random.default_rng([s.seed, self.epoch])
+            for i, indices in enumerate(batch_plan(self.train_pairs, s.batch_size, s.max_tokens, rng)):
                 if i < self.batch_in_epoch:
                     continue                      # already trained on before a resume
                 self.batch_in_epoch = i + 1
@@ -220,10 +187,8 @@ class Trainer:
     def train_step(self, batch: Batch | StepBatches) -> float:
         """Forward, loss, backward and one Adam update; returns the loss.
 
-        batch: one Batch, or this rank's shards of a step's batches (``batches()``). The loss is
-        the mean over the step's n non-pad target tokens (all ranks, all accumulated batches):
-        each shard's dlogits is scaled by n_shard / n, so the gradients summed over shards
-        (backward adds) and ranks (GradientSum) are those of one batch holding them all.
+        batch: a Batch, or this rank's shards of a step's batches (``batches()``): each shard's dlogits
+        is scaled by n_shard / n (n: the step's target tokens on all ranks), so the sums are one batch's.
 
         A non-finite loss skips the backward and the update; a non-finite
         gradient makes Adam skip the update. Either way the step is counted,
@@ -247,8 +212,7 @@ class Trainer:
             if weight != 1.0:
                 dlogits *= weight                 # mean over the shard -> its share of the step's mean
             model.backward(dlogits)
-        if self._gradient_sum is not None:        # several ranks: sum the gradients and the loss over them
-            loss = self._gradient_sum(self.comm, loss, work, self.step + 1)
+        loss = self._gradient_sum(self.comm, loss, work, self.step + 1)      # the same on every rank
         self.step += 1
         if not math.isfinite(loss):
             self._skipped(f"the training loss is {loss}", NonFiniteLossError)
@@ -261,9 +225,8 @@ class Trainer:
         return loss
 
     def dropout_seed(self, step: int, rank: int = 0, micro: int = 0) -> int:
-        """The seed of the dropout masks of step ``step`` (0-based) on rank ``rank``, batch ``micro``
-        of the step: a pure function of (settings.seed, step, rank, micro), so a resumed run draws
-        the same masks as an uninterrupted one, and no two ranks or batches share masks."""
+        """The seed of the dropout masks of step ``step`` (0-based), rank ``rank``, batch ``micro``: a pure
+        function of them and settings.seed (a resumed run draws the same masks; no two ranks share)."""
         key = [self.settings.seed, step] if rank == micro == 0 else [self.settings.seed, step, rank, micro]
         return int(numpy.random.SeedSequence(key).generate_state(1)[0])
 
@@ -285,9 +248,15 @@ class Trainer:
             )
         self._warn(f"step {self.step}: skipped, no update: {problem} ({k} in a row; the run stops at {limit})")
 
+    def _diverged(self, problem: str) -> None:
+        """Stop the run: the parameters after this step are finite but their forward is not."""
+        saved = (f"the last checkpoint, {self.last_saved[0]}, is from step {self.last_saved[1]}"
+                 if self.last_saved else "no checkpoint was saved in this run")
+        raise NonFiniteLossError(
+            f"training stopped at step {self.step}: {problem}; the parameters after this step overflow in the "
+            f"forward pass (the run has diverged); {saved}. Try a smaller --lr-factor, or --clip-norm 1.0")
+
     def _warn(self, text: str) -> None:
-        if not self.comm.is_root:
-            return                                # every rank meets the same warnings: rank 0 says them
         if self._progress is not None:
             self._progress.warn(text)
         else:
@@ -295,9 +264,8 @@ class Trainer:
 
     # -- validation -------------------------------------------------------------------
     def validate(self) -> dict:
-        """The loss on the validation pairs (mean over their non-pad target tokens) and the exact
-        match of greedy decodes of the first ``valid_decode``; on N ranks, rank r takes every
-        N-th pair from the r-th, and the sums are added."""
+        """The validation loss (mean over non-pad target tokens) and the exact match of greedy decodes of
+        the first ``valid_decode`` pairs; rank r of N takes every N-th pair from the r-th, and sums."""
         model = self.model.eval()
         v, r, N = self.vocab, self.comm.rank, self.comm.size
         total, n = 0.0, 0
@@ -308,20 +276,24 @@ class Trainer:
             total += self.criterion.forward(logits, batch.tgt_out) * batch.n_tokens
             n += batch.n_tokens
         pairs = self.valid_pairs[: self.settings.valid_decode]
-        hyps = translate_ids(model, v, [s for s, _ in pairs[r::N]]) if pairs[r::N] else []
+        failed = None
+        try:
+            hyps = translate_ids(model, v, [s for s, _ in pairs[r::N]]) if pairs[r::N] else []
+        except NonFiniteOutputError as exc:
+            hyps, failed = [], f"decoding the validation set gave NaN scores ({exc})"
         correct = sum(h == t for h, (_, t) in zip(hyps, pairs[r::N]))
-        sums = numpy.array([total, n, correct], dtype=numpy.float64)
-        total, n, correct = self.comm.allreduce_sum(sums, f"the validation at step {self.step}").tolist()
+        sums = numpy.array([total, n, correct, failed is not None], dtype=numpy.float64)
+        total, n, correct, failures = self.comm.allreduce_sum(sums, f"the validation at step {self.step}").tolist()
+        if not math.isfinite(total):
+            # The last update left weights whose forward overflows: the run has diverged, and
+            # decoding (or saving) such a model would only fail later with a less useful message.
+            self._diverged(f"the validation loss is {total / max(1, n)}")
+        if failures:
+            self._diverged(failed or "decoding the validation set gave NaN scores (on another rank)")
         model.train()
         return {"valid_loss": total / max(1, n), "valid_exact_match": correct / max(1, len(pairs))}
 
     # -- the loop ---------------------------------------------------------------------
-    def _stopping(self, stop: _StopSignals) -> bool:
-        """Has a stop signal arrived? On several ranks: on any of them (all stop after the same step)."""
-        if self.comm.size > 1:
-            stop.signum = agree_signal(self.comm, stop.signum, self.step)
-        return stop.signum is not None
-
     def _trim_log(self, log_path: str) -> list[dict]:
         """Keep only the records up to the current step: a fresh run starts an empty
         log, a resumed run continues its own (dropping what came after the checkpoint).
@@ -333,20 +305,35 @@ class Trainer:
         return kept
 
     def _prepare_out_dir(self) -> None:
-        """Before the first step: the directory is writable, and leftovers of a killed save are gone."""
-        check_writable_dir(self.out_dir)
+        """Before the first step (holding the folder's lock): leftovers of a killed save are gone."""
         for path in remove_stale_partials(self.out_dir):
             self._warn(f"removed {path}, a temporary file left by an interrupted save")
+
+    def _append_log(self, log_path: str, record: dict) -> None:
+        try:
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record, allow_nan=False) + "\n")
+        except OSError as exc:
+            raise OutputWriteError(log_path, self.step, exc.strerror or str(exc), self.intact_checkpoint) from exc
 
     def run(self, progress: bool | str = True, progress_every: float = 30.0) -> list[dict]:
         """Train up to ``settings.steps``; returns the metrics records (also in out_dir/metrics.jsonl).
 
         progress: True or "auto" (a live bar on a terminal, plain lines every
         ``progress_every`` seconds elsewhere), "bar", "lines", or False / "off".
-        Raises TrainingInterrupted after saving a checkpoint if SIGINT or
-        SIGTERM arrive, NonFiniteLossError / NonFiniteGradientError after
-        ``max_consecutive_skips`` non-finite steps in a row.
+        Raises TrainingInterrupted after saving a checkpoint if a stop signal
+        arrives (see ``stops.StopSignals``), NonFiniteLossError / NonFiniteGradientError
+        after ``max_consecutive_skips`` non-finite steps in a row (or a validation
+        whose forward overflows), OutputWriteError if a file cannot be written, and
+        runlock.FolderInUseError if another process is training into ``out_dir``.
         """
+        if not self.out_dir or not self.comm.is_root:       # rank 0 alone writes into out_dir
+            return self._run(progress, progress_every)
+        check_writable_dir(self.out_dir)
+        with runlock.hold(self.out_dir):
+            return self._run(progress, progress_every)
+
+    def _run(self, progress, progress_every) -> list[dict]:
         s = self.settings
         mode = "auto" if progress is True else "off" if progress is False else progress
         writer = self.out_dir if self.comm.is_root else None     # rank 0 alone writes files and progress
@@ -358,8 +345,8 @@ class Trainer:
         tokens, t0, losses, window_skips = 0, time.perf_counter(), [], 0
         batches = self.batches()
         try:
-            with _StopSignals(announce=self.comm.is_root) as stop:
-                while self.step < s.steps and not self._stopping(stop):
+            with StopSignals(announce=self.comm.is_root) as stop:
+                while self.step < s.steps and not agree_to_stop(self.comm, stop, self.step):
                     batch = next(batches)
                     skips_before = self.skipped_steps
                     loss = self.train_step(batch)
@@ -381,15 +368,13 @@ class Trainer:
                     validating = self.step % s.valid_every == 0 or self.step == s.steps
                     if validating and self.valid_pairs:
                         record = (record or {"step": self.step}) | self.validate()
-                        if self.comm.is_root:
-                            bar.result(f"step {self.step}: valid loss {record['valid_loss']:.4f}, "
-                                       f"exact match {100 * record['valid_exact_match']:.1f}%")
+                        bar.result(f"step {self.step}: valid loss {record['valid_loss']:.4f}, "
+                                   f"exact match {100 * record['valid_exact_match']:.1f}%")
                     if record is not None:
                         record = _json_safe(record)
                         history.append(record)
                         if log_path:
-                            with open(log_path, "a", encoding="utf-8") as f:
-                                f.write(json.dumps(record, allow_nan=False) + "\n")
+                            self._append_log(log_path, record)
                     # Saved by default at every validation (and every checkpoint_every steps),
                     # so a crash or a kill loses at most valid_every steps.
                     periodic = validating or (s.checkpoint_every and self.step % s.checkpoint_every == 0)
@@ -397,7 +382,7 @@ class Trainer:
                         self.save()
                 if self.out_dir and (self.last_saved is None or self.last_saved[1] != self.step):
                     self.save()                    # the end, or the step an interruption stopped at
-                if self._stopping(stop):
+                if agree_to_stop(self.comm, stop, self.step):
                     raise TrainingInterrupted(stop.signum, self.step, self.checkpoint_path)
         finally:
             bar.close()
@@ -487,6 +472,8 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
     """
     if resume is not None:
         where = getattr(resume, "path", None) or "the checkpoint"
+        # First the data (its fingerprint says how it differs), then what follows from it (the vocabulary).
+        data = for_resume(resume.extra.get("data"), task.fingerprint(), resume.step, where)
         if resume.vocab != task.vocab:
             raise ValueError(f"{where}: the checkpoint was trained with a different vocabulary than task "
                              f"{task.name!r}")
@@ -498,13 +485,15 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
         model, vocab = resume.model, resume.vocab
     else:
         model, vocab = build_model(task, preset, seed=settings.seed, **(config or {})), task.vocab
+        data = task.fingerprint()
     trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
                       settings, out_dir, levels=task.levels, comm=comm)
     trainer.preset = preset
+    trainer.data_fingerprint = data
     if resume is not None:
         trainer.restore(resume)
     return trainer
 
 
-__all__ = ["NonFiniteLossError", "TrainingInterrupted", "TrainSettings", "Trainer", "encode_pairs", "build_model",
-           "read_metrics", "settings_for", "make_trainer"]
+__all__ = ["NonFiniteLossError", "TrainingInterrupted", "OutputWriteError", "TrainSettings", "Trainer",
+           "encode_pairs", "build_model", "read_metrics", "settings_for", "make_trainer"]
