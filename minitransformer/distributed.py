@@ -31,7 +31,8 @@ code), so no rank is left waiting; with ``-disable-auto-cleanup`` it sends SIGUS
 and still kills the ranks that are inside an MPI call. A rank that hangs (stopped, stuck)
 is not noticed by hydra: the others would wait in their Allreduce for ever. So every
 collective here runs under a watchdog: a rank that waits longer than
-MINITRANSFORMER_MPI_TIMEOUT seconds (default 30) prints one line naming what it waited
+MINITRANSFORMER_MPI_TIMEOUT seconds (default 30; ten times that for the first collective,
+since the ranks load their data at different speeds) prints one line naming what it waited
 for and the last checkpoint, and exits with code 1; mpiexec then stops the rest. The
 waits that depend on rank 0's file writing alone (a checkpoint) have no timeout: a single
 process would wait for its disk too. Checkpoints are written atomically (files.py), so a
@@ -146,10 +147,13 @@ class _Watchdog:
     and MPI_Finalize at a normal exit would wait for the missing rank as well.
     """
 
+    FIRST_WAIT = 10      # the first collective may wait this many timeouts: ranks start at different speeds
+
     def __init__(self, timeout: float, describe):
         self.timeout, self.describe = timeout, describe
-        self._waiting: tuple[str, float] | None = None      # (what, deadline)
+        self._waiting: tuple[str, float, float] | None = None      # (what, deadline, the wait allowed)
         self._thread: threading.Thread | None = None
+        self._first = True
 
     @contextmanager
     def guard(self, what: str):
@@ -159,7 +163,9 @@ class _Watchdog:
         if self._thread is None:
             self._thread = threading.Thread(target=self._watch, name="mpi-watchdog", daemon=True)
             self._thread.start()
-        self._waiting = (what, time.monotonic() + self.timeout)
+        allowed = self.timeout * (self.FIRST_WAIT if self._first else 1)
+        self._first = False
+        self._waiting = (what, time.monotonic() + allowed, allowed)
         try:
             yield
         finally:
@@ -171,7 +177,7 @@ class _Watchdog:
             time.sleep(tick)
             waiting = self._waiting
             if waiting is not None and time.monotonic() > waiting[1]:
-                os.write(2, f"error: {self.describe(waiting[0])}\n".encode())
+                os.write(2, f"error: {self.describe(waiting[0], waiting[2])}\n".encode())
                 os._exit(1)
 
 
@@ -195,9 +201,9 @@ class MPICommunicator:
         self.note = ""
         self._watchdog = _Watchdog(timeout, self._timeout_message)
 
-    def _timeout_message(self, what: str) -> str:
+    def _timeout_message(self, what: str, waited: float) -> str:
         note = f"; {self.note}" if self.note else ""
-        return (f"rank {self.rank} of {self.size} waited {self.timeout:g} s for the other ranks in {what}: "
+        return (f"rank {self.rank} of {self.size} waited {waited:g} s for the other ranks in {what}: "
                 f"a rank has stopped or hung, so this one stops too{note} ({TIMEOUT_VARIABLE})")
 
     def allreduce_sum(self, buf: numpy.ndarray, what: str) -> numpy.ndarray:

@@ -117,6 +117,26 @@ def test_n_ranks_equal_one_process_on_the_same_global_batch(runs, n):
     assert stdout.count(f"data parallel: {n} ranks (MPICH") == 1 and stdout.count("held-out test set") == 1
 
 
+def test_a_rank_with_an_empty_shard_still_sums_and_the_update_is_the_same(data, tmp_path):
+    """Batches of 2 sentences on 3 ranks: rank 2's shard is always empty (no forward, a zero gradient)."""
+    small = ("--batch-size", "2", "--steps", "4")              # later options win over _command's
+    one = train(1, data, tmp_path / "one", *small)
+    three = train(3, data, tmp_path / "three", *small, "--check-sync-every", "1")
+    assert one.returncode == 0 and three.returncode == 0, three.stderr
+    d = compare(_named(tmp_path / "one" / "checkpoint.npz"), _named(tmp_path / "three" / "checkpoint.npz"))
+    _report("batches of 2 on 3 ranks (one always empty) vs 1 process, 4 steps", d)
+    assert d["max_rel"] < 1e-10 and d["b_K"] < 1e-8
+
+
+def test_the_lessons_ring_allreduce_equals_mpis_under_mpiexec():
+    result = subprocess.run([MPIEXEC, "-n", "3", sys.executable, "-m", "minitransformer.exercises.lesson_14", "10",
+                             "1000"], capture_output=True, text=True, env=_env(), timeout=TIMEOUT, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["ranks"] == 3 and out["exact_on_integers"] == [True, True]
+    assert max(out["max_difference"]) < 1e-6                   # float32 sums in another order
+
+
 def test_every_rank_holds_bit_identical_parameters_and_the_check_can_fail(tmp_path):
     """The runs above compared a SHA-256 of the parameters across ranks after every step
     (--check-sync-every 1) and would have stopped at a difference; here one rank's parameters
