@@ -279,6 +279,7 @@ def _small_tsv(tmp_path):
     return str(path)
 
 
+@pytest.mark.slow
 def test_a_single_process_never_imports_mpi4py(tmp_path):
     args = ["train", "--data", _small_tsv(tmp_path), "--preset", "tiny", "--steps", "2", "--valid-every", "2",
             "--out", str(tmp_path / "run")]
