@@ -25,6 +25,10 @@ The single process is the special case N = 1: :class:`SingleProcess` has the sam
 and does nothing, so the training loop has no ``if`` for it, and a single process never
 imports mpi4py (:func:`world` imports it only when a launcher started more than one rank).
 
+Stopping. mpiexec forwards Ctrl-C and SIGTERM to every rank, each at its own moment; before
+every step the ranks agree (:func:`agree_to_stop`), so that all stop after the same step and
+rank 0 saves one checkpoint.
+
 A rank that dies. MPICH's ``mpiexec`` (hydra) kills every other rank with SIGKILL as soon
 as one rank dies (measured: within about a second, and mpiexec exits with the dead rank's
 code), so no rank is left waiting; with ``-disable-auto-cleanup`` it sends SIGUSR1 first
@@ -263,19 +267,19 @@ def world():
 
 
 def describe(comm, settings) -> str | None:
-    """The banner line of a run on several ranks (or with accumulation); None for a plain run."""
+    """The banner line of a run with gradient accumulation or on several ranks; None for a plain run."""
     k = settings.accumulate
     per_step = (f"{settings.batch_size} pairs" if settings.max_tokens is None else
                 f"{settings.max_tokens} padded tokens" if settings.batch_size is None else
                 f"{settings.batch_size} pairs or {settings.max_tokens} padded tokens")
     parts = []
     if k > 1:
-        parts.append(f"{k} batches of up to {per_step} accumulated per optimizer step")
+        parts.append(f"gradient accumulation: {k} batches of up to {per_step} per optimizer step, one update")
     if comm.size > 1:
-        parts.append(f"{comm.size} ranks ({comm.library}): each global batch of up to {per_step} is split "
-                     f"between them by tokens (about 1/{comm.size} each); gradients and token counts summed with "
-                     "Allreduce through host memory, Adam on every rank, rank 0 writes the files")
-    return "data parallel: " + "; ".join(parts) if parts else None
+        parts.append(f"data parallel: {comm.size} ranks ({comm.library}): each global batch of up to {per_step} is "
+                     f"split between them by tokens (about 1/{comm.size} each); gradients and token counts summed "
+                     "with Allreduce through host memory, Adam on every rank, rank 0 writes the files")
+    return "; ".join(parts) or None
 
 
 # -- splitting a global batch -------------------------------------------------------------------

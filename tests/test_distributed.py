@@ -226,7 +226,8 @@ def test_the_banner_says_how_the_batch_is_split():
         size, library = 2, "MPICH Version: 5.0.2"
     assert distributed.describe(SingleProcess(), TrainSettings()) is None
     line = distributed.describe(Two(), TrainSettings(batch_size=64, accumulate=4))
-    assert line.startswith("data parallel: 4 batches of up to 64 pairs accumulated per optimizer step; 2 ranks")
+    assert line.startswith("gradient accumulation: 4 batches of up to 64 pairs per optimizer step, one update; "
+                           "data parallel: 2 ranks (MPICH Version: 5.0.2)")
     assert "split between them by tokens" in line and "Adam on every rank" in line
 
 
@@ -313,3 +314,15 @@ def test_the_watchdog_ends_a_rank_that_waits_too_long():
                          env={**os.environ, "PYTHONPATH": ROOT})
     assert out.returncode == 1 and out.stdout == ""
     assert out.stderr.strip() == "error: waited 0.5 s in the gradient allreduce of step 3"
+
+
+def test_a_launcher_of_another_mpi_library_is_named_not_run_as_n_copies(tmp_path):
+    """Open MPI's mpirun starting this MPICH-built mpi4py: every process would be rank 0 of 1 and
+    write the same files. Faked here with Open MPI's variables; mpi4py starts MPI as a singleton."""
+    pytest.importorskip("mpi4py", reason="the [mpi] extra is not installed")
+    args = ["train", "--data", _small_tsv(tmp_path), "--preset", "tiny", "--steps", "2", "--out", str(tmp_path / "r")]
+    out = _cli(args, {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0"}, tmp_path)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 2 and len(errors) == 1, out.stderr
+    assert "started 2 ranks (OMPI_COMM_WORLD_SIZE=2), but mpi4py's MPI sees 1" in errors[0]
+    assert "different MPI libraries" in errors[0] and not (tmp_path / "r").exists()
