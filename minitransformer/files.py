@@ -11,8 +11,7 @@ The temporary file has a fixed name per target, ``.<name>.partial``: a save
 killed half-way (``kill -9``, a power cut) leaves at most one such file, and
 the next save of the same target simply overwrites it. A training run also
 removes such leftovers from its output directory when it starts
-(:func:`remove_stale_partials`), including the ``.tmp-…<name>`` files that
-older versions of the package left behind.
+(:func:`remove_stale_partials`).
 
 ``keep_previous``: the file being replaced is kept under a second name
 (``checkpoint.npz`` -> ``checkpoint.prev.npz``), also by renames only, so
@@ -25,7 +24,6 @@ import glob
 import os
 
 PARTIAL_SUFFIX = ".partial"
-LEGACY_TEMP_PREFIX = ".tmp-"     # tempfile.mkstemp(prefix=".tmp-", suffix=name): the old temporary names
 
 
 def partial_path(path: str | os.PathLike) -> str:
@@ -94,17 +92,16 @@ def _link_as(path: str | os.PathLike, target: str) -> None:
 def remove_stale_partials(directory: str | os.PathLike) -> list[str]:
     """Delete the temporary files an interrupted save left in ``directory``; return their paths.
 
-    These are ``.<name>.partial`` (this module's fixed temporary names) and
-    ``.tmp-…`` (what earlier versions wrote). Call it when nothing else is
-    writing into the directory, e.g. when a training run starts.
+    These are the ``.<name>.partial`` files (this module's fixed temporary names).
+    Call it when nothing else is writing into the directory, e.g. when a training
+    run starts.
     """
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
         return []
     found = glob.glob(os.path.join(glob.escape(directory), f".*{PARTIAL_SUFFIX}"))
-    found += glob.glob(os.path.join(glob.escape(directory), f"{LEGACY_TEMP_PREFIX}*"))
     removed = []
-    for path in sorted(set(found)):
+    for path in sorted(found):
         if os.path.isfile(path) and not os.path.islink(path):
             os.unlink(path)
             removed.append(path)

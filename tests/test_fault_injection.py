@@ -95,7 +95,7 @@ def _argv(data, out, *extra):
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": ROOT, "MINITRANSFORMER_THREADS": "1"}
+    return {**os.environ, "PYTHONPATH": ROOT}
 
 
 def _run(argv, faults=None, **kwargs):
@@ -120,7 +120,7 @@ def _assert_same_parameters(a, b):
 
 
 def _leftovers(directory):
-    return sorted(name for name in os.listdir(directory) if name.endswith(".partial") or name.startswith(".tmp-"))
+    return sorted(name for name in os.listdir(directory) if name.endswith(".partial"))
 
 
 def _wait_for(predicate, proc, seconds=120):
