@@ -37,7 +37,7 @@ def test_every_notebook_has_a_source():
 
 def test_scripts_are_not_lessons():
     names = {p.name for p in build.lessons(LESSONS).values()}
-    assert "debug_attention.py" not in names and "build.py" not in names
+    assert "debug_attention.py" not in names and "debug_layers.py" not in names and "build.py" not in names
 
 
 def _anchor(heading: str) -> str:
