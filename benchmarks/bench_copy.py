@@ -34,7 +34,8 @@ def main() -> int:
         from threadpoolctl import threadpool_limits
         threadpool_limits(args.threads)
 
-    from minitransformer.train import load_task, make_trainer, settings_for
+    from minitransformer.data.registry import load_task
+    from minitransformer.train import make_trainer, settings_for
     from minitransformer.translate import score_translations
 
     print(machine_line())

@@ -2,18 +2,27 @@
 
     python lessons/build.py                 # every lesson: write the notebook and execute it
     python lessons/build.py 03 08           # only lessons 3 and 8
-    python lessons/build.py --no-execute    # write the notebooks without running them (no outputs)
+    python lessons/build.py --no-execute    # write the notebooks without running them (outputs kept, see below)
     python lessons/build.py --check         # only verify that every notebook matches its source
 
-A lesson is a file ``lessons/NN_name.py`` in jupytext's percent format (``# %%`` starts a
-code cell, ``# %% [markdown]`` a markdown cell) that begins with a jupytext header. Its
-notebook ``NN_name.ipynb`` sits next to it and is committed with its outputs, so that it
-reads well on the web. Edit the ``.py`` and rebuild; never edit the ``.ipynb`` by hand.
+A lesson's source is ``lessons/src/NN_name.py``, in jupytext's percent format (``# %%``
+starts a code cell, ``# %% [markdown]`` a markdown cell), beginning with a jupytext header.
+Its notebook ``lessons/NN_name.ipynb`` is what learners open; it is committed with its
+outputs, so that it reads well on the web. Edit the ``.py`` and rebuild; never edit the
+``.ipynb`` by hand. (The sources live in ``src/`` so that JupyterLab lists each lesson once;
+the header's ``formats: ipynb,src//py:percent`` tells jupytext, where it is installed, that
+the two files are a pair.)
 
 Each notebook runs on a fresh ``python3`` kernel in the ``lessons/`` folder, as
 ``pytest --nbmake lessons`` runs it. Cell ids come from the lesson number and a hash of
 the cell, so rebuilding an unchanged lesson rewrites the same bytes, apart from outputs
-that really changed.
+that really changed. ``--no-execute`` keeps, for every cell whose id (so type and source)
+is unchanged, the outputs of the notebook it replaces, and says which lessons have cells
+that changed and need executing; a change of tags or of markdown alone needs no run.
+
+A notebook opens unmodified in JupyterLab: the kernelspec is written exactly as JupyterLab
+writes it when the ``python3`` kernel starts (``display_name`` "Python 3 (ipykernel)", as
+ipykernel installs it) and ``language_info`` is the kernel's own (see KERNELSPEC).
 """
 
 from __future__ import annotations
@@ -32,18 +41,24 @@ from nbclient import NotebookClient
 from minitransformer.files import atomic_write_bytes
 
 HERE = pathlib.Path(__file__).resolve().parent
+SOURCES = "src"                                    # lessons/src/NN_name.py -> lessons/NN_name.ipynb
 HEADER = "# ---\n# jupyter:\n#   jupytext:\n"       # what jupytext writes at the top of a paired .py
+# JupyterLab rewrites the notebook's kernelspec to {name, display_name, language} of the kernel it
+# starts, and its language_info to the kernel's; if either differs from what the file holds, the
+# notebook shows as modified (the dot on its tab) before the learner has touched it. ipykernel
+# installs the python3 kernel as "Python 3 (ipykernel)"; a bare "Python 3" was the old cause.
+KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
 
 def is_lesson(path: pathlib.Path) -> bool:
-    """NN_name.py with a jupytext header (debug_attention.py, build.py, ... are not lessons)."""
+    """NN_name.py with a jupytext header."""
     return path.name[:2].isdigit() and path.name[2] == "_" and path.read_text().startswith(HEADER)
 
 
 def lessons(folder: pathlib.Path = HERE) -> dict[str, pathlib.Path]:
-    """{"03": lessons/03_feed_forward.py, ...}, in order."""
+    """{"03": lessons/src/03_feed_forward.py, ...}, in order (``folder`` is the lessons folder)."""
     found: dict[str, pathlib.Path] = {}
-    for path in sorted(folder.glob("[0-9][0-9]_*.py")):
+    for path in sorted((folder / SOURCES).glob("[0-9][0-9]_*.py")):
         if is_lesson(path):
             if path.name[:2] in found:
                 raise SystemExit(f"lessons {found[path.name[:2]].name} and {path.name} share a number")
@@ -51,10 +66,16 @@ def lessons(folder: pathlib.Path = HERE) -> dict[str, pathlib.Path]:
     return found
 
 
+def notebook_path(source: pathlib.Path) -> pathlib.Path:
+    """lessons/src/NN_name.py -> lessons/NN_name.ipynb"""
+    return source.parent.parent / f"{source.stem}.ipynb"
+
+
 def notebook(source: pathlib.Path) -> nbformat.NotebookNode:
     """Read a lesson's .py into a notebook without outputs, with stable cell ids."""
     nb = jupytext.read(source)
     nb.metadata.get("jupytext", {}).pop("text_representation", None)   # holds jupytext's version: noise
+    nb.metadata["kernelspec"] = dict(KERNELSPEC)
     seen: dict[str, int] = {}
     for cell in nb.cells:
         digest = hashlib.sha1(f"{cell.cell_type}\n{cell.source}".encode()).hexdigest()[:8]
@@ -86,10 +107,32 @@ def first_difference(source: pathlib.Path, ipynb: pathlib.Path) -> str | None:
 
 
 def orphans(folder: pathlib.Path = HERE) -> list[str]:
-    """Notebooks NN_*.ipynb in lessons/ without a lesson source."""
+    """Notebooks NN_*.ipynb in lessons/ without a lesson source, and sources left in lessons/ itself."""
     sources = {p.stem for p in lessons(folder).values()}
-    return [f"{p.name} has no source {p.stem}.py (with a jupytext header)"
-            for p in sorted(folder.glob("[0-9][0-9]_*.ipynb")) if p.stem not in sources]
+    found = [f"{p.name} has no source {SOURCES}/{p.stem}.py (with a jupytext header)"
+             for p in sorted(folder.glob("[0-9][0-9]_*.ipynb")) if p.stem not in sources]
+    found += [f"{p.name} is a lesson source outside {SOURCES}/: move it to {SOURCES}/{p.name}"
+              for p in sorted(folder.glob("[0-9][0-9]_*.py")) if is_lesson(p)]
+    return found
+
+
+def carry_outputs(nb: nbformat.NotebookNode, old_path: pathlib.Path) -> list[int]:
+    """Copy outputs, execution counts and language_info from the notebook at ``old_path`` into
+    ``nb`` for every code cell with the same id (the same type and source). Returns the indices
+    of the code cells that found no match: their outputs are missing until the lesson runs."""
+    old = nbformat.read(old_path, as_version=4) if old_path.exists() else None
+    by_id = {c.id: c for c in old.cells if c.cell_type == "code"} if old else {}
+    if old is not None and "language_info" in old.metadata:
+        nb.metadata["language_info"] = old.metadata["language_info"]
+    changed = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        if cell.id in by_id:
+            cell.outputs, cell.execution_count = by_id[cell.id].outputs, by_id[cell.id].execution_count
+        elif cell.source.strip():
+            changed.append(i)
+    return changed
 
 
 def merge_streams(nb: nbformat.NotebookNode) -> None:
@@ -107,24 +150,36 @@ def merge_streams(nb: nbformat.NotebookNode) -> None:
             cell.outputs = merged
 
 
-def build(source: pathlib.Path, execute: bool) -> None:
-    nb = notebook(source)
-    t0 = time.perf_counter()
-    if execute:
-        NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
-                       resources={"metadata": {"path": str(HERE)}}).execute()
-        merge_streams(nb)
-    path = source.with_suffix(".ipynb")
+def write_notebook(nb: nbformat.NotebookNode, path: pathlib.Path) -> None:
     text = nbformat.writes(nb)
     atomic_write_bytes(str(path), (text if text.endswith("\n") else text + "\n").encode())  # as nbformat.write does
-    print(f"{path.name}: {'executed in %.1f s, ' % (time.perf_counter() - t0) if execute else ''}"
-          f"{path.stat().st_size / 1024:.0f} KB", file=sys.stderr)
+
+
+def build(source: pathlib.Path, execute: bool) -> bool:
+    """Write the lesson's notebook (executed, or with the outputs it had); False if it now lacks outputs."""
+    nb, path = notebook(source), notebook_path(source)
+    t0 = time.perf_counter()
+    changed = []
+    if execute:
+        NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
+                       resources={"metadata": {"path": str(path.parent)}}).execute()
+        merge_streams(nb)
+    else:
+        changed = carry_outputs(nb, path)
+    write_notebook(nb, path)
+    note = f"executed in {time.perf_counter() - t0:.1f} s" if execute else (
+        f"{len(changed)} code cells changed and have no outputs (first: cell {changed[0]}): "
+        f"run python lessons/build.py {source.name[:2]}" if changed else "outputs kept")
+    print(f"{path.name}: {note}, {path.stat().st_size / 1024:.0f} KB", file=sys.stderr)
+    return not changed
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("numbers", nargs="*", help="lesson numbers, e.g. 03 8 (default: every lesson)")
-    parser.add_argument("--no-execute", action="store_true", help="write the notebooks without running them")
+    parser.add_argument("--no-execute", action="store_true",
+                        help="write the notebooks without running them; cells whose source is unchanged keep "
+                             "their outputs")
     parser.add_argument("--check", action="store_true", help="only check that every notebook matches its source")
     args = parser.parse_args(argv)
     found = lessons()
@@ -133,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"no lesson {', '.join(unknown)} in lessons/ (there are {', '.join(found)})")
     if args.check:
-        problems = [d for n in chosen if (d := first_difference(found[n], found[n].with_suffix(".ipynb")))]
+        problems = [d for n in chosen if (d := first_difference(found[n], notebook_path(found[n])))]
         problems += orphans() if not args.numbers else []
         print("\n".join(problems) or f"{len(chosen)} notebooks match their sources", file=sys.stderr)
         return 1 if problems else 0

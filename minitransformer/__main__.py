@@ -124,6 +124,37 @@ def positive_float(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    """A number p with 0 < p ≤ 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:            # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text}")
+    return value
+
+
+def beam_size(text: str) -> int:
+    """A beam size: a whole number in 1..decoding.MAX_BEAM_SIZE (checked here, before anything runs)."""
+    from .decoding import MAX_BEAM_SIZE  # noqa: PLC0415
+
+    value = positive_int(text)
+    if value > MAX_BEAM_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BEAM_SIZE} (§6.1 uses 4), got {text}")
+    return value
+
+
+def strategy_spec(text: str):
+    """A decoding strategy by name: greedy, beam4, sample:temperature=0.7,top_k=10 (decoding.parse_strategy)."""
+    from .decoding import parse_strategy  # noqa: PLC0415
+
+    try:
+        return parse_strategy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors in the package's one format: ``error: <what> (<option>)``, exit 2."""
 
@@ -168,17 +199,80 @@ def _load_checkpoint(path: str, option: str):
         return load_checkpoint(path)
 
 
-def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None) -> dict:
-    """Decode ``pairs`` (token lists), print samples and scores; return the scores."""
+# -- decoding strategies: one set of options for translate and evaluate, --eval for train ---
+
+_SAMPLING_OPTIONS = (("temperature", "--temperature"), ("top_k", "--top-k"), ("top_p", "--top-p"),
+                     ("sample_seed", "--sample-seed"))
+
+
+def _add_strategy_options(p: argparse.ArgumentParser, default_beam: int = 4) -> None:
+    """--beam, or --sample with --temperature / --top-k / --top-p / --sample-seed (read by _strategy_from_args)."""
+    p.add_argument("--beam", type=beam_size, default=None, metavar="K",
+                   help=f"beam size (1 = greedy; default {default_beam}, as in §6.1)")
+    p.set_defaults(default_beam=default_beam)
+    p.add_argument("--sample", action="store_true",
+                   help="sample each token from the model's distribution instead of searching (not with --beam)")
+    p.add_argument("--temperature", type=positive_float, metavar="T",
+                   help="with --sample: divide the logits by T (< 1 sharper, > 1 flatter; default 1)")
+    p.add_argument("--top-k", type=positive_int, metavar="K", help="with --sample: only the K most probable tokens")
+    p.add_argument("--top-p", type=probability, metavar="P",
+                   help="with --sample: only the most probable tokens holding probability P (nucleus, 0 < P ≤ 1)")
+    p.add_argument("--sample-seed", type=non_negative_int, metavar="N",
+                   help="with --sample: seed of the draws (default 0; the same seed gives the same outputs)")
+
+
+def _strategy_from_args(args):
+    """The decoding strategy the options of ``_add_strategy_options`` ask for (CliError if they conflict)."""
+    from .decoding import GREEDY, Beam, Sample  # noqa: PLC0415
+
+    given = [(name, option) for name, option in _SAMPLING_OPTIONS if getattr(args, name) is not None]
+    if not args.sample:
+        if given:
+            raise CliError(f"{given[0][1]} applies only to sampling; add --sample", given[0][1])
+        size = args.beam if args.beam is not None else args.default_beam
+        return GREEDY if size == 1 else Beam(size)
+    if args.beam is not None:
+        raise CliError(f"--sample and --beam {args.beam} ask for two different decoders; give one of them",
+                       "--sample/--beam")
+    settings = {name: getattr(args, name) for name, _ in given}
+    settings["seed"] = settings.pop("sample_seed", 0)
+    with _about("--sample-seed"):
+        return Sample(**settings)
+
+
+def _after_greedy(strategy) -> list:
+    """evaluate's list: greedy first, as the baseline, then ``strategy`` unless it is greedy."""
+    from .decoding import GREEDY  # noqa: PLC0415
+
+    return [GREEDY] if strategy == GREEDY else [GREEDY, strategy]
+
+
+def _add_eval_option(p: argparse.ArgumentParser) -> None:
+    """train --eval: the strategies the test set is decoded with at the end, checked when the options are parsed."""
+    p.add_argument("--eval", type=strategy_spec, nargs="+", default=None, metavar="STRATEGY",
+                   help="decode the test set at the end with each of these: greedy, beamK (e.g. beam4), "
+                        "beam:size=K,alpha=A, sample, sample:temperature=T,top_k=K,top_p=P,seed=N "
+                        "(default: greedy)")
+
+
+def _eval_strategies(args) -> list:
+    """The strategies of train --eval, duplicates dropped (default: greedy)."""
+    from .decoding import GREEDY  # noqa: PLC0415
+
+    return list(dict.fromkeys(args.eval or [GREEDY]))
+
+
+def _report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> dict:
+    """Decode ``pairs`` (token lists) with each strategy, print samples and scores; return the scores."""
     from .data.vocab import detokenize  # noqa: PLC0415
     from .translate import score_translations  # noqa: PLC0415
 
     stream = stream or sys.stdout   # looked up now: a default of sys.stdout would miss redirections
     results = {}
-    for beam in beam_sizes:
-        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, beam_size=beam)
-        name = "greedy" if beam == 1 else f"beam {beam}"
-        if beam == beam_sizes[0] and n_samples > 0:
+    for i, strategy in enumerate(strategies):
+        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, strategy=strategy)
+        name = str(strategy)
+        if i == 0 and n_samples > 0:
             print("sample decodes:", file=stream)
             for (src, _), hyp, ref in list(zip(pairs, r["hyps"], r["refs"]))[:n_samples]:
                 mark = "✓" if hyp == ref else "✗"
@@ -206,29 +300,81 @@ def _resume_command(argv: list[str], checkpoint: str) -> str:
 # -- train -------------------------------------------------------------------------------
 
 
+def _model_changes(args) -> dict:
+    """The TransformerConfig fields given with ``--set FIELD=VALUE``, parsed (one generic route)."""
+    from .model import config_changes  # noqa: PLC0415
+
+    changes: dict = {}
+    for text in args.set or []:
+        with _about(f"--set {text}"):
+            ((name, value),) = config_changes([text]).items()
+            if name in changes:
+                raise ValueError(f"{name} is given twice")
+            changes[name] = value
+    return changes
+
+
+def _check_resumed_model(ckpt, preset: str | None, changes: dict, path: str) -> None:
+    """A resumed run keeps its model: a --preset or --set that disagrees with the checkpoint is refused."""
+    from .model import DATA_FIELDS, PRESETS  # noqa: PLC0415
+
+    cfg = ckpt.model.cfg
+    for name, value in changes.items():
+        if getattr(cfg, name) != value:
+            raise CliError(f"the checkpoint {path} was trained with {name}={getattr(cfg, name)!r}, not {value!r}; "
+                           "a resumed run keeps its model (leave --set out, or start a new run)",
+                           f"--set {name}={value}")
+    if preset is None:
+        return
+    saved = ckpt.extra.get("preset")
+    if saved is not None:
+        if saved != preset:
+            raise CliError(f"the checkpoint {path} was trained with preset {saved!r}, not {preset!r} (leave "
+                           "--preset out when resuming)", f"--preset {preset}")
+        return
+    # Older checkpoints do not name their preset: compare the fields a preset decides.
+    for name, value in vars(PRESETS[preset]).items():
+        if name not in DATA_FIELDS and name != "max_len" and name not in changes and getattr(cfg, name) != value:
+            raise CliError(f"the checkpoint {path} has {name}={getattr(cfg, name)!r}, but preset {preset!r} has "
+                           f"{name}={value!r} (leave --preset out when resuming)", f"--preset {preset}")
+
+
 def cmd_train(args) -> int:
     from . import backend  # noqa: PLC0415
+    from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
+    from .data.registry import load_task  # noqa: PLC0415
     from .errors import NonFiniteError  # noqa: PLC0415
     from .files import check_writable_dir  # noqa: PLC0415
-    from .train import TrainingInterrupted, TrainSettings, load_task, make_trainer, settings_for  # noqa: PLC0415
+    from .model import describe  # noqa: PLC0415
+    from .train import TrainingInterrupted, TrainSettings, make_trainer, settings_for  # noqa: PLC0415
 
     _set_backend(args)
+    strategies = _eval_strategies(args)        # checked when parsed; used after the last step
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --task NAME or --data pairs.tsv", "--task/--data")
+    if args.task is not None:
+        # These shape how a --data file is read; a named task fixes its own tokenization.
+        for option, given in (("--level", args.level is not None), ("--header", args.header),
+                              ("--max-length", args.max_length is not None)):
+            if given:
+                raise CliError(f"{option} applies to --data files only; task {args.task!r} fixes its own "
+                               "tokenization and splits", option)
+    changes = _model_changes(args)
     # Everything that can be checked is checked before the first step.
     ckpt, saved = None, None
     if args.resume:
         ckpt = _load_checkpoint(args.resume, "--resume")
         with _about(f"--resume {args.resume}"):
             saved = TrainSettings.from_dict(ckpt.extra.get("settings", {}), "the checkpoint's training settings")
+        _check_resumed_model(ckpt, args.preset, changes, args.resume)
     # The seed splits a --data file and orders the batches: a resumed run keeps its own.
     seed = args.seed if args.seed is not None else saved.seed if saved is not None else 0
     if saved is not None and seed != saved.seed:
         raise CliError(f"the checkpoint was trained with seed {saved.seed}; another seed would split the data and "
                        "order the batches differently (leave --seed out when resuming)", f"--seed {args.seed}")
     with _about(f"--task {args.task}" if args.task else f"--data {args.data}"):
-        task = load_task(args.task, args.data, level=args.level, seed=seed, header=args.header,
-                         max_length=args.max_length)
+        task = load_task(args.task, args.data, level=args.level or "char", seed=seed, header=args.header,
+                         max_length=args.max_length if args.max_length is not None else MAX_DATA_LENGTH)
     for note in task.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.out is not None and not args.out.strip():
@@ -245,22 +391,25 @@ def cmd_train(args) -> int:
     overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
                      lr_factor=args.lr_factor, warmup_steps=args.warmup, clip_norm=args.clip_norm,
                      seed=seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
-    preset, settings = settings_for(task.name, preset=args.preset, **overrides)
+    preset, settings = settings_for(task, preset=args.preset, **overrides)
     if saved is not None:
-        # A resumed run continues with its own settings; options given now override them.
+        # A resumed run continues with its own settings and model; options given now override the settings.
+        preset = ckpt.extra.get("preset") or args.preset or preset
         with _about(f"--resume {args.resume}"):
             given = {k: v for k, v in overrides.items() if v is not None}
             settings = TrainSettings(**{**vars(saved), **given})
-    with _about(f"--resume {args.resume}" if args.resume else f"--preset {preset}"):
-        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt)
+    with _about(f"--resume {args.resume}" if args.resume else
+                " ".join([f"--preset {preset}", *(f"--set {t}" for t in args.set or [])])):
+        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes)
     model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
           f"vocabulary {len(vocab)}")
-    print(f"model: preset {preset}, d_model={cfg.d_model} h={cfg.h} N={cfg.N} d_ff={cfg.d_ff} "
-          f"P_drop={cfg.P_drop} ε_ls={cfg.eps_ls}, {model.num_parameters():,} parameters, "
-          f"backend {backend.backend_name()}")
+    changed = "".join(f" --set {name}={value}" for name, value in changes.items())
+    print(f"model: preset {preset}{changed}, {model.num_parameters():,} parameters, backend {backend.backend_name()}")
+    print(f"  config: {describe(cfg)}")
     if ckpt is not None:
         print(f"resuming from {args.resume} at step {trainer.step}")
+    first_step = trainer.step
     t0 = time.perf_counter()
     try:
         with warnings.catch_warnings():
@@ -282,11 +431,13 @@ def cmd_train(args) -> int:
     except NonFiniteError as exc:
         raise CliError(str(exc), None, 1) from exc
     checkpoint = trainer.checkpoint_path
-    print(f"trained {trainer.step} steps in {time.perf_counter() - t0:.1f}s; checkpoint: "
+    trained = trainer.step - first_step
+    resumed = f" (steps {first_step + 1}-{trainer.step}, resumed at step {first_step})" if first_step else ""
+    print(f"trained {trained} steps{resumed} in {time.perf_counter() - t0:.1f}s; checkpoint: "
           f"{checkpoint}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
           f"curve: {os.path.join(out_dir, 'loss.png')}")
     print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
-    _report(model.eval(), task, vocab, task.test, beam_sizes=tuple(args.eval_beams))
+    _report(model.eval(), task, vocab, task.test, strategies)
     return 0
 
 
@@ -319,6 +470,7 @@ def cmd_translate(args) -> int:
     from .translate import translate_tokens  # noqa: PLC0415
 
     _set_backend(args)
+    strategy = _strategy_from_args(args)
     sentences = _read_sentences(args)
     if args.attention:
         with _about(f"--attention {args.attention}"):
@@ -328,6 +480,13 @@ def cmd_translate(args) -> int:
     src_level = args.level or levels.get("src", "word")
     tgt_level = levels.get("tgt", src_level)
     model = ckpt.model.eval()
+    if levels.get("src_lowercase"):
+        # The model never saw a capital letter in a source: "Four Thousand" would be two unknown words.
+        lowered = [(text.lower(), where) for text, where in sentences]
+        if lowered != sentences:
+            print("note: the input was lower-cased: this model was trained on lower-case sources only",
+                  file=sys.stderr)
+        sentences = lowered
     sources = []
     for text, where in sentences:
         with _about(where):
@@ -338,12 +497,12 @@ def cmd_translate(args) -> int:
     unknown = sorted({t for src in sources for t in src if t not in ckpt.vocab})
     if unknown:
         print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
-    for hyp in translate_tokens(model, ckpt.vocab, sources, beam_size=args.beam):
+    for hyp in translate_tokens(model, ckpt.vocab, sources, strategy):
         print(detokenize(hyp, tgt_level))
     if args.attention:
         from .translate import save_attention_maps  # noqa: PLC0415
         paths = save_attention_maps(model, ckpt.vocab, sources[0], args.attention, src_level, tgt_level,
-                                    beam_size=args.beam)
+                                    strategy=strategy)
         print(f"wrote {len(paths)} attention heatmaps to {args.attention}", file=sys.stderr)
     return 0
 
@@ -352,9 +511,11 @@ def cmd_translate(args) -> int:
 
 
 def cmd_evaluate(args) -> int:
-    from .train import TaskData, load_task, read_pairs  # noqa: PLC0415
+    from .data.loading import TaskData, read_pairs  # noqa: PLC0415
+    from .data.registry import load_task  # noqa: PLC0415
 
     _set_backend(args)
+    strategy = _strategy_from_args(args)
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --data pairs.tsv or --task NAME", "--task/--data")
     if args.data and args.split is not None:
@@ -368,6 +529,8 @@ def cmd_evaluate(args) -> int:
             pairs, notes = read_pairs(args.data, src_level, tgt_level, header=args.header, max_length=None)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
+        if levels.get("src_lowercase"):      # as translate does: the model saw lower-case sources only
+            pairs = [([token.lower() for token in src], tgt) for src, tgt in pairs]
         task = TaskData(os.path.basename(args.data), ckpt.vocab, [], [], pairs, src_level, tgt_level,
                         levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"))
     else:
@@ -378,36 +541,30 @@ def cmd_evaluate(args) -> int:
         pairs = getattr(task, args.split or "test")
     if args.limit is not None:
         pairs = pairs[: args.limit]
-    beams = (1,) if args.beam == 1 else (1, args.beam)
-    _report(ckpt.model.eval(), task, ckpt.vocab, pairs, beam_sizes=beams, n_samples=args.samples)
+    _report(ckpt.model.eval(), task, ckpt.vocab, pairs, _after_greedy(strategy), n_samples=args.samples)
     return 0
 
 
 def cmd_tasks(args) -> int:
-    from .data import translation  # noqa: PLC0415
-    from .train import RECIPES, task_names  # noqa: PLC0415
+    from .data.registry import TASKS  # noqa: PLC0415
 
-    for name in task_names():
-        if name in translation.TASKS:
-            t = translation.TASKS[name]
-            print(f"{name:<16} {t.description}  [{t.source}; {t.license}]")
-        else:
-            print(f"{name:<16} synthetic: {name} a random sequence of 10 symbols, lengths 1-10 "
-                  f"(default {RECIPES[name].settings.steps} steps)")
+    for task in TASKS.values():
+        steps = task.recipe.settings.steps
+        print(f"{task.name:<16} {task.description}  [{task.source}{'; ' + task.license if task.license else ''}; "
+              f"recipe: preset {task.recipe.preset}, {steps} steps]")
     return 0
 
 
 def _task_names_help() -> str:
-    """The task names for --help (the data modules import only numpy, not the data packages)."""
-    from .data.tasks import SYNTHETIC_TASKS  # noqa: PLC0415
-    from .data.translation import TASKS  # noqa: PLC0415
+    """The task names for --help, read from the registry (its modules import only numpy)."""
+    from .data.registry import task_names  # noqa: PLC0415
 
-    return ", ".join([*SYNTHETIC_TASKS, *TASKS])
+    return ", ".join(task_names())
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .model import PRESETS  # noqa: PLC0415
-    from .train import MAX_DATA_LENGTH  # noqa: PLC0415
+    from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
+    from .model import PRESETS, field_help  # noqa: PLC0415
 
     parser = _Parser(prog="python -m minitransformer",
                      description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.",
@@ -417,20 +574,23 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a model on a task or a TSV file",
-                       description="Train a Transformer. Tasks: copy, reverse, and the offline translation "
-                                   "tasks listed by `python -m minitransformer tasks`. A checkpoint is saved "
-                                   "at every validation and at the end (the one replaced is kept as "
+                       description=f"Train a Transformer on a named task ({_task_names_help()}; "
+                                   "`python -m minitransformer tasks` describes them) or a TSV file. A checkpoint "
+                                   "is saved at every validation and at the end (the one replaced is kept as "
                                    "checkpoint.prev.npz); Ctrl-C or SIGTERM save one and print how to resume.")
     p.add_argument("--task", help=f"a named task: {_task_names_help()} (see the 'tasks' command)")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task); duplicate pairs "
                                   "are removed and the rest split into train / valid / test")
-    p.add_argument("--level", choices=["char", "word"], default="char",
+    p.add_argument("--level", choices=["char", "word"], default=None,
                    help="tokenization of --data files (default: char)")
     p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")
-    p.add_argument("--max-length", type=positive_int, default=MAX_DATA_LENGTH, metavar="TOKENS",
+    p.add_argument("--max-length", type=positive_int, default=None, metavar="TOKENS",
                    help=f"longest --data sentence accepted, in tokens per side (default {MAX_DATA_LENGTH}); "
                         "a longer line is an error naming it")
     p.add_argument("--preset", choices=list(PRESETS), help="model size preset; default: the task's")
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                   help="change one field of the preset's model configuration; repeat for more, e.g. "
+                        f"--set positional=learned --set P_drop=0. Fields (preset base's values): {field_help()}")
     p.add_argument("--steps", type=positive_int, help="optimizer steps (default: the task's)")
     p.add_argument("--batch-size", type=positive_int, help="sentence pairs per batch")
     p.add_argument("--max-tokens", type=positive_int, help="cap on padded tokens per batch")
@@ -441,8 +601,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validate (and save a checkpoint) every this many steps")
     p.add_argument("--checkpoint-every", type=positive_int,
                    help="also save a checkpoint every this many steps")
-    p.add_argument("--eval-beams", type=positive_int, nargs="+", default=[1],
-                   help="beam sizes to evaluate the test set with at the end (default: 1 = greedy)")
+    _add_eval_option(p)
     p.add_argument("--seed", type=non_negative_int, default=None,
                    help="seed of the data split, the initial weights and dropout (default 0; when resuming, "
                         "the checkpoint's)")
@@ -458,17 +617,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
                        description="Translate sentences, one output line per input. An empty sentence is an "
-                                   "error (it has nothing to translate).")
+                                   "error (it has nothing to translate). If every source the model was trained "
+                                   "on is lower-case (the numbers tasks, for one), the input is lower-cased "
+                                   "first, with a note; words still unknown after that are named in a warning.")
     p.add_argument("text", nargs="*", help="sentences (default: read lines from standard input)")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
-    p.add_argument("--beam", type=positive_int, default=4, help="beam size (1 = greedy; default 4, as in §6.1)")
+    _add_strategy_options(p)
     p.add_argument("--level", choices=["char", "word"], help="source tokenization (default: the checkpoint's)")
     p.add_argument("--attention", metavar="OUT_DIR",
                    help="also save attention heatmaps (every layer and head) for the first sentence")
     _add_common(p)
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split")
+    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split",
+                       description="Score a checkpoint: greedy decoding first, then the decoder chosen with "
+                                   "--beam K (default 4) or --sample.")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (all of it is evaluated)")
     p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")
@@ -476,8 +639,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["train", "valid", "test"], default=None,
                    help="which split of --task to evaluate (default: test)")
     p.add_argument("--level", choices=["char", "word"], help="tokenization of --data (default: the checkpoint's)")
-    p.add_argument("--beam", type=positive_int, default=4,
-                   help="also evaluate beam search of this size (1: greedy only)")
+    _add_strategy_options(p)      # scored after greedy (--beam 1: greedy only)
     p.add_argument("--limit", type=positive_int, help="evaluate only the first N pairs")
     p.add_argument("--samples", type=non_negative_int, default=5, help="sample decodes to print (0: none)")
     p.add_argument("--seed", type=non_negative_int, default=None,

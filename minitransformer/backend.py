@@ -234,3 +234,17 @@ def seeded_rng(seed, xp=None):
     """A random generator on ``xp`` (default: current backend), seeded."""
     xp = xp or xp_default()
     return xp.random.default_rng(seed)
+
+
+# -- the one question decoding asks the device ---------------------------------------------
+
+def host_flag(flag) -> bool:
+    """A yes/no answer computed on the device, as a Python bool: ``bool(flag)`` for a 0-d bool array.
+
+    On a GPU the CPU must wait for the device to finish everything queued before the answer
+    exists (a host sync), so a search that asked per token or per layer would run at the
+    speed of the round trips. The decoding loops ask exactly one question per output
+    position ("may the search stop?"), and only through this function: a reader finds every
+    such wait by its name, and the tests count them (tests/fake_cupy.py).
+    """
+    return bool(flag)

@@ -208,6 +208,11 @@ def _check_meta(path: str, meta: dict) -> None:
         if "bleu_tokenize" in levels and not isinstance(levels["bleu_tokenize"], str):
             raise CheckpointError(f"{path}: extra.levels.bleu_tokenize must be a string, "
                                   f"got {levels['bleu_tokenize']!r}")
+        if "src_lowercase" in levels and not isinstance(levels["src_lowercase"], bool):
+            raise CheckpointError(f"{path}: extra.levels.src_lowercase must be true or false, "
+                                  f"got {levels['src_lowercase']!r}")
+    if extra.get("preset") is not None and not isinstance(extra["preset"], str):
+        raise CheckpointError(f"{path}: extra.preset must be a string or null, got {extra['preset']!r}")
 
 
 def _check_array(path: str, key: str, saved: numpy.ndarray, shape: tuple, dtype=None) -> None:

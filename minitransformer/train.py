@@ -38,21 +38,24 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, replace
 
 import numpy
 
 from .checkpoint import save_checkpoint
 from .data.batching import batch_iterator
-from .data.tasks import SYNTHETIC_TASKS, synthetic_vocab
-from .data.tsv import DataError, looks_like_header, read_tsv_rows
-from .data.vocab import Vocab, tokenize
+from .data.loading import TaskData
+from .data.registry import recipe_for
+from .data.vocab import Vocab
+from .decoding import EXTRA_OUTPUT_LEN
 from .errors import NonFiniteError
 from .files import atomic_write_text, check_writable_dir, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
 from .model import PRESETS, Transformer
 from .optim import Adam, NoamSchedule, NonFiniteGradientError
 from .plot import plot_loss_curve
+from .progress import Progress
+from .settings import Recipe, TrainSettings
 from .translate import source_ids, translate_ids
 
 
@@ -73,247 +76,6 @@ class TrainingInterrupted(Exception):
         self.exit_code = 128 + int(signum)
         where = f"; checkpoint saved: {checkpoint}" if checkpoint else ""
         super().__init__(f"interrupted by {signal.Signals(signum).name} at step {step}{where}")
-
-
-# -- tasks and their data --------------------------------------------------------------
-
-
-@dataclass
-class TaskData:
-    """Token-level splits of one task and the shared source/target vocabulary."""
-
-    name: str
-    vocab: Vocab
-    train: list          # [(src_tokens, tgt_tokens)]
-    valid: list
-    test: list
-    src_level: str = "word"
-    tgt_level: str = "word"
-    bleu_tokenize: str = "13a"
-    notes: list = field(default_factory=list)    # what loading did that the user should know
-
-    @property
-    def levels(self) -> dict:
-        return {"src": self.src_level, "tgt": self.tgt_level, "bleu_tokenize": self.bleu_tokenize}
-
-
-@dataclass
-class TrainSettings:
-    """How one training run goes (the model's own hyperparameters are in TransformerConfig)."""
-
-    steps: int = 600
-    batch_size: int | None = 64
-    max_tokens: int | None = None
-    lr_factor: float = 1.0
-    warmup_steps: int = 4000               # §5.3's value for the base model
-    clip_norm: float | None = None
-    seed: int = 0
-    valid_every: int = 250
-    log_every: int = 10
-    checkpoint_every: int | None = None    # None: only at validations and at the end
-    valid_decode: int = 200                # sentences decoded greedily at each validation
-    max_consecutive_skips: int = 5         # non-finite steps in a row before the run stops
-
-    def __post_init__(self):
-        """Every field checked here, so a bad value is named before any work is done."""
-        def check(name, ok, what):
-            value = getattr(self, name)
-            if not ok(value):
-                raise ValueError(f"TrainSettings: {name} must be {what}, got {value!r}")
-
-        def is_int(v):
-            return isinstance(v, int | numpy.integer) and not isinstance(v, bool)
-
-        def is_number(v):
-            return isinstance(v, int | float | numpy.floating | numpy.integer) and not isinstance(v, bool) \
-                and math.isfinite(v)
-
-        for name in ("steps", "warmup_steps", "valid_every", "log_every", "max_consecutive_skips"):
-            check(name, lambda v: is_int(v) and v >= 1, "an integer ≥ 1")
-        for name in ("batch_size", "max_tokens", "checkpoint_every"):
-            check(name, lambda v: v is None or (is_int(v) and v >= 1), "an integer ≥ 1 or None")
-        check("seed", lambda v: is_int(v) and v >= 0, "an integer ≥ 0")
-        check("valid_decode", lambda v: is_int(v) and v >= 0, "an integer ≥ 0")
-        check("lr_factor", lambda v: is_number(v) and v > 0, "a finite number > 0")
-        check("clip_norm", lambda v: v is None or (is_number(v) and v > 0), "a finite number > 0 or None")
-        if self.batch_size is None and self.max_tokens is None:
-            raise ValueError("TrainSettings: give batch_size or max_tokens (or both)")
-
-    @classmethod
-    def from_dict(cls, data: dict, where: str = "settings") -> TrainSettings:
-        """Settings saved with ``asdict`` (in a checkpoint); unknown fields are a ValueError naming them."""
-        if not isinstance(data, dict):
-            raise ValueError(f"{where}: expected an object of training settings, got {type(data).__name__}")
-        unknown = sorted(set(data) - {f.name for f in fields(cls)})
-        if unknown:
-            raise ValueError(f"{where}: unknown training settings {unknown}")
-        try:
-            return cls(**data)
-        except ValueError as exc:
-            raise ValueError(f"{where}: {exc}") from None
-
-
-@dataclass
-class Recipe:
-    """A task's defaults: the model preset and the training settings (each overridable)."""
-
-    preset: str
-    settings: TrainSettings = field(default_factory=TrainSettings)
-
-
-def _recipe(preset: str, **settings) -> Recipe:
-    return Recipe(preset, TrainSettings(**settings))
-
-
-def _translation_recipe(steps: int, batch_size: int, valid_every: int = 500) -> Recipe:
-    """The translation tasks share a preset and a schedule; they differ in length of training."""
-    return _recipe("translate", steps=steps, batch_size=batch_size, lr_factor=0.5, warmup_steps=400,
-                   clip_norm=1.0, valid_every=valid_every)
-
-
-RECIPES: dict[str, Recipe] = {
-    # Measured on the copy task: factor 0.25 with clipping trains smoothly; 0.5
-    # and above spike and stall below 100% held-out exact match.
-    "copy": _recipe("copy", steps=3000, batch_size=64, lr_factor=0.25, warmup_steps=200, clip_norm=1.0,
-                    valid_every=500),
-    "reverse": _recipe("copy", steps=3000, batch_size=64, lr_factor=0.25, warmup_steps=200, clip_norm=1.0,
-                       valid_every=500),
-    # Translation tasks (measured results: docs/translation_results.md). Factor 1.0
-    # without clipping spikes here too (held-out exact match dips mid-run, and
-    # greedy decoding loops on rare patterns); 0.5 with clipping does not.
-    "numbers-en-fr": _translation_recipe(steps=3000, batch_size=128),
-    "numbers-en-de": _translation_recipe(steps=3000, batch_size=64),
-    "dates-en-de": _translation_recipe(steps=1500, batch_size=128),
-    "dates-en-ko": _translation_recipe(steps=1500, batch_size=128),
-    # Emoji names: ~1.3k training pairs. Validation loss is lowest near step 500 and
-    # then rises while chrF still creeps up; 4000 steps gave +1 chrF over 2000.
-    "emoji-en-fr": _translation_recipe(steps=2000, batch_size=64, valid_every=250),
-    "emoji-en-de": _translation_recipe(steps=2000, batch_size=64, valid_every=250),
-    "emoji-en-ko": _translation_recipe(steps=2000, batch_size=64, valid_every=250),
-}
-# A user's TSV file (--data): the translation preset, 2,000 steps.
-DATA_RECIPE = _translation_recipe(steps=2000, batch_size=64)
-SYNTHETIC_SIZES = {"train": 20000, "valid": 500, "test": 1000}
-
-
-def _translation_module():
-    from .data import translation  # noqa: PLC0415  (imports num2words, babel, emoji only when needed)
-    return translation
-
-
-def task_names() -> list[str]:
-    return list(SYNTHETIC_TASKS) + list(_translation_module().TASKS)
-
-
-def _tokenize_pairs(pairs, src_level, tgt_level):
-    return [(tokenize(s, src_level), tokenize(t, tgt_level)) for s, t in pairs]
-
-
-# A --data line longer than this (in tokens, either side) is an error: one very long
-# line would otherwise raise the model's max_len, and every batch it joins would be
-# padded to it (the attention scores of such a batch grow with its square).
-MAX_DATA_LENGTH = 256
-
-
-def read_pairs(path: str, src_level: str, tgt_level: str, header: bool = False,
-               max_length: int | None = MAX_DATA_LENGTH) -> tuple[list[tuple[list[str], list[str]]], list[str]]:
-    """Tokenized (source, target) pairs of a TSV file, checked line by line; and notes for the user.
-
-    A line that cannot be tokenized (a reserved character or word), or with a
-    side longer than ``max_length`` tokens, is a DataError naming the file and
-    the line. A first line that looks like column names is reported in the
-    notes (``header=True`` skips it).
-    """
-    rows = read_tsv_rows(path, header=header)
-    notes = []
-    if not header and looks_like_header(rows[0][1], rows[0][2]):
-        notes.append(f"{path}:{rows[0][0]}: the first line {rows[0][1]!r} / {rows[0][2]!r} looks like a header "
-                     "row; it is read as a sentence pair (pass --header to skip it)")
-    pairs = []
-    for lineno, src, tgt in rows:
-        sides = []
-        for side, text, level in (("source", src, src_level), ("target", tgt, tgt_level)):
-            try:
-                tokens = tokenize(text, level)
-            except ValueError as exc:
-                raise DataError(f"{path}:{lineno}: {side}: {exc}") from None
-            if max_length is not None and len(tokens) > max_length:
-                raise DataError(f"{path}:{lineno}: the {side} has {len(tokens):,} {level} tokens, more than the "
-                                f"limit of {max_length} (--max-length); shorten or remove the line, or raise "
-                                "the limit")
-            sides.append(tokens)
-        pairs.append((sides[0], sides[1]))
-    return pairs, notes
-
-
-def split_pairs(pairs, seed: int = 0, valid_fraction: float = 0.05, test_fraction: float = 0.05,
-                where: str = "data") -> tuple[list, list, list, int]:
-    """Deduplicate, then split token pairs three ways: (train, valid, test, duplicates removed).
-
-    Identical pairs are kept once. The split is drawn over distinct *sources*:
-    all pairs of one source sentence land in the same split, so no source seen
-    in training is scored as held out. valid and test get ``fraction`` of the
-    sources each, at least one; train keeps the rest, at least one. Too few
-    sources to do that is a DataError.
-    """
-    unique, seen = [], set()
-    for src, tgt in pairs:
-        key = (tuple(src), tuple(tgt))
-        if key not in seen:
-            seen.add(key)
-            unique.append((src, tgt))
-    duplicates = len(pairs) - len(unique)
-    by_source: dict[tuple, list] = {}
-    for src, tgt in unique:
-        by_source.setdefault(tuple(src), []).append((src, tgt))
-    sources = list(by_source)
-    n = len(sources)
-    if n < 3:
-        raise DataError(f"{where}: {n} distinct source sentence(s) after removing {duplicates} duplicate "
-                        "pair(s); at least 3 are needed to split into train, valid and test")
-    n_test = max(1, round(n * test_fraction))
-    n_valid = max(1, round(n * valid_fraction))
-    if n_test + n_valid >= n:
-        n_test = n_valid = 1
-    order = numpy.random.default_rng(seed).permutation(n)
-    parts = (order[:n_test], order[n_test:n_test + n_valid], order[n_test + n_valid:])
-    test, valid, train = ([pair for i in part for pair in by_source[sources[i]]] for part in parts)
-    return train, valid, test, duplicates
-
-
-def load_task(name: str | None = None, data: str | None = None, level: str = "char", seed: int = 0,
-              valid_fraction: float = 0.05, test_fraction: float = 0.05, header: bool = False,
-              max_length: int | None = MAX_DATA_LENGTH) -> TaskData:
-    """The splits and vocabulary of a named task, or of a user's TSV file (``data``).
-
-    A TSV file is checked line by line (``read_pairs``), deduplicated and split
-    three ways (``split_pairs``): train, valid (validation during training) and
-    test (scored once at the end; never seen during training or validation).
-    ``TaskData.notes`` says what was done (duplicates removed, a likely header).
-    """
-    if data is not None:
-        pairs, notes = read_pairs(data, level, level, header=header, max_length=max_length)
-        train, valid, test, duplicates = split_pairs(pairs, seed, valid_fraction, test_fraction, where=data)
-        if duplicates:
-            notes.append(f"{data}: removed {duplicates} duplicate pair(s) before splitting")
-        vocab = Vocab.build([s for s, _ in train] + [t for _, t in train])
-        return TaskData(os.path.basename(data), vocab, train, valid, test, level, level,
-                        "char" if level == "char" else "13a", notes)
-    if name in SYNTHETIC_TASKS:
-        make = SYNTHETIC_TASKS[name]
-        splits = {split: make(n, numpy.random.default_rng([seed, i]))
-                  for i, (split, n) in enumerate(SYNTHETIC_SIZES.items())}
-        return TaskData(name, synthetic_vocab(10), splits["train"], splits["valid"], splits["test"],
-                        "word", "word", "none")
-    translation = _translation_module()
-    if name not in translation.TASKS:
-        raise ValueError(f"unknown task {name!r}; choose one of: {', '.join(task_names())}")
-    task = translation.TASKS[name]
-    splits = translation.load_splits(name, seed=seed)
-    tok = {k: _tokenize_pairs(v, task.src_level, task.tgt_level) for k, v in splits.items()}
-    vocab = Vocab.build([s for s, _ in tok["train"]] + [t for _, t in tok["train"]])
-    return TaskData(name, vocab, tok["train"], tok["valid"], tok["test"],
-                    task.src_level, task.tgt_level, task.bleu_tokenize)
 
 
 def encode_pairs(vocab: Vocab, pairs) -> list[tuple[list[int], list[int]]]:
@@ -363,76 +125,6 @@ class _StopSignals:
         self._previous.clear()
 
 
-class _Progress:
-    """Progress output that fits where it goes.
-
-    mode "bar": a live tqdm bar (on a terminal). "lines": a plain line every
-    ``every`` seconds, no carriage returns (a pipe or a log file). "off":
-    nothing per step. Validation results go to standard output in every mode;
-    the bar and the periodic lines go to ``stream`` (standard error).
-    """
-
-    def __init__(self, mode: str, total: int, initial: int, every: float = 30.0, stream=None):
-        self.stream = stream if stream is not None else sys.stderr
-        if mode == "auto":
-            isatty = getattr(self.stream, "isatty", None)
-            mode = "bar" if isatty is not None and isatty() else "lines"
-        if mode not in ("bar", "lines", "off"):
-            raise ValueError(f"progress must be 'auto', 'bar', 'lines' or 'off', got {mode!r}")
-        if not (isinstance(every, int | float) and math.isfinite(every) and every > 0):
-            raise ValueError(f"progress interval must be a positive number of seconds, got {every!r}")
-        self.mode, self.total, self.every = mode, total, float(every)
-        self.bar = None
-        if mode == "bar":
-            from tqdm.auto import tqdm  # noqa: PLC0415
-
-            self.bar = tqdm(total=total, initial=initial, desc="train", unit="step", dynamic_ncols=True,
-                            file=self.stream)
-        self._t_start = self._t_last = time.perf_counter()
-        self._postfix: dict = {}
-
-    def update(self, step: int, record: dict | None) -> None:
-        if record is not None and record.get("loss") is not None:
-            self._postfix = {"loss": f"{record['loss']:.3f}", "tok_s": f"{record['tokens_per_s']:.0f}",
-                             "lr": f"{record['lr']:.2e}" if record.get("lr") is not None else "-"}
-        if self.bar is not None:
-            self.bar.update(1)
-            if record is not None and self._postfix:
-                self.bar.set_postfix(self._postfix)
-        elif self.mode == "lines":
-            now = time.perf_counter()
-            if now - self._t_last >= self.every or step == self.total:
-                self._t_last = now
-                self.line(f"step {step}/{self.total}"
-                          + "".join(f", {k} {v}" for k, v in self._postfix.items())
-                          + f", {now - self._t_start:.0f}s")
-
-    def line(self, text: str) -> None:
-        """A line of progress on the progress stream."""
-        if self.bar is not None:
-            self.bar.write(text, file=self.stream)
-        elif self.mode == "lines":
-            print(text, file=self.stream, flush=True)
-
-    def result(self, text: str) -> None:
-        """A result line (validation) on standard output, in every mode."""
-        if self.bar is not None:
-            self.bar.write(text, file=sys.stdout)
-        else:
-            print(text, flush=True)
-
-    def warn(self, text: str) -> None:
-        """A warning on standard error, in every mode (clearing the bar around it)."""
-        if self.bar is not None:
-            self.bar.write(f"warning: {text}", file=sys.stderr)
-        else:
-            print(f"warning: {text}", file=sys.stderr, flush=True)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def _json_safe(record: dict) -> dict:
     """The record with every NaN or inf float replaced by None (JSON has no such numbers)."""
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
@@ -449,6 +141,7 @@ class Trainer:
         saved in checkpoints so ``translate`` and ``evaluate`` tokenize the same way."""
         self.model, self.vocab, self.settings, self.out_dir = model, vocab, settings, out_dir
         self.levels = levels or {}
+        self.preset: str | None = None         # the model preset's name, saved for a resume to check
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
         self.criterion = LabelSmoothedCrossEntropy(vocab.pad_id, model.cfg.eps_ls)
         self.schedule = NoamSchedule(model.cfg.d_model, settings.warmup_steps, settings.lr_factor)
@@ -460,7 +153,7 @@ class Trainer:
         self.xp = model.xp
         self.skipped_steps, self.consecutive_skips = 0, 0
         self.last_saved: tuple[str, int] | None = None     # (path, step) of the last checkpoint written
-        self._progress: _Progress | None = None
+        self._progress: Progress | None = None
 
     # -- state for checkpoints --------------------------------------------------
     @property
@@ -474,7 +167,7 @@ class Trainer:
         if path is None:
             raise ValueError("Trainer.save: no path given and the trainer has no out_dir")
         extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                 "settings": asdict(self.settings), "levels": self.levels}
+                 "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset}
         save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
         self.last_saved = (path, self.step)
         return path
@@ -604,7 +297,7 @@ class Trainer:
         if self.out_dir:
             self._prepare_out_dir()
         history: list[dict] = self._trim_log(log_path) if log_path else []
-        self._progress = bar = _Progress(mode, s.steps, self.step, progress_every)
+        self._progress = bar = Progress(mode, s.steps, self.step, progress_every)
         tokens, t0, losses, window_skips = 0, time.perf_counter(), [], 0
         batches = self.batches()
         try:
@@ -692,33 +385,44 @@ def read_metrics(path: str, warn=None) -> list[dict]:
 
 
 def build_model(task: TaskData, preset: str = "copy", seed: int = 0, **overrides) -> Transformer:
-    """A fresh model of ``preset`` sized for the task (vocabulary, max_len with room for decoding)."""
+    """A fresh model of ``preset`` sized for the task, with the TransformerConfig fields in
+    ``overrides`` changed: the vocabulary decides vocab_size and pad_id, and max_len is raised
+    to leave room for decoding (the longest sentence + 50, §6.1) unless ``overrides`` sets it,
+    in which case too small a max_len is an error."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
     cfg = PRESETS[preset].with_(vocab_size=len(task.vocab), pad_id=task.vocab.pad_id, **overrides)
-    longest = max(max(len(s), len(t)) + 1 for s, t in task.train + task.valid + task.test)
-    if cfg.max_len < longest + 51:   # room for decoding input length + 50 (§6.1)
-        cfg = cfg.with_(max_len=longest + 51)
+    needed = max(max(len(s), len(t)) + 1 for s, t in task.train + task.valid + task.test) + EXTRA_OUTPUT_LEN + 1
+    if cfg.max_len < needed:
+        if "max_len" in overrides:
+            raise ValueError(f"max_len={cfg.max_len} is too small for task {task.name!r}: its longest sentence "
+                             f"needs {needed} positions (its length + <eos>, + {EXTRA_OUTPUT_LEN} for decoding)")
+        cfg = cfg.with_(max_len=needed)
     return Transformer(cfg, seed=seed)
 
 
-def recipe_for(task_name: str) -> Recipe:
-    """The task's recipe (preset + training settings); a user's TSV file gets DATA_RECIPE."""
-    return RECIPES.get(task_name, DATA_RECIPE)
+def settings_for(task: str | TaskData | Recipe, **overrides) -> tuple[str, TrainSettings]:
+    """(preset, settings) of a task's recipe, with ``overrides`` (a None value keeps the recipe's).
 
-
-def settings_for(task_name: str, **overrides) -> tuple[str, TrainSettings]:
-    """(preset, settings) of the task's recipe, with ``overrides`` (a None value keeps the recipe's)."""
-    recipe = recipe_for(task_name)
+    task: a registered task's name, a loaded TaskData (a --data file's carries
+    ``data.registry.DATA_RECIPE``), or a Recipe.
+    """
+    if isinstance(task, TaskData):
+        if task.recipe is None:
+            raise ValueError(f"task {task.name!r} has no recipe; give one with settings_for(Recipe(...))")
+        recipe = task.recipe
+    else:
+        recipe = task if isinstance(task, Recipe) else recipe_for(task)
     preset = overrides.pop("preset", None) or recipe.preset
     changes = {k: v for k, v in overrides.items() if v is not None}
     return preset, replace(recipe.settings, **changes)
 
 
 def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: str | None = None,
-                 resume=None) -> Trainer:
-    """A Trainer for ``task``: a fresh model of ``preset``, or the model, vocabulary and
-    optimizer state of a loaded checkpoint (``resume``, a ``checkpoint.Checkpoint``).
+                 resume=None, config: dict | None = None) -> Trainer:
+    """A Trainer for ``task``: a fresh model of ``preset`` with the TransformerConfig fields in
+    ``config`` changed (``train --set``), or the model, vocabulary and optimizer state of a
+    loaded checkpoint (``resume``, a ``checkpoint.Checkpoint``).
 
     This is the one way a run is set up: ``python -m minitransformer train`` and
     ``benchmarks/bench_copy.py`` both call it.
@@ -735,14 +439,14 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
                              f"leaves nothing to train; give more steps (--steps {resume.step + 1} or more)")
         model, vocab = resume.model, resume.vocab
     else:
-        model, vocab = build_model(task, preset, seed=settings.seed), task.vocab
+        model, vocab = build_model(task, preset, seed=settings.seed, **(config or {})), task.vocab
     trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
                       settings, out_dir, levels=task.levels)
+    trainer.preset = preset
     if resume is not None:
         trainer.restore(resume)
     return trainer
 
 
-__all__ = ["NonFiniteLossError", "TrainingInterrupted", "MAX_DATA_LENGTH", "read_pairs", "split_pairs", "TaskData",
-           "Recipe", "RECIPES", "DATA_RECIPE", "TrainSettings", "Trainer", "load_task", "encode_pairs", "build_model",
-           "task_names", "read_metrics", "recipe_for", "settings_for", "make_trainer"]
+__all__ = ["NonFiniteLossError", "TrainingInterrupted", "TrainSettings", "Trainer", "encode_pairs", "build_model",
+           "read_metrics", "settings_for", "make_trainer"]

@@ -3,8 +3,8 @@ layer or below, and no two modules import each other (directly or in a circle).
 
     foundation  errors, backend, files, machine
     layers      layers/* (layers/fast.py: the speed variants), gradcheck
-    model       model, data/*, metrics
-    search      decoding, optim, checkpoint, plot
+    model       model, settings, data/*, metrics
+    search      decoding, optim, checkpoint, average, plot, progress
     translate   translate
     train       train
     lessons     exercises/*
@@ -24,8 +24,8 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "minitransformer"
 LAYERS = [
     ("foundation", ["errors", "backend", "files", "machine", "__init__"]),
     ("layers", ["layers.fast", "layers.*", "gradcheck"]),
-    ("model", ["model", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "plot"]),
+    ("model", ["model", "settings", "data.*", "metrics"]),
+    ("search", ["decoding", "optim", "checkpoint", "average", "plot", "progress"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("lessons", ["exercises.*"]),
@@ -137,7 +137,7 @@ def test_nothing_reads_another_layers_private_cache():
     """A layer's _cache is for its own backward; what others need is public
     (MultiHeadAttention.attention_weights, Transformer.attention_maps)."""
     lessons = PACKAGE.parent / "lessons"
-    files = [*PACKAGE.rglob("*.py"), *lessons.glob("*.py"), *(PACKAGE.parent / "benchmarks").glob("*.py")]
+    files = [*PACKAGE.rglob("*.py"), *lessons.rglob("*.py"), *(PACKAGE.parent / "benchmarks").glob("*.py")]
     bad = [line for path in files for line in _foreign_cache_reads(path)]
     assert not bad, f"reads of another object's _cache: {bad}"
 

@@ -12,9 +12,10 @@ import warnings
 import numpy as np
 import pytest
 
+from minitransformer.data.registry import load_task
 from minitransformer.layers.parameter import Parameter
 from minitransformer.optim import Adam, NonFiniteGradientError, clip_grad_norm, global_grad_norm
-from minitransformer.train import Trainer, TrainSettings, build_model, encode_pairs, load_task, read_metrics
+from minitransformer.train import Trainer, TrainSettings, build_model, encode_pairs, read_metrics
 
 
 def _params():

@@ -63,7 +63,8 @@ def test_the_learner_gets_jupyterlab_and_no_torch_or_test_tools():
 def test_the_developer_gets_every_tool_the_tests_benchmarks_and_docs_use():
     dev = _closure("dev")
     for needed in ("jupyterlab", "pytest", "hypothesis", "nbmake", "sacrebleu", "threadpoolctl",
-                   "pyinstrument", "ruff", "jupytext", "nbclient", "sphinx", "myst-nb", "sphinx-book-theme"):
+                   "pyinstrument", "ruff", "jupytext", "nbclient", "sphinx", "myst-nb", "sphinx-book-theme",
+                   "nltk", "pyevalb"):
         assert needed in dev, needed
     assert dev["torch"].replace(" ", "") == "torch==2.13.0"    # any other version pulls GBs
 

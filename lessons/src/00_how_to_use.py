@@ -1,9 +1,9 @@
 # ---
 # jupyter:
 #   jupytext:
-#     formats: ipynb,py:percent
+#     formats: ipynb,src//py:percent
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -29,7 +29,7 @@
 # and equation numbers, the math, a small worked example, the derivation of the backward
 # pass, a gradient check, a picture, and exercises with checking cells (solutions at the end).
 #
-# The lessons, in reading order (each notebook `lessons/NN_name.ipynb` is built from `lessons/NN_name.py`):
+# The lessons, in reading order (each notebook `lessons/NN_name.ipynb` is built from `lessons/src/NN_name.py`):
 #
 # | lesson | paper | package |
 # | --- | --- | --- |
@@ -73,7 +73,7 @@
 # * After `pip install -r requirements-dev.txt` (pytest, nbmake, torch for the parity tests, ...), run the
 #   tests with `python -m pytest` (`-m "not slow"` for the quick ones), and every notebook top to bottom,
 #   as CI does, with `python -m pytest --nbmake lessons/`.
-# * Each notebook is built from a plain Python file next to it, `lessons/NN_name.py`, in
+# * Each notebook is built from a plain Python file, `lessons/src/NN_name.py`, in
 #   jupytext's *percent* format: `# %%` starts a code cell, `# %% [markdown]` a text cell.
 #   To change a lesson, edit its `.py` and run `python lessons/build.py NN` (e.g. `03`): it
 #   rewrites the notebook and executes it. `python lessons/build.py --check` says whether every
