@@ -29,6 +29,9 @@ How it measures (docs/performance.md has the details):
   each side's malloc state, thread pools and peak memory its own.
 * time: ``--warmup`` untimed steps, then ``--steps`` timed ones per side; min
   and median. ratio = minitransformer / PyTorch (below 1: minitransformer is faster).
+* cpu: the least CPU time of a step (``time.process_time``: all the worker's threads
+  together), which other processes on the machine do not add to the way they add
+  to wall time; the ``--baseline`` line gives its ratio too.
 * tokens/s: (source + target tokens of the batch) / median step time.
 * GFLOP/s: 2·m·n·k for every matrix product of forward and backward, counted
   from the configuration (the NumPy side also counts the products it really
