@@ -229,7 +229,7 @@ def test_a_failed_save_keeps_both_files(tmp_path, monkeypatch):
 
 def test_stale_temporaries_are_removed_and_only_they(tmp_path):
     keep = ["checkpoint.npz", "metrics.jsonl", ".hidden_but_mine", "notes.partial"]
-    stale = [".checkpoint.npz.partial", ".metrics.jsonl.partial"]
+    stale = [".checkpoint.npz.partial", ".metrics.jsonl.partial", ".tmp-k2j3h4checkpoint.npz"]
     for name in keep + stale:
         (tmp_path / name).write_bytes(b"x")
     removed = files.remove_stale_partials(tmp_path)
