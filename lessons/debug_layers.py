@@ -7,9 +7,9 @@ See every function that runs:   python lessons/debug_layers.py --trace
 The arrays are lesson-sized (one sentence of 3 positions, d_model = 4, a vocabulary
 of 6), so each fits on the screen. Stepping in shows the formulas of each
 docstring, one line each, on whole arrays: no closures, no blocks of rows, no
-threads. (Speed variants of these functions live in minitransformer/layers/fast.py
-and run only on arrays far larger than these.) `--trace` lists every function of
-the package that each call enters. WALKTHROUGH is the one list of pdb commands
+threads. (The one speed variant among them, Adam's update in blocks, lives in
+minitransformer/layers/fast.py and runs only for parameters of 2**18 elements or
+more.) `--trace` lists every function of the package that each call enters. WALKTHROUGH is the one list of pdb commands
 that the `--break` hint prints and tests/test_debugger_walkthrough.py types;
 change it here only.
 """
