@@ -5,11 +5,11 @@
     python benchmarks/bench_parallel.py --layouts 1x2 2x1 2x2 4x1
 
 A layout "RxT" is R ranks (processes, under ``mpiexec -n R``; R = 1 runs without it) of T
-threads each (OpenBLAS and minitransformer's own, pinned as benchmarks/bench_train.py pins
-them). Every layout trains on the same global batch, bench_train's random batch of the
-configuration (no padding), split between the ranks by ``distributed.step_batches``, through
-the real training step (``Trainer.train_step``: forward, loss, backward, the gradients summed
-with ``distributed.GradientSum``, Adam on every rank).
+OpenBLAS threads each (pinned as benchmarks/bench_train.py pins them). Every layout trains
+on the same global batch, bench_train's random batch of the configuration (no padding),
+split between the ranks by ``distributed.step_batches``, through the real training step
+(``Trainer.train_step``: forward, loss, backward, the gradients summed with
+``distributed.GradientSum``, Adam on every rank).
 
 Per step, the slowest rank's times (the step ends for everyone when the last one is done):
 
@@ -71,7 +71,6 @@ def worker(args) -> None:
     from minitransformer.settings import TrainSettings
     from minitransformer.train import Trainer
 
-    backend.set_num_threads(args.threads)
     backend.set_default_dtype("float32")
     comm = distributed.world()
     c = bench_train.CONFIGS[args.config]
@@ -132,8 +131,8 @@ def worker(args) -> None:
 # -- the parent ---------------------------------------------------------------------------------
 
 def run_layout(args, config: str, ranks: int, threads: int) -> dict:
-    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), MINITRANSFORMER_THREADS=str(threads),
-               OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO, **bench_train.MALLOC_TUNED)
+    env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads), PYTHONPATH=REPO,
+               **bench_train.MALLOC_TUNED)
     for name in ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"):
         env.pop(name, None)
     cmd = [sys.executable, os.path.abspath(__file__), "--worker", "--config", config, "--threads", str(threads),
@@ -148,11 +147,11 @@ def run_layout(args, config: str, ranks: int, threads: int) -> dict:
 
 
 def header(args) -> list[str]:
-    from minitransformer import backend
+    from minitransformer import machine
 
     load = os.getloadavg()
     return [f"# bench_parallel  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-            f"# machine: {backend.machine_summary()} | {platform.platform()}",
+            f"# machine: {machine.machine_summary()} | {platform.platform()}",
             f"# NumPy {np.__version__}: {bench_train.blas_line()}",
             f"# {args.warmup} warm-up + {args.steps} timed steps per layout, {args.rounds} round(s); float32; "
             f"malloc tuned as in bench_train",

@@ -418,8 +418,7 @@ def check_in_sync(comm, params: Sequence, step: int) -> str:
     if len(set(digests)) > 1:
         which = ", ".join(f"rank {r}: {d[:12]}" for r, d in enumerate(digests))
         raise RanksOutOfSync(f"after step {step} the ranks' parameters differ (SHA-256 {which}); the ranks must "
-                             "run the same code, data and thread settings (OPENBLAS_NUM_THREADS, "
-                             "MINITRANSFORMER_THREADS)")
+                             "run the same code, data and thread settings (OPENBLAS_NUM_THREADS)")
     return digest
 
 

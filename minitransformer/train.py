@@ -106,10 +106,9 @@ class Trainer:
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
         self.criterion = LabelSmoothedCrossEntropy(vocab.pad_id, model.cfg.eps_ls)
         self.schedule = NoamSchedule(model.cfg.d_model, settings.warmup_steps, settings.lr_factor)
-        # The trainer counts skipped steps itself (a non-finite loss skips a step too),
-        # so Adam only reports its skips here and never stops the run on its own.
-        self.optimizer = Adam(model.parameters(), lr=self.schedule, clip_norm=settings.clip_norm,
-                              max_consecutive_skips=None, on_skip=self._adam_skipped)
+        # Adam skips an update with a non-finite gradient; the trainer counts the skips (a
+        # non-finite loss skips a step too), warns, and stops the run (_skipped).
+        self.optimizer = Adam(model.parameters(), lr=self.schedule, clip_norm=settings.clip_norm)
         self.step = 0
         self.epoch, self.batch_in_epoch = 0, 0
         self.xp = model.xp
@@ -229,9 +228,6 @@ class Trainer:
         function of them and settings.seed (a resumed run draws the same masks; no two ranks share)."""
         key = [self.settings.seed, step] if rank == micro == 0 else [self.settings.seed, step, rank, micro]
         return int(numpy.random.SeedSequence(key).generate_state(1)[0])
-
-    def _adam_skipped(self, message: str) -> None:
-        """Adam's own report of a skip; the trainer reports it in _skipped, with the step."""
 
     def _skipped(self, problem: str, error: type) -> None:
         self.skipped_steps += 1

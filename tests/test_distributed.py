@@ -250,7 +250,7 @@ def test_launched_reads_the_launchers_variables(monkeypatch):
 
 def _cli(args, env_changes, tmp_path, blocked_mpi4py=False):
     env = {k: v for k, v in os.environ.items() if k not in (*distributed.SIZE_VARIABLES, *distributed.RANK_VARIABLES)}
-    env.update(env_changes, PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1", MINITRANSFORMER_THREADS="1")
+    env.update(env_changes, PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1")
     if blocked_mpi4py:
         shim = tmp_path / "shim" / "mpi4py"
         shim.mkdir(parents=True)

@@ -75,7 +75,7 @@ def test_the_pairing_finds_the_source():
 
 def test_scripts_are_not_lessons():
     names = {p.name for p in build.lessons(LESSONS).values()}
-    assert names and "debug_attention.py" not in names and "build.py" not in names
+    assert names and "debug_attention.py" not in names and "debug_layers.py" not in names and "build.py" not in names
 
 
 def _anchor(heading: str) -> str:

@@ -56,7 +56,7 @@ def data(tmp_path_factory):
 
 
 def _env(**changes):
-    env = dict(os.environ, PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1", MINITRANSFORMER_THREADS="1",
+    env = dict(os.environ, PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1",
                MINITRANSFORMER_DTYPE="float64")
     for name in ("PMI_SIZE", "PMI_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"):
         env.pop(name, None)

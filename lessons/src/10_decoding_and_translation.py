@@ -61,7 +61,7 @@ from contextlib import contextmanager, nullcontext
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minitransformer import backend, decoding, metrics, translate, train
+from minitransformer import backend, decoding, machine, metrics, translate, train
 from minitransformer.data.registry import load_task
 from minitransformer import model as model_module
 from minitransformer.layers.loss import log_softmax
@@ -80,7 +80,7 @@ except ImportError:                     # not installed: leave the BLAS as it is
         return nullcontext()
 
 
-print(backend.machine_summary())
+print(machine.machine_summary())
 
 # %% [markdown]
 # Some figures below have Korean labels, and matplotlib's default font has no Hangul.
@@ -254,7 +254,7 @@ ax2.set(xlabel="output length T (tokens)", ylabel="uncached time / cached time",
         ylim=(0, None))
 for ax in (ax1, ax2):
     ax.grid(alpha=0.3)
-fig.suptitle(f"d_model 128, N 2, float32, 1 BLAS thread; {backend.machine_summary()}", fontsize=8)
+fig.suptitle(f"d_model 128, N 2, float32, 1 BLAS thread; {machine.machine_summary()}", fontsize=8)
 plt.tight_layout()
 plt.show()
 
@@ -316,7 +316,7 @@ with one_blas_thread(1):
     trainer.settings.steps = 400
     history += trainer.run(progress=False)                # steps 151..400, the same run continued
     train_wall, train_cpu = time.perf_counter() - t0, time.process_time() - c0
-print(f"400 steps in {train_wall:.1f} s wall, {train_cpu:.1f} s CPU ({backend.machine_summary()})")
+print(f"400 steps in {train_wall:.1f} s wall, {train_cpu:.1f} s CPU ({machine.machine_summary()})")
 
 # %%
 steps = [r["step"] for r in history if "loss" in r]
@@ -669,7 +669,7 @@ print(f"{'model':22s}{'decoder':>10s}{'BLEU':>9s}{'chrF':>9s}{'exact match':>14s
 for name, runs in (("half-trained (150 steps)", (half_greedy, half_beam)), ("trained (400 steps)", (full_greedy, full_beam))):
     for decoder, r in zip(("greedy", "beam 4"), runs):
         print(f"{name:22s}{decoder:>10s}{r['bleu']:9.2f}{r['chrf']:9.2f}{r['exact_match']:14.1%}{r['seconds']:10.1f}")
-print(f"({backend.machine_summary()})")
+print(f"({machine.machine_summary()})")
 wrong = [i for i, (h, r) in enumerate(zip(full_beam["hyps"], full_beam["refs"])) if h != r]
 print(f"trained model, beam 4: {len(wrong)} of {len(task.test)} test sentences wrong", wrong[:5])
 for text in ("Tuesday, March 5, 2024", "Monday, March 5, 2024", "Sunday, January 1, 1950"):
@@ -947,4 +947,4 @@ check_greedy_decode(greedy_solution)
 # %%
 wall, cpu, load0 = time.perf_counter() - NOTEBOOK_START[0], time.process_time() - NOTEBOOK_START[1], NOTEBOOK_START[2]
 print(f"this notebook: {wall:.0f} s wall, {cpu:.0f} s CPU in this kernel; 1-min load {load0:.1f} at the start, "
-      f"{os.getloadavg()[0]:.1f} now; {backend.machine_summary()}")
+      f"{os.getloadavg()[0]:.1f} now; {machine.machine_summary()}")

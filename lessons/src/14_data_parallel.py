@@ -47,7 +47,7 @@ import tempfile
 import numpy as np
 import matplotlib.pyplot as plt
 
-from minitransformer import backend
+from minitransformer import backend, machine
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
 np.set_printoptions(precision=4, suppress=True, linewidth=110)
@@ -55,12 +55,12 @@ MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shuti
 REPO = pathlib.Path.cwd().parent          # the notebook runs in lessons/
 assert MPIEXEC, "mpiexec not found: install the MPI extra, pip install -e '.[mpi]' (mpi4py and the MPICH wheel)"
 print("mpiexec:", MPIEXEC)
-print("machine:", backend.machine_summary())
+print("machine:", machine.machine_summary())
 
 
 def mpiexec(n, *args, env=None, timeout=300):
     """Run `python *args` on n processes; return its standard output (an error shows standard error)."""
-    env = dict(os.environ, PYTHONPATH=str(REPO), OPENBLAS_NUM_THREADS="1", MINITRANSFORMER_THREADS="1", **(env or {}))
+    env = dict(os.environ, PYTHONPATH=str(REPO), OPENBLAS_NUM_THREADS="1", **(env or {}))
     cmd = ([MPIEXEC, "-n", str(n)] if n > 1 else []) + [sys.executable, *args]
     out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout, cwd=REPO)
     if out.returncode != 0:
