@@ -300,6 +300,8 @@ PLANTED = {
                  "    nll = -np.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]\n"
                  "    return float(np.exp(nll.mean()))", r"hint: the pad positions are counted"),
     12: ("12.1", "my_answer_1 = 'pe-wrong-frequencies'", r"hint: Right component: the positional encoding"),
+    14: ("14.2", "def my_combine(grads, n_tokens):\n    return sum(grads) / len(grads)",
+         r"hint: the plain average of the ranks' gradients"),
 }
 
 

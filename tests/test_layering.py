@@ -1,10 +1,10 @@
 """The package is built in layers, lowest first; a module imports only from its own
 layer or below, and no two modules import each other (directly or in a circle).
 
-    foundation  errors, backend, files
-    layers      layers/*, gradcheck
-    model       model, data/*, metrics
-    search      decoding, optim, checkpoint, plot
+    foundation  errors, backend, files, runlock, streams, machine
+    layers      layers/* (layers/fast.py: the speed variants), gradcheck
+    model       model, settings, data/*, metrics
+    search      decoding, optim, checkpoint, average, plot, progress, stops, distributed
     translate   translate
     train       train
     lessons     exercises/*
@@ -23,10 +23,10 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "minitransformer"
 
 LAYERS = [
-    ("foundation", ["errors", "backend", "files", "__init__"]),
-    ("layers", ["layers.*", "gradcheck"]),
-    ("model", ["model", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "plot"]),
+    ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "__init__"]),
+    ("layers", ["layers.fast", "layers.*", "gradcheck"]),
+    ("model", ["model", "settings", "data.*", "metrics"]),
+    ("search", ["decoding", "optim", "checkpoint", "average", "plot", "progress", "stops", "distributed"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("lessons", ["exercises.*"]),

@@ -111,8 +111,8 @@ print("dW2 =\n", ffn.linear2.W.grad, "\ndb2 =", ffn.linear2.b.grad)
 # Two details of `FeedForward`:
 #
 # * The mask can be computed from the **output**: $u > 0$ exactly when $z > 0$. So the forward
-#   caches only $u$ (and applies the ReLU in place, `hidden *= hidden > 0`), saving a second
-#   $(B, S, d_\text{ff})$ array.
+#   caches only $u$ (and `relu` applies the ReLU in place, writing $\max(0, z)$ into $z$'s own buffer),
+#   saving a second $(B, S, d_\text{ff})$ array.
 # * A unit whose $z$ is negative for *every* input passes no gradient to its weights at all and
 #   stops learning (a "dead" unit). Below, the pattern of active units for a random input: about
 #   half are on at each position, and which half differs from position to position.
@@ -197,13 +197,18 @@ for name, p in ffn.named_parameters():
 # $$\delta Z = \delta U \odot \mathbb{1}[U > 0]$$
 # $$\delta X = \delta Z\, W_1^\top,\quad \delta W_1 = X^\top \delta Z,\quad \delta b_1 = \textstyle\sum_\text{rows} \delta Z$$
 #
-# `FeedForward.backward` is exactly this: `linear2.backward`, the ReLU mask, `linear1.backward`
-# (each `Linear` calls `linear_backward` and adds into its parameters' `.grad`).
+# `FeedForward.backward` is exactly this: `linear2.backward`, the ReLU mask (`relu_backward`),
+# `linear1.backward` (each `Linear` calls `linear_backward` and adds into its parameters' `.grad`).
+# The activation is a pair of functions chosen by name, `relu` and `relu_backward` here;
+# `TransformerConfig(activation="gelu")` picks GELU's pair instead (both in `layers/feedforward.py`).
 
 # %%
 import inspect
+from minitransformer.layers.feedforward import relu, relu_backward
 print(inspect.getsource(FeedForward.forward))
 print(inspect.getsource(FeedForward.backward))
+print(inspect.getsource(relu))
+print(inspect.getsource(relu_backward))
 
 # %% [markdown]
 # ## 5. Gradient check

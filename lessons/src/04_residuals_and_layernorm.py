@@ -108,11 +108,9 @@ import inspect
 print(inspect.getsource(layernorm_backward))
 
 # %% [markdown]
-# The last four lines are the boxed formula, built in one buffer to save memory: they form
-# $\hat x\,\overline{g\odot\hat x} - g + \overline{g}$ in place and multiply it by $-r$, which is
-# $r\,(g - \overline g - \hat x\,\overline{g\odot\hat x})$. (`backend.rowdot(g, x_hat) / d` is
-# $\overline{g\odot\hat x}$ computed without the product array $g\odot\hat x$.) The gradients of
-# $\gamma$ and $\beta$ are its first two lines.
+# The line `dx = rstd * (g - mean_g - x_hat * mean_g_xhat)` is the boxed formula, with `g` $= \delta y\odot\gamma$,
+# `mean_g` $= \overline g$ and `mean_g_xhat` $= \overline{g\odot\hat x}$ computed just above it. The gradients of
+# $\gamma$ and $\beta$ are the two sums below it, over every position (they act on all of them).
 #
 # **What the formula says.** The Jacobian is $J = r\,(I - \tfrac1n\mathbf 1\mathbf 1^\top - \tfrac1n\hat x\hat x^\top)$.
 # Because $\hat x \perp \mathbf 1$ and $\|\hat x\|^2 = n\,\sigma^2/(\sigma^2+\epsilon)\approx n$, it is (up to

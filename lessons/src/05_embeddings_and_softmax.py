@@ -32,7 +32,7 @@
 # | its backward (scatter-add) | `embedding_backward`, which calls `minitransformer.backend.scatter_add` |
 # | logits $= yE^\top$ and its backward | `TiedOutputProjection` |
 # | softmax (as log-softmax, inside the loss) | `minitransformer.layers.loss.log_softmax`, `LabelSmoothedCrossEntropy` |
-# | the three-way tie | `minitransformer.model.Transformer`: one `Parameter` `E` held by `src_embed`, `tgt_embed`, `generator` |
+# | the three-way tie | `minitransformer.model.Transformer`: one `Parameter` `E` held by `src_embed`, `tgt_embed`, `output_projection` |
 #
 # The derivations in full: [docs/derivations.md §2, embedding, scatter-add and tying](../docs/derivations.md#2-token-embedding-scatter-add-and-weight-tying-34)
 # and [§11, label-smoothed cross-entropy](../docs/derivations.md#11-label-smoothed-cross-entropy-54).
@@ -231,7 +231,7 @@ from minitransformer.model import Transformer, TransformerConfig, count_paramete
 cfg = TransformerConfig(vocab_size=12, d_model=8, h=2, N=1, d_ff=16, P_drop=0.0, max_len=16)
 model = Transformer(cfg, seed=0)
 E = model.E
-print("one Parameter, three uses:", model.src_embed.E is E and model.tgt_embed.E is E and model.generator.E is E)
+print("one Parameter, three uses:", model.src_embed.E is E and model.tgt_embed.E is E and model.output_projection.E is E)
 
 # 0 = <pad>, 1 = <bos>, 2 = <eos>; the task: reverse the source
 src     = np.array([[3, 4, 5, 6, 7], [8, 9, 3, 0, 0]])
@@ -246,7 +246,7 @@ def loss_value():
 model.zero_grad()
 loss_value()
 dlogits = loss_fn.backward()
-dout = model.generator.backward(dlogits)                                          # use 1: logits = y E^T
+dout = model.output_projection.backward(dlogits)                                          # use 1: logits = y E^T
 g_out = E.grad.copy()
 dy, dmemory = model.decoder.backward(dout)
 model.tgt_embed.backward(model.tgt_pos.backward(model.tgt_dropout.backward(dy)))  # use 2: target embedding
@@ -261,7 +261,7 @@ print("step by step == Transformer.backward:", np.abs(E.grad - g_total).max())
 
 # %%
 # (b) untie one use at a time and differentiate numerically with respect to its private copy
-uses = {"src_embed": (model.src_embed, g_src), "tgt_embed": (model.tgt_embed, g_tgt), "generator": (model.generator, g_out)}
+uses = {"src_embed": (model.src_embed, g_src), "tgt_embed": (model.tgt_embed, g_tgt), "output_projection": (model.output_projection, g_out)}
 numeric = {}
 for name, (layer, _) in uses.items():
     layer.E = Parameter(E.data.copy(), f"{name}.E")        # this use alone reads the copy
@@ -269,7 +269,7 @@ for name, (layer, _) in uses.items():
     layer.E = E                                            # tie it back
 
 for name, (_, analytic) in uses.items():
-    print(f"use {name:<9}: analytic piece vs numerical gradient of its own copy: rel error {rel_error(analytic, numeric[name]):.1e}")
+    print(f"use {name:<17}: analytic piece vs numerical gradient of its own copy: rel error {rel_error(analytic, numeric[name]):.1e}")
 report = gradcheck(loss_value, {"E (tied)": E.data}, {"E (tied)": g_total})
 print(f"sum of the three numerical pieces vs analytic tied gradient:   rel error {rel_error(g_total, sum(numeric.values())):.1e}")
 print(report)

@@ -81,7 +81,7 @@ dec = [(0.6, "tgt_in ids = <bos> + target", "white"), (1.6, "tgt_embed: E[ids] �
        (2.6, "tgt_pos: + PE", "#e8e8e8"), (3.6, "tgt_dropout", "#e8e8e8"),
        (4.8, "res_self: LayerNorm(y + MHA(y, y, y), causal mask)", "#cfe3f5"),
        (5.9, "res_cross: LayerNorm(y + MHA(y, memory, memory))", "#f5d0d0"),
-       (7.0, "res_ffn: LayerNorm(y + FFN(y))", "#d4efcf"), (8.2, "generator: y Eᵀ (tied, §3.4)", "#f6e7c1"),
+       (7.0, "res_ffn: LayerNorm(y + FFN(y))", "#d4efcf"), (8.2, "output_projection: y Eᵀ (tied, §3.4)", "#f6e7c1"),
        (9.2, "softmax -> P(next token)", "white")]
 for (y, t, c) in enc:
     box(ax, E, y, t, c)
@@ -180,7 +180,7 @@ y = model.tgt_dropout.forward(y);          show("dropout", y)
 for i, layer in enumerate(model.decoder.layers):
     y = layer.forward(y, memory, src_mask, tgt_mask)
     show(f"decoder layer {i}: self-attn, cross-attn, FFN", y)
-logits = model.generator.forward(y);       show("logits = y E^T (B, T, V)", logits)
+logits = model.output_projection.forward(y);       show("logits = y E^T (B, T, V)", logits)
 loss = loss_fn.forward(logits, tgt_out)
 print(f"loss (label-smoothed cross-entropy, mean over {int((tgt_out != 0).sum())} non-pad targets) = {loss:.4f}")
 
@@ -217,7 +217,7 @@ print(f"largest predicted probability anywhere: {p.max():.3f}   (uniform would b
 # %%
 model.zero_grad()
 dlogits = loss_fn.backward();                                  show("dL/dlogits", dlogits)
-dy = model.generator.backward(dlogits);                        show("dL/d(decoder output)   [E use 1]", dy)
+dy = model.output_projection.backward(dlogits);                        show("dL/d(decoder output)   [E use 1]", dy)
 dmemory = np.zeros_like(memory)
 for i in reversed(range(cfg.N)):
     dy, dmem = model.decoder.layers[i].backward(dy)

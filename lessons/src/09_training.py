@@ -36,7 +36,7 @@
 # | the learning-rate schedule (§5.3, Eq. 3) | `minitransformer.optim.NoamSchedule` |
 # | label-smoothed cross-entropy and its gradient $p - q$ (§5.4) | `minitransformer.layers.loss.LabelSmoothedCrossEntropy`, `cross_entropy_forward`, `cross_entropy_backward` |
 # | dropout with its saved mask (§5.4) | `minitransformer.layers.dropout.Dropout`, one object per site |
-# | a run: task, recipe, loop, evaluation | `minitransformer.train.load_task`, `settings_for`, `make_trainer`, `Trainer.run`; `minitransformer.translate.score_translations` |
+# | a run: task, recipe, loop, evaluation | `minitransformer.data.registry.load_task`, `minitransformer.train.settings_for`, `make_trainer`, `Trainer.run`; `minitransformer.translate.score_translations` |
 #
 # The derivations of this lesson's backward passes are also in
 # [docs/derivations.md §10 (dropout)](../docs/derivations.md#10-dropout-54) and
@@ -82,7 +82,8 @@ warnings.filterwarnings("ignore", message="IProgress not found")   # tqdm.auto's
 
 # %%
 from minitransformer.data.batching import batch_iterator, make_batch
-from minitransformer.train import encode_pairs, load_task
+from minitransformer.data.registry import load_task
+from minitransformer.train import encode_pairs
 
 task = load_task("emoji-en-fr")
 vocab = task.vocab

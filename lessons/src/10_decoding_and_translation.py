@@ -41,10 +41,10 @@
 # | the key/value cache | `minitransformer.model.KVCache` |
 # | the teacher-forced decoder, to compare with | `Transformer.decode`, `Transformer.forward` |
 # | dropout off while decoding | `minitransformer.layers.parameter.eval_mode` |
-# | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search` |
+# | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search`; as named strategies `Greedy()`, `Beam(size=4, alpha=0.6)` (and `Sample(...)`) for `decoding.decode` and `translate` |
 # | the length penalty (Wu et al. 2016, Eq. 14) | `minitransformer.decoding.length_penalty` |
 # | BLEU, chrF, exact match | `minitransformer.metrics.corpus_bleu`, `corpus_chrf`, `exact_match` |
-# | a task, its recipe, a training run | `minitransformer.train.load_task`, `settings_for`, `make_trainer`, `Trainer.run` |
+# | a task, its recipe, a training run | `minitransformer.data.registry.load_task`, `minitransformer.train.settings_for`, `make_trainer`, `Trainer.run` |
 # | translate and score a test set | `minitransformer.translate.score_translations` |
 # | every layer's and head's attention weights | `minitransformer.translate.attention_maps` |
 #
@@ -61,7 +61,8 @@ from contextlib import contextmanager, nullcontext
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minitransformer import backend, decoding, metrics, translate, train
+from minitransformer import backend, decoding, machine, metrics, translate, train
+from minitransformer.data.registry import load_task
 from minitransformer import model as model_module
 from minitransformer.layers.loss import log_softmax
 from minitransformer.layers.masks import padding_mask
@@ -79,7 +80,7 @@ except ImportError:                     # not installed: leave the BLAS as it is
         return nullcontext()
 
 
-print(backend.machine_summary())
+print(machine.machine_summary())
 
 # %% [markdown]
 # Some figures below have Korean labels, and matplotlib's default font has no Hangul.
@@ -253,7 +254,7 @@ ax2.set(xlabel="output length T (tokens)", ylabel="uncached time / cached time",
         ylim=(0, None))
 for ax in (ax1, ax2):
     ax.grid(alpha=0.3)
-fig.suptitle(f"d_model 128, N 2, float32, 1 BLAS thread; {backend.machine_summary()}", fontsize=8)
+fig.suptitle(f"d_model 128, N 2, float32, 1 BLAS thread; {machine.machine_summary()}", fontsize=8)
 plt.tight_layout()
 plt.show()
 
@@ -276,7 +277,7 @@ plt.show()
 # words. Both sides are split into words.
 
 # %%
-task = train.load_task("dates-en-ko")
+task = load_task("dates-en-ko")
 vocab = task.vocab
 print(f"{task.name}: {len(task.train):,} training pairs, {len(task.valid)} validation, {len(task.test)} test; "
       f"{len(vocab)} tokens in the shared vocabulary")
@@ -315,7 +316,7 @@ with one_blas_thread(1):
     trainer.settings.steps = 400
     history += trainer.run(progress=False)                # steps 151..400, the same run continued
     train_wall, train_cpu = time.perf_counter() - t0, time.process_time() - c0
-print(f"400 steps in {train_wall:.1f} s wall, {train_cpu:.1f} s CPU ({backend.machine_summary()})")
+print(f"400 steps in {train_wall:.1f} s wall, {train_cpu:.1f} s CPU ({machine.machine_summary()})")
 
 # %%
 steps = [r["step"] for r in history if "loss" in r]
@@ -367,15 +368,15 @@ plt.show()
 #
 # On the fully trained model they agree almost everywhere (section 5 shows it). The
 # half-trained copy still hesitates, so we decode all 1,000 test sentences with it both ways
-# (`translate.score_translations` translates and scores a test set; beam 4 and
-# $\alpha = 0.6$ are its defaults for beam search) and look at the sentences where the two
-# outputs differ.
+# (`translate.score_translations` translates and scores a test set with the strategy it is
+# given; `decoding.Beam(4)` is beam 4 with $\alpha = 0.6$) and look at the sentences where
+# the two outputs differ.
 
 # %%
 levels = {"tgt_level": task.tgt_level, "bleu_tokenize": task.bleu_tokenize}
 with one_blas_thread(1):
-    half_greedy = translate.score_translations(half, vocab, task.test, beam_size=1, **levels)
-    half_beam = translate.score_translations(half, vocab, task.test, beam_size=4, **levels)
+    half_greedy = translate.score_translations(half, vocab, task.test, strategy=decoding.Greedy(), **levels)
+    half_beam = translate.score_translations(half, vocab, task.test, strategy=decoding.Beam(4), **levels)
 refs = half_greedy["refs"]
 differ = [i for i, (g, b) in enumerate(zip(half_greedy["hyps"], half_beam["hyps"])) if g != b]
 beam_right = [i for i in differ if half_beam["hyps"][i] == refs[i]]
@@ -474,7 +475,7 @@ sweep_ref = [vocab.encode(t) for _, t in task.test[:300]]
 mean_len, shorter, longer, exact = [], [], [], []
 with one_blas_thread(1):
     for a in alphas:
-        outs = translate.translate_ids(half, vocab, sweep_src, beam_size=4, alpha=a)
+        outs = translate.translate_ids(half, vocab, sweep_src, strategy=decoding.Beam(4, alpha=a))
         n_out = np.array([len(o) for o in outs])
         mean_len.append(n_out.mean())
         shorter.append(np.mean(n_out < 4))
@@ -662,17 +663,17 @@ for hyp, ref in (("einundzwanzig", "einunddreißig"), ("dreitausendvierhundertei
 
 # %%
 with one_blas_thread(1):
-    full_greedy = translate.score_translations(model, vocab, task.test, beam_size=1, **levels)
-    full_beam = translate.score_translations(model, vocab, task.test, beam_size=4, **levels)
+    full_greedy = translate.score_translations(model, vocab, task.test, strategy=decoding.Greedy(), **levels)
+    full_beam = translate.score_translations(model, vocab, task.test, strategy=decoding.Beam(4), **levels)
 print(f"{'model':22s}{'decoder':>10s}{'BLEU':>9s}{'chrF':>9s}{'exact match':>14s}{'seconds':>10s}")
 for name, runs in (("half-trained (150 steps)", (half_greedy, half_beam)), ("trained (400 steps)", (full_greedy, full_beam))):
     for decoder, r in zip(("greedy", "beam 4"), runs):
         print(f"{name:22s}{decoder:>10s}{r['bleu']:9.2f}{r['chrf']:9.2f}{r['exact_match']:14.1%}{r['seconds']:10.1f}")
-print(f"({backend.machine_summary()})")
+print(f"({machine.machine_summary()})")
 wrong = [i for i, (h, r) in enumerate(zip(full_beam["hyps"], full_beam["refs"])) if h != r]
 print(f"trained model, beam 4: {len(wrong)} of {len(task.test)} test sentences wrong", wrong[:5])
 for text in ("Tuesday, March 5, 2024", "Monday, March 5, 2024", "Sunday, January 1, 1950"):
-    print(f"  {text:26s} -> {' '.join(translate.translate_tokens(model, vocab, [text.split()], beam_size=4)[0])}")
+    print(f"  {text:26s} -> {' '.join(translate.translate_tokens(model, vocab, [text.split()], decoding.Beam(4))[0])}")
 
 # %% [markdown]
 # After 400 steps the model translates (nearly) every test date exactly, and beam search has
@@ -693,7 +694,7 @@ for text in ("Tuesday, March 5, 2024", "Monday, March 5, 2024", "Sunday, January
 
 # %%
 sentence = "Tuesday, March 5, 2024".split()
-output = translate.translate_tokens(model, vocab, [sentence], beam_size=4)[0]
+output = translate.translate_tokens(model, vocab, [sentence], decoding.Beam(4))[0]
 src_ids = translate.source_ids(vocab, sentence)                # + <eos>, as in training
 dec_in = [vocab.bos_id] + vocab.encode(output)                 # <bos> + output
 maps = translate.attention_maps(model, src_ids, dec_in)
@@ -958,4 +959,4 @@ check_greedy_decode(greedy_solution)
 # %%
 wall, cpu, load0 = time.perf_counter() - NOTEBOOK_START[0], time.process_time() - NOTEBOOK_START[1], NOTEBOOK_START[2]
 print(f"this notebook: {wall:.0f} s wall, {cpu:.0f} s CPU in this kernel; 1-min load {load0:.1f} at the start, "
-      f"{os.getloadavg()[0]:.1f} now; {backend.machine_summary()}")
+      f"{os.getloadavg()[0]:.1f} now; {machine.machine_summary()}")

@@ -31,7 +31,7 @@
 # | what | where in the package |
 # | --- | --- |
 # | a variation of the model | `TransformerConfig.with_(h=..., N=...)`, or `train.build_model(task, preset, seed, **overrides)` |
-# | a training run | `train.load_task`, `train.settings_for`, `train.Trainer` |
+# | a training run | `data.registry.load_task`, `train.settings_for`, `train.Trainer` |
 # | BLEU, chrF, exact match (greedy decoding) | `translate.score_translations` (on `metrics.corpus_bleu`, `exact_match`) |
 # | perplexity: the mean negative log-likelihood, unsmoothed | `layers.loss.LabelSmoothedCrossEntropy(pad_id, 0.0)` |
 # | the learned table $P$ (row E) | `layers.positional.LearnedPositionalEmbedding`, `TransformerConfig(positional="learned")` |
@@ -143,9 +143,10 @@ print("settings:", len(table), "  seeds per setting:", sorted({len(s["runs"]) fo
 
 # %%
 from minitransformer import train
+from minitransformer.data.registry import load_task
 from minitransformer.model import count_parameters
 
-task = train.load_task(results["task"])
+task = load_task(results["task"])
 for src, tgt in task.test[:3]:
     print(" ".join(src), " ->  ", " ".join(tgt))
 print("vocabulary:", len(task.vocab), "words;  toy base parameters:",

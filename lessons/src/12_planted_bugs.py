@@ -61,13 +61,12 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minitransformer import backend
+from minitransformer import backend, machine
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
 np.set_printoptions(precision=4, suppress=True, linewidth=110)
 backend.set_default_dtype("float64")   # new parameters in float64: the gradient check needs it
-backend.set_num_threads(1)             # Adam's thread pool: these tensors are far too small to split
-try:                                   # and one BLAS thread: on matrices of a few dozen numbers a second
+try:                                   # one BLAS thread: on matrices of a few dozen numbers a second
     from threadpoolctl import threadpool_limits   # thread only adds waiting (it tripled this lesson's CPU time)
     threadpool_limits(1)
 except ImportError:
@@ -1157,7 +1156,7 @@ print(f"all {len(claims)} claims hold")
 # whole (Exercise 12.3).
 
 # %%
-print("measured on:", backend.machine_summary())
+print("measured on:", machine.machine_summary())
 print(f"{'check':<16}{'CPU seconds per bug (mean over the 11 rows)':>45}")
 for check in CHECKS:
     print(f"{check:<16}{np.mean([SECONDS[p.name][check] for p in ROWS]):>45.2f}")
@@ -1323,4 +1322,4 @@ print(property_check(CLEAN))
 
 # %%
 print(f"the whole lesson: {time.perf_counter() - LESSON_START:.0f} s on the clock, {time.process_time():.0f} s of CPU "
-      f"({backend.machine_summary()})")
+      f"({machine.machine_summary()})")

@@ -100,6 +100,10 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("12.3", "mystery bug 3", "lesson_12.check_mystery", 15, "lesson 12 §1-5"),
     Exercise("12.4", "close parity's gap with a property", "lesson_12.check_pe_property", 20,
              "Exercise 12.1; lesson 6: the encoding of §3.5"),
+    Exercise("14.1", "a ring allreduce", "lesson_14.check_ring_allreduce", 30,
+             "lesson 14 §3: allreduce by hand, a ring"),
+    Exercise("14.2", "the token-weighted gradient", "lesson_14.check_token_weighted", 15,
+             "lesson 14 §2 and §4: a batch's gradient is a sum; the token-count trap"),
 )
 
 
