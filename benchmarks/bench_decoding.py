@@ -26,6 +26,15 @@ produce the same tokens; the table says how many sentences differ.
 
     python benchmarks/bench_decoding.py --torch                    # copy task, trained here
     python benchmarks/bench_decoding.py --torch --checkpoint runs/copy/checkpoint.npz --task copy
+
+``--cross-kv`` asks whether one product for the encoder-decoder keys and values of
+all N decoder layers (issue 25.4) would pay: per source, the N products of
+``KVCache`` (``cross_attn.project_kv`` of each layer) against one product with the N
+layers' weights side by side, once with the weights put side by side for that
+source (as a cache must: Adam changes them in place between validations) and once
+with them side by side in advance (the best case, which no cache could rely on).
+
+    python benchmarks/bench_decoding.py --cross-kv
 """
 
 from __future__ import annotations
@@ -43,7 +52,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 from minitransformer import backend, machine
 from minitransformer.data.batching import make_source_batch
-from minitransformer.decoding import greedy_decode
+from minitransformer.decoding import Beam, Greedy, greedy_decode
 from minitransformer.model import Transformer, TransformerConfig
 from minitransformer.translate import translate_ids
 
@@ -74,6 +83,8 @@ def parse_args(argv=None):
     g.add_argument("--sentences", type=int, default=96, help="held-out sentences decoded per measurement")
     g.add_argument("--batches", type=int, nargs="+", default=[1, 32], help="sentences decoded together")
     g.add_argument("--threads", type=int, default=1, help="BLAS threads (NumPy) and torch threads, both sides")
+    p.add_argument("--cross-kv", action="store_true",
+                   help="time the cross-attention K/V of all N layers as N products or as one")
     return p.parse_args(argv)
 
 
@@ -100,7 +111,8 @@ def time_decode(model, src, T, use_cache, repeats):
 
 def decode_ours(model, vocab, sources, beam, batch):
     """The package's decoding through its public entry point (the one call to adapt if it moves)."""
-    return translate_ids(model, vocab, sources, beam_size=beam, batch_size=batch)
+    strategy = Greedy() if beam == 1 else Beam(size=beam, alpha=0.6)
+    return translate_ids(model, vocab, sources, strategy=strategy, batch_size=batch)
 
 
 def decode_torch(decoder, vocab, sources, beam, batch):
@@ -117,7 +129,8 @@ def decode_torch(decoder, vocab, sources, beam, batch):
 def trained_model(args):
     """(model, vocab, sources): the weights to decode with and held-out source id lists."""
     from minitransformer.checkpoint import load_checkpoint
-    from minitransformer.train import load_task, make_trainer, settings_for
+    from minitransformer.data.registry import load_task
+    from minitransformer.train import make_trainer, settings_for
     from minitransformer.translate import source_ids
 
     task = load_task(args.task, seed=args.seed)
@@ -191,8 +204,52 @@ def torch_comparison(args) -> None:
           "differ: sentences whose tokens are not the same on both sides")
 
 
+def cross_kv_comparison(args) -> None:
+    """Per source: N products (as KVCache does) against one product of the N layers' weights side by side."""
+    from minitransformer.model import PRESETS
+
+    print(f"# bench_decoding --cross-kv  {datetime.datetime.now().isoformat(timespec='seconds')}")
+    print(f"# {machine_line('numpy')} | best of {args.repeats} x 5 rounds, all three in turn")
+    print(f"{'model':<6} {'B':>3} {'S':>3} | {'N products':>10} | {'one, W joined per source':>25} | "
+          f"{'one, W joined in advance':>25}")
+    for name, cfg in (("copy", PRESETS["copy"]), ("base", TransformerConfig(vocab_size=1000))):
+        layers, d = Transformer(cfg, seed=args.seed).decoder.layers, cfg.d_model
+        joined_W = np.concatenate([la.cross_attn.W_qkv.data[:, d:] for la in layers], axis=1)   # (d, N·2d)
+        joined_b = np.concatenate([la.cross_attn.b_qkv.data[d:] for la in layers])
+
+        def n_products(memory):
+            return [la.cross_attn.project_kv(memory) for la in layers]
+
+        def one_joined_here(memory):
+            W = np.concatenate([la.cross_attn.W_qkv.data[:, d:] for la in layers], axis=1)
+            b = np.concatenate([la.cross_attn.b_qkv.data[d:] for la in layers])
+            kv = backend.matmul(memory, W)
+            kv += b
+            return kv
+
+        def one_joined_before(memory):
+            kv = backend.matmul(memory, joined_W)
+            kv += joined_b
+            return kv
+
+        for B, S in ((1, 12), (32, 12), (1, 40), (32, 40)):
+            memory = np.random.default_rng(0).standard_normal((B, S, d)).astype(np.float32)
+            calls = [(f, (memory,)) for f in (n_products, one_joined_here, one_joined_before)]
+            best = [float("inf")] * 3
+            for _ in range(5):
+                times, _ = best_times(args.repeats, *calls)
+                best = [min(a, b) for a, b in zip(best, times)]
+            print(f"{name:<6} {B:>3} {S:>3} | {best[0] * 1e3:>7.3f} ms | {best[1] * 1e3:>7.3f} ms "
+                  f"({best[0] / best[1]:>4.2f}x faster) | {best[2] * 1e3:>7.3f} ms ({best[0] / best[2]:>4.2f}x faster)",
+                  flush=True)
+    print("# per source, once: compare with the decoding of that source (the table of --torch) to see what it is worth")
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.cross_kv:
+        cross_kv_comparison(args)
+        return
     if args.torch:
         if args.backend != "numpy":
             raise SystemExit("error: --torch compares CPU decoders; leave --backend numpy (--backend)")

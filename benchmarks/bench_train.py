@@ -455,6 +455,11 @@ def worker(args) -> None:
     from minitransformer import backend
     if hasattr(backend, "set_num_threads"):             # a --baseline checkout from before issue 18:
         backend.set_num_threads(args.threads)            # its own thread pool (Adam, LayerNorm, the loss)
+    try:                                                 # --threads is the count every side runs on:
+        from minitransformer import threads              # the load-following policy (issue 25.2) stays off
+        threads.set_policy(False)
+    except ImportError:                                  # a checkout from before it
+        pass
     batch = make_batch(c)
     base_rss = _rss_bytes()
     _reset_peak_rss()

@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy
 
+from . import threads
 from .errors import EnvironmentVariableError
 
 # For type hints: a numpy.ndarray or a cupy.ndarray (CuPy is optional, so it is
@@ -144,9 +145,12 @@ def matmul(a, b, out=None):
     Any other shapes (the 4-D products of attention) go to ``xp.matmul`` as is.
 
     Every matrix product of the layers goes through here, which also lets the
-    benchmark time them all by wrapping this one function.
+    benchmark time them all by wrapping this one function, and lets threads.py keep
+    OpenBLAS to the free cores (a clock look per call, the load once a second).
     """
     xp = get_array_module(a)
+    if xp is numpy:
+        threads.check()
     if b.ndim == 2 and a.ndim > 2 and (out is None or out.flags.c_contiguous):
         rows = a.reshape(-1, a.shape[-1])            # a view when a is contiguous, else one copy
         if out is None:

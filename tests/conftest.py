@@ -10,7 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from minitransformer import backend
+from minitransformer import backend, threads
+
+# Two runs inside one test must get the same BLAS thread count (their results are compared
+# bit for bit), so the load-following policy of threads.py is off in the tests that import
+# the package; tests/test_threads_policy.py checks the policy itself.
+threads.set_policy(False)
 
 
 @pytest.fixture

@@ -20,8 +20,9 @@ def dropout_mask(shape, P_drop: float, rng, dtype):
     """A mask of 0 and 1/(1-P_drop), each unit kept with probability 1 - P_drop."""
     u = rng.random(shape, dtype=dtype)               # uniform in [0, 1)
     xp = backend.get_array_module(u)
-    # keep = (u >= P_drop) as 0/1, then times 1/(1-P_drop), written over u: one new array, not three
-    xp.copyto(u, u >= P_drop)
+    # keep = (u >= P_drop) as 0/1, then times 1/(1-P_drop), both written over u: the comparison's
+    # True/False lands in u as 1.0/0.0 (a safe cast), so no boolean array is built at all
+    xp.greater_equal(u, P_drop, out=u)
     u *= 1.0 / (1.0 - P_drop)
     return u
 

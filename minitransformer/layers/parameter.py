@@ -142,7 +142,8 @@ def eval_mode(layer: Layer):
             logits = model.forward(src, tgt_in)
     """
     modes = [(m, m.training) for m in layer.modules()]
-    layer.eval()
+    for m, _ in modes:                  # layer.eval(), without walking the tree a second time
+        m.training = False
     try:
         yield layer
     finally:
