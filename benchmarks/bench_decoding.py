@@ -217,24 +217,25 @@ def cross_kv_comparison(args) -> None:
         joined_W = np.concatenate([la.cross_attn.W_qkv.data[:, d:] for la in layers], axis=1)   # (d, N·2d)
         joined_b = np.concatenate([la.cross_attn.b_qkv.data[d:] for la in layers])
 
-        def n_products(memory):
+        def n_products(memory, layers, d, W, b):
             return [la.cross_attn.project_kv(memory) for la in layers]
 
-        def one_joined_here(memory):
+        def one_joined_here(memory, layers, d, W, b):
             W = np.concatenate([la.cross_attn.W_qkv.data[:, d:] for la in layers], axis=1)
             b = np.concatenate([la.cross_attn.b_qkv.data[d:] for la in layers])
             kv = backend.matmul(memory, W)
             kv += b
             return kv
 
-        def one_joined_before(memory):
-            kv = backend.matmul(memory, joined_W)
-            kv += joined_b
+        def one_joined_before(memory, layers, d, W, b):
+            kv = backend.matmul(memory, W)
+            kv += b
             return kv
 
         for B, S in ((1, 12), (32, 12), (1, 40), (32, 40)):
             memory = np.random.default_rng(0).standard_normal((B, S, d)).astype(np.float32)
-            calls = [(f, (memory,)) for f in (n_products, one_joined_here, one_joined_before)]
+            given = (memory, layers, d, joined_W, joined_b)
+            calls = [(f, given) for f in (n_products, one_joined_here, one_joined_before)]
             best = [float("inf")] * 3
             for _ in range(5):
                 times, _ = best_times(args.repeats, *calls)

@@ -456,7 +456,7 @@ def worker(args) -> None:
     if hasattr(backend, "set_num_threads"):             # a --baseline checkout from before issue 18:
         backend.set_num_threads(args.threads)            # its own thread pool (Adam, LayerNorm, the loss)
     try:                                                 # --threads is the count every side runs on:
-        from minitransformer import threads              # the load-following policy (issue 25.2) stays off
+        from minitransformer import threads  # the load-following policy (issue 25.2) stays off
         threads.set_policy(False)
     except ImportError:                                  # a checkout from before it
         pass

@@ -129,7 +129,7 @@ def _start() -> bool:
     if not _wanted or _why_off():
         return False
     try:
-        from threadpoolctl import ThreadpoolController
+        from threadpoolctl import ThreadpoolController  # noqa: PLC0415  (optional: without it, no policy)
     except ImportError:
         return False
     controllers = ThreadpoolController().select(user_api="blas").lib_controllers
