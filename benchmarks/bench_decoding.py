@@ -244,6 +244,46 @@ def cross_kv_comparison(args) -> None:
                   f"({best[0] / best[1]:>4.2f}x faster) | {best[2] * 1e3:>7.3f} ms ({best[0] / best[2]:>4.2f}x faster)",
                   flush=True)
     print("# per source, once: compare with the decoding of that source (the table of --torch) to see what it is worth")
+    cross_kv_training(args)
+
+
+def cross_kv_training(args) -> None:
+    """The same question in a training step: the N layers' memory K/V products forward and backward
+    (K/V, dW, dmemory summed over the layers) as 3N products, or as 3 with the weights joined per step."""
+    mm = backend.matmul
+    rng = np.random.default_rng(args.seed)
+    print(f"{'train':<6} {'d':>4} {'N':>2} {'B·S':>5} | {'3N products':>11} | {'3 products, W joined per step':>30}")
+    for name, d, N, BS in (("toy", 128, 2, 32 * 32), ("base", 512, 6, 8 * 64)):   # bench_train.py's sizes
+        memory = rng.standard_normal((BS, d)).astype(np.float32)
+        Ws = [rng.standard_normal((d, 3 * d)).astype(np.float32) for _ in range(N)]
+        dkv = [rng.standard_normal((BS, 2 * d)).astype(np.float32) for _ in range(N)]
+        grads = [np.zeros((d, 3 * d), np.float32) for _ in range(N)]
+        dkv_all = np.concatenate(dkv, axis=1)        # as each layer's backward would write it: no copy counted
+
+        def separate(memory, Ws, grads, dkv, dkv_all, d):
+            kv = [mm(memory, W[:, d:]) for W in Ws]
+            dmemory = None
+            for W, g, dk in zip(Ws, grads, dkv):
+                g[:, d:] += mm(memory.T, dk)
+                dm = mm(dk, W[:, d:].T)
+                dmemory = dm if dmemory is None else dmemory + dm
+            return kv, dmemory
+
+        def joined(memory, Ws, grads, dkv, dkv_all, d):
+            W = np.concatenate([W[:, d:] for W in Ws], axis=1)
+            kv = mm(memory, W)
+            dW = mm(memory.T, dkv_all)
+            for i, g in enumerate(grads):
+                g[:, d:] += dW[:, 2 * d * i: 2 * d * (i + 1)]
+            return kv, mm(dkv_all, W.T)
+
+        given = (memory, Ws, grads, dkv, dkv_all, d)
+        best = [float("inf")] * 2
+        for _ in range(5):
+            times, _ = best_times(args.repeats, (separate, given), (joined, given))
+            best = [min(a, b) for a, b in zip(best, times)]
+        print(f"{name:<6} {d:>4} {N:>2} {BS:>5} | {best[0] * 1e3:>8.2f} ms | {best[1] * 1e3:>8.2f} ms "
+              f"({best[0] / best[1]:.2f}x faster)", flush=True)
 
 
 def main(argv=None):
