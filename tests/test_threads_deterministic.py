@@ -25,8 +25,9 @@ import numpy as np
 import pytest
 
 from minitransformer import backend
+from minitransformer.data.registry import load_task
 from minitransformer.layers import loss
-from minitransformer.train import load_task, make_trainer, settings_for
+from minitransformer.train import make_trainer, settings_for
 
 STEPS = 30
 
