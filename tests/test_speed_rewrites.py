@@ -1,7 +1,7 @@
 """Rewrites made for speed (issue 25.4/25.5) that must not change a single bit.
 
-* LayerNorm's means as sum / d_model instead of ``.mean()`` (the same sum and the same
-  division, without ``.mean()``'s Python wrapper), forward and backward;
+* LayerNorm's forward means as sum / d_model instead of ``.mean()`` (the same sum and the
+  same division, without ``.mean()``'s Python wrapper; decoding runs 3N LayerNorms per token);
 * the dropout mask written over the uniform draws by ``greater_equal(..., out=u)``
   instead of through a boolean array.
 
@@ -15,32 +15,27 @@ import numpy as np
 import pytest
 
 from minitransformer.layers.dropout import dropout_mask
-from minitransformer.layers.layernorm import layernorm_backward, layernorm_forward
+from minitransformer.layers.layernorm import layernorm_forward
 
 
 @pytest.mark.parametrize("shape", [(1, 1, 64), (32, 32, 128), (8, 64, 512), (3, 7, 33)])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
-def test_layernorm_equals_the_mean_formula_bit_for_bit(shape, dtype):
+def test_layernorm_forward_equals_the_mean_formula_bit_for_bit(shape, dtype):
     rng = np.random.default_rng(0)
     x = (rng.standard_normal(shape) * 3 + 1).astype(dtype)
     gamma = rng.standard_normal(shape[-1]).astype(dtype)
     beta = rng.standard_normal(shape[-1]).astype(dtype)
-    dy = rng.standard_normal(shape).astype(dtype)
     eps = 1e-5
 
     mu = x.mean(axis=-1, keepdims=True)                      # the formulas with .mean(), as before
     xc = x - mu
     rstd = 1.0 / np.sqrt((xc * xc).mean(axis=-1, keepdims=True) + eps)
-    x_hat = xc * rstd
-    y_ref = gamma * x_hat + beta
-    g = dy * gamma
-    dx_ref = rstd * (g - g.mean(axis=-1, keepdims=True) - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
+    y_ref = gamma * (xc * rstd) + beta
 
     y, cache = layernorm_forward(x, gamma, beta, eps)
-    dx, _, _ = layernorm_backward(dy, cache)
-    assert y.dtype == dtype and dx.dtype == dtype
+    assert y.dtype == dtype
     assert np.array_equal(y, y_ref), "layernorm_forward differs from mean(x), mean((x - mu)^2)"
-    assert np.array_equal(dx, dx_ref), "layernorm_backward differs from mean(g), mean(g * x_hat)"
+    assert np.array_equal(cache.rstd, rstd)
 
 
 @pytest.mark.parametrize("P_drop", [0.1, 0.3, 0.5])

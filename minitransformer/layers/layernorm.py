@@ -56,8 +56,8 @@ def layernorm_backward(dy: Array, cache: LayerNormCache) -> tuple[Array, Array, 
     x_hat, rstd, gamma = cache
     d = x_hat.shape[-1]
     g = dy * gamma                                             # (..., d_model)  dL/dx_hat
-    mean_g = g.sum(axis=-1, keepdims=True) / d                 # (..., 1)  mean(g), as in the forward
-    mean_g_xhat = (g * x_hat).sum(axis=-1, keepdims=True) / d  # (..., 1)  mean(g ⊙ x_hat)
+    mean_g = g.mean(axis=-1, keepdims=True)                    # (..., 1)
+    mean_g_xhat = (g * x_hat).mean(axis=-1, keepdims=True)     # (..., 1)
     dx = rstd * (g - mean_g - x_hat * mean_g_xhat)             # (..., d_model)
     # gamma and beta act on every position: their gradients sum over all of them
     dgamma = (dy * x_hat).reshape(-1, d).sum(axis=0)           # (d_model,)
