@@ -19,9 +19,9 @@ import time
 
 def machine_line() -> str:
     # imported late, after threadpool_limits (see main)
-    from minitransformer import backend
+    from minitransformer import machine
 
-    return f"{time.strftime('%Y-%m-%d %H:%M')} | {backend.machine_summary()}"
+    return f"{time.strftime('%Y-%m-%d %H:%M')} | {machine.machine_summary()}"
 
 
 def main() -> int:
@@ -34,7 +34,8 @@ def main() -> int:
         from threadpoolctl import threadpool_limits
         threadpool_limits(args.threads)
 
-    from minitransformer.train import load_task, make_trainer, settings_for
+    from minitransformer.data.registry import load_task
+    from minitransformer.train import make_trainer, settings_for
     from minitransformer.translate import score_translations
 
     print(machine_line())

@@ -1,11 +1,17 @@
-"""Command line: ``python -m minitransformer {train,translate,evaluate,tasks} --help``.
+"""Command line: ``python -m minitransformer {train,translate,evaluate,tasks,grade} --help``.
 
 Errors reach the user as one line, ``error: <what> (<which option, file or variable>)``,
 with exit code 2 for bad input (options, files, data, environment variables) and 1
 for failures at run time (a diverged run, a full disk). No traceback is printed
 unless ``--debug`` is given or MINITRANSFORMER_DEBUG=1 is set. An interrupted
-``train`` saves a checkpoint, prints how to resume, and exits with 130 (Ctrl-C,
-SIGINT) or 143 (SIGTERM).
+``train`` saves a checkpoint, prints how to resume, and exits with 128 + the
+signal: 130 (Ctrl-C, SIGINT), 143 (SIGTERM), 129 (SIGHUP: the terminal was
+closed). A standard output whose reader went away (``train … | head -3``) is
+treated like SIGTERM: the step finishes, a checkpoint is saved, the messages go
+to standard error, and the exit code is 141 (128 + SIGPIPE, what a shell shows
+for a program a closed pipe stopped); ``translate`` and ``evaluate`` exit with
+141 too, quietly. Characters the output's encoding cannot show are written as
+backslash escapes (``\\u03b5``), with ``PYTHONIOENCODING=latin-1`` say.
 """
 
 from __future__ import annotations
@@ -29,13 +35,18 @@ from contextlib import contextmanager
 from . import __version__
 
 DEBUG_VARIABLE = "MINITRANSFORMER_DEBUG"
+_several_ranks = False          # set once MPI has started with more than one rank (train under mpiexec -n N)
 
 
 # -- errors ----------------------------------------------------------------------------
 
 
 class CliError(Exception):
-    """An error to show as ``error: <what> (<which>)`` and exit with ``code``."""
+    """An error to show as ``error: <what> (<which>)`` and exit with ``code``.
+
+    Under ``mpiexec -n N`` every rank meets a CliError alike (the same options, files and
+    parameters), so rank 0 alone prints it.
+    """
 
     def __init__(self, what: str, which: str | None = None, code: int = 2):
         super().__init__(what)
@@ -46,7 +57,16 @@ class CliError(Exception):
 
 
 class _Terminated(BaseException):
-    """SIGTERM outside the training loop (which handles it itself): exit 143 without a traceback."""
+    """SIGTERM or SIGHUP outside the training loop (which handles them itself): exit 128 + signal,
+    without a traceback."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+# The exit code of a command whose standard output was closed before it finished: 128 + SIGPIPE.
+OUTPUT_CLOSED = 141
 
 
 def _message(exc: BaseException, which: str | None = None) -> str:
@@ -73,6 +93,46 @@ def _about(which: str):
         raise
     except BAD_INPUT as exc:
         raise CliError(_message(exc, which), which, 2) from exc
+
+
+@contextmanager
+def _memory_for(what: str, which: str | None, hint: str = ""):
+    """An out-of-memory error inside the block, reported as ``out of memory <what>`` from ``which``
+    (the option or file that asked for the memory), with ``hint`` (what to make smaller)."""
+    try:
+        yield
+    except MemoryError as exc:
+        raise CliError(f"out of memory {what}{'; ' + hint if hint else ''}", which, 1) from exc
+
+
+@contextmanager
+def _quiet_numpy():
+    """No NumPy overflow / invalid-value warnings inside the block.
+
+    A diverging step makes NumPy warn at each line it reaches; the package reports
+    such a state once, by name (a skipped step names the tensor, decoding raises on
+    NaN scores, a diverged checkpoint is refused at load), so the warnings only repeat
+    it, in the middle of the output.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) encountered", RuntimeWarning)
+        yield
+
+
+def _check_output_dir(path: str, option: str) -> None:
+    """``files.check_writable_dir`` for the folder an option names: a folder that is not one, or
+    cannot be written (permissions, a read-only mount), is a usage error (2); a full disk is a
+    run-time failure (1); both name the option."""
+    from .files import check_writable_dir  # noqa: PLC0415
+
+    which = f"{option} {path}"
+    with _about(which):
+        try:
+            check_writable_dir(path)
+        except OSError as exc:
+            if isinstance(exc, BAD_INPUT):
+                raise
+            raise CliError(_message(exc, which), which, 1) from exc
 
 
 def _debug_requested(argv: list[str]) -> bool:
@@ -124,6 +184,37 @@ def positive_float(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    """A number p with 0 < p ≤ 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:            # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text}")
+    return value
+
+
+def beam_size(text: str) -> int:
+    """A beam size: a whole number in 1..decoding.MAX_BEAM_SIZE (checked here, before anything runs)."""
+    from .decoding import MAX_BEAM_SIZE  # noqa: PLC0415
+
+    value = positive_int(text)
+    if value > MAX_BEAM_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BEAM_SIZE} (§6.1 uses 4), got {text}")
+    return value
+
+
+def strategy_spec(text: str):
+    """A decoding strategy by name: greedy, beam4, sample:temperature=0.7,top_k=10 (decoding.parse_strategy)."""
+    from .decoding import parse_strategy  # noqa: PLC0415
+
+    try:
+        return parse_strategy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors in the package's one format: ``error: <what> (<option>)``, exit 2."""
 
@@ -168,17 +259,137 @@ def _load_checkpoint(path: str, option: str):
         return load_checkpoint(path)
 
 
-def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None) -> dict:
-    """Decode ``pairs`` (token lists), print samples and scores; return the scores."""
+def _warn_unknown_tokens(vocab, sources, targets=()) -> None:
+    """The warning ``translate`` and ``evaluate`` give for tokens the model has never seen."""
+    unknown = sorted({t for src in sources for t in src if t not in vocab})
+    if unknown:
+        print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
+    unreachable = sorted({t for tgt in targets for t in tgt if t not in vocab})
+    if unreachable:
+        print(f"warning: reference tokens not in the vocabulary (the model can never produce them): "
+              f"{unreachable[:10]}", file=sys.stderr)
+
+
+def _check_levels(ckpt, src_level: str, tgt_level: str | None, which: str) -> None:
+    """Refuse to feed a model tokens of another level than it was trained on: a char-level model
+    scored on word-level data (or the other way round) gives 0% with no hint why."""
+    levels = ckpt.extra.get("levels", {})
+    for side, level in (("source", src_level), ("target", tgt_level)):
+        saved = levels.get("src" if side == "source" else "tgt")
+        if level is not None and saved is not None and level != saved:
+            raise CliError(f"level mismatch: the checkpoint's model was trained on {saved}-level {side}s, not "
+                           f"{level}-level ones", which)
+
+
+def _check_source_lengths(model, sources, level: str, where, noun: str = "source") -> None:
+    """Every source fits the model's positions (with its <eos>); ``where(i)`` names sentence i."""
+    for i, src in enumerate(sources):
+        if len(src) + 1 > model.cfg.max_len:
+            raise CliError(f"the {noun} has {len(src)} {level} tokens; with <eos> that is more than the model's "
+                           f"max_len of {model.cfg.max_len} positions", where(i))
+
+
+# -- decoding strategies: one set of options for translate and evaluate, --eval for train ---
+
+_SAMPLING_OPTIONS = (("temperature", "--temperature"), ("top_k", "--top-k"), ("top_p", "--top-p"),
+                     ("sample_seed", "--sample-seed"))
+
+
+def _add_strategy_options(p: argparse.ArgumentParser, default_beam: int = 4) -> None:
+    """--beam, or --sample with --temperature / --top-k / --top-p / --sample-seed (read by _strategy_from_args)."""
+    p.add_argument("--beam", type=beam_size, default=None, metavar="K",
+                   help=f"beam size (1 = greedy; default {default_beam}, as in §6.1)")
+    p.set_defaults(default_beam=default_beam)
+    p.add_argument("--sample", action="store_true",
+                   help="sample each token from the model's distribution instead of searching (not with --beam)")
+    p.add_argument("--temperature", type=positive_float, metavar="T",
+                   help="with --sample: divide the logits by T (< 1 sharper, > 1 flatter; default 1)")
+    p.add_argument("--top-k", type=positive_int, metavar="K", help="with --sample: only the K most probable tokens")
+    p.add_argument("--top-p", type=probability, metavar="P",
+                   help="with --sample: only the most probable tokens holding probability P (nucleus, 0 < P ≤ 1)")
+    p.add_argument("--sample-seed", type=non_negative_int, metavar="N",
+                   help="with --sample: seed of the draws (default 0; the same seed gives the same outputs)")
+
+
+def _strategy_from_args(args):
+    """The decoding strategy the options of ``_add_strategy_options`` ask for (CliError if they conflict)."""
+    from .decoding import GREEDY, Beam, Sample  # noqa: PLC0415
+
+    given = [(name, option) for name, option in _SAMPLING_OPTIONS if getattr(args, name) is not None]
+    if not args.sample:
+        if given:
+            raise CliError(f"{given[0][1]} applies only to sampling; add --sample", given[0][1])
+        size = args.beam if args.beam is not None else args.default_beam
+        return GREEDY if size == 1 else Beam(size)
+    if args.beam is not None:
+        raise CliError(f"--sample and --beam {args.beam} ask for two different decoders; give one of them",
+                       "--sample/--beam")
+    settings = {name: getattr(args, name) for name, _ in given}
+    settings["seed"] = settings.pop("sample_seed", 0)
+    with _about("--sample-seed"):
+        return Sample(**settings)
+
+
+def _strategy_option(args) -> str:
+    """The option that chose the decoder, for a message: "--sample" or "--beam K"."""
+    return "--sample" if args.sample else f"--beam {args.beam if args.beam is not None else args.default_beam}"
+
+
+def _after_greedy(strategy) -> list:
+    """evaluate's list: greedy first, as the baseline, then ``strategy`` unless it is greedy."""
+    from .decoding import GREEDY  # noqa: PLC0415
+
+    return [GREEDY] if strategy == GREEDY else [GREEDY, strategy]
+
+
+def _add_eval_option(p: argparse.ArgumentParser) -> None:
+    """train --eval: the strategies the test set is decoded with at the end, checked when the options are parsed."""
+    p.add_argument("--eval", type=strategy_spec, nargs="+", default=None, metavar="STRATEGY",
+                   help="decode the test set at the end with each of these: greedy, beamK (e.g. beam4), "
+                        "beam:size=K,alpha=A, sample, sample:temperature=T,top_k=K,top_p=P,seed=N "
+                        "(default: greedy)")
+
+
+def _eval_strategies(args) -> list:
+    """The strategies of train --eval, duplicates dropped (default: greedy)."""
+    from .decoding import GREEDY  # noqa: PLC0415
+
+    return list(dict.fromkeys(args.eval or [GREEDY]))
+
+
+def _check_decoding_fits(model, sources, strategies, which: str, when: str = "") -> None:
+    """Refuse, before decoding starts (for ``train``: before the first step), strategies whose
+    decoding cannot fit in memory (``translate.decoding_bytes``); ``which`` names the option."""
+    from . import backend  # noqa: PLC0415
+    from .model import count_parameters  # noqa: PLC0415
+    from .translate import decoding_bytes  # noqa: PLC0415
+
+    limit = backend.memory_limit(model.xp)
+    if limit is None or not sources:
+        return
+    longest = max(len(src) for src in sources)
+    # The model itself holds its parameters, their gradients and Adam's two moments.
+    available = limit - 4 * count_parameters(model.cfg) * model.E.data.dtype.itemsize
+    for strategy in strategies:
+        needed = decoding_bytes(model, len(sources), longest, strategy)
+        if needed > available:
+            raise CliError(f"decoding {len(sources):,} sentences with {strategy}{when} would need about "
+                           f"{backend.format_bytes(needed)} of memory, more than the "
+                           f"{backend.format_bytes(max(available, 0))} this machine has beside the model; choose a "
+                           "smaller beam", which, 2)
+
+
+def _report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> dict:
+    """Decode ``pairs`` (token lists) with each strategy, print samples and scores; return the scores."""
     from .data.vocab import detokenize  # noqa: PLC0415
     from .translate import score_translations  # noqa: PLC0415
 
     stream = stream or sys.stdout   # looked up now: a default of sys.stdout would miss redirections
     results = {}
-    for beam in beam_sizes:
-        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, beam_size=beam)
-        name = "greedy" if beam == 1 else f"beam {beam}"
-        if beam == beam_sizes[0] and n_samples > 0:
+    for i, strategy in enumerate(strategies):
+        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, strategy=strategy)
+        name = str(strategy)
+        if i == 0 and n_samples > 0:
             print("sample decodes:", file=stream)
             for (src, _), hyp, ref in list(zip(pairs, r["hyps"], r["refs"]))[:n_samples]:
                 mark = "✓" if hyp == ref else "✗"
@@ -190,8 +401,9 @@ def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None
     return results
 
 
-def _resume_command(argv: list[str], checkpoint: str) -> str:
-    """The command line that continues an interrupted run: the same options, with --resume CHECKPOINT."""
+def _resume_command(argv: list[str], checkpoint: str, ranks: int = 1) -> str:
+    """The command line that continues an interrupted run: the same options, with --resume CHECKPOINT
+    (under ``mpiexec -n ranks`` if it ran on several; a checkpoint resumes on any number)."""
     kept, skip = [], False
     for arg in argv:
         if skip:
@@ -200,42 +412,131 @@ def _resume_command(argv: list[str], checkpoint: str) -> str:
             skip = True
         elif not arg.startswith("--resume="):
             kept.append(arg)
-    return shlex.join(["python", "-m", "minitransformer", *kept, "--resume", checkpoint])
+    launcher = ["mpiexec", "-n", str(ranks)] if ranks > 1 else []
+    return shlex.join([*launcher, "python", "-m", "minitransformer", *kept, "--resume", checkpoint])
 
 
 # -- train -------------------------------------------------------------------------------
 
 
+def _model_changes(args) -> dict:
+    """The TransformerConfig fields given with ``--set FIELD=VALUE``, parsed (one generic route)."""
+    from .model import config_changes  # noqa: PLC0415
+
+    changes: dict = {}
+    for text in args.set or []:
+        with _about(f"--set {text}"):
+            ((name, value),) = config_changes([text]).items()
+            if name in changes:
+                raise ValueError(f"{name} is given twice")
+            changes[name] = value
+    return changes
+
+
+def _check_resumed_model(ckpt, preset: str | None, changes: dict, path: str) -> None:
+    """A resumed run keeps its model: a --preset or --set that disagrees with the checkpoint is refused."""
+    from .model import DATA_FIELDS, PRESETS  # noqa: PLC0415
+
+    cfg = ckpt.model.cfg
+    for name, value in changes.items():
+        if getattr(cfg, name) != value:
+            raise CliError(f"the checkpoint {path} was trained with {name}={getattr(cfg, name)!r}, not {value!r}; "
+                           "a resumed run keeps its model (leave --set out, or start a new run)",
+                           f"--set {name}={value}")
+    if preset is None:
+        return
+    saved = ckpt.extra.get("preset")
+    if saved is not None:
+        if saved != preset:
+            raise CliError(f"the checkpoint {path} was trained with preset {saved!r}, not {preset!r} (leave "
+                           "--preset out when resuming)", f"--preset {preset}")
+        return
+    # Older checkpoints do not name their preset: compare the fields a preset decides.
+    for name, value in vars(PRESETS[preset]).items():
+        if name not in DATA_FIELDS and name != "max_len" and name not in changes and getattr(cfg, name) != value:
+            raise CliError(f"the checkpoint {path} has {name}={getattr(cfg, name)!r}, but preset {preset!r} has "
+                           f"{name}={value!r} (leave --preset out when resuming)", f"--preset {preset}")
+
+
+def _ranks(args):
+    """The communicator of this run (``distributed.world()``): one process, or the ranks of mpiexec.
+
+    On ranks other than 0, standard output and error go to /dev/null: rank 0 speaks for the run
+    (an error only one rank meets still reaches the terminal, see ``_main``)."""
+    from . import distributed  # noqa: PLC0415
+
+    try:
+        comm = distributed.world()
+    except distributed.MPIUnavailable as exc:
+        raise CliError(str(exc), exc.variable, 2) from None
+    if comm.size > 1:
+        global _several_ranks
+        _several_ranks = True
+        comm.check_every = args.check_sync_every
+    if not comm.is_root:
+        sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")      # for the rest of the process
+    return comm
+
+
 def cmd_train(args) -> int:
-    from . import backend  # noqa: PLC0415
-    from .errors import NonFiniteError  # noqa: PLC0415
-    from .files import check_writable_dir  # noqa: PLC0415
-    from .train import TrainingInterrupted, TrainSettings, load_task, make_trainer, settings_for  # noqa: PLC0415
+    from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
+    from .data.registry import load_task  # noqa: PLC0415
+    from .train import TrainSettings  # noqa: PLC0415
 
     _set_backend(args)
+    comm = _ranks(args)
+    strategies = _eval_strategies(args)        # checked when parsed; used after the last step
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --task NAME or --data pairs.tsv", "--task/--data")
+    if args.task is not None:
+        # These shape how a --data file is read; a named task fixes its own tokenization.
+        for option, given in (("--level", args.level is not None), ("--header", args.header),
+                              ("--max-length", args.max_length is not None)):
+            if given:
+                raise CliError(f"{option} applies to --data files only; task {args.task!r} fixes its own "
+                               "tokenization and splits", option)
+    changes = _model_changes(args)
     # Everything that can be checked is checked before the first step.
     ckpt, saved = None, None
+    if args.resume is not None and not args.resume.strip():
+        # An empty --resume would otherwise be "no --resume": a fresh run where a resumed one was asked for.
+        raise CliError("the checkpoint to resume from is empty; name a checkpoint.npz, or leave --resume out",
+                       "--resume")
     if args.resume:
-        ckpt = _load_checkpoint(args.resume, "--resume")
+        with _memory_for("loading the checkpoint", f"--resume {args.resume}"):
+            ckpt = _load_checkpoint(args.resume, "--resume")
         with _about(f"--resume {args.resume}"):
             saved = TrainSettings.from_dict(ckpt.extra.get("settings", {}), "the checkpoint's training settings")
+        _check_resumed_model(ckpt, args.preset, changes, args.resume)
     # The seed splits a --data file and orders the batches: a resumed run keeps its own.
     seed = args.seed if args.seed is not None else saved.seed if saved is not None else 0
     if saved is not None and seed != saved.seed:
         raise CliError(f"the checkpoint was trained with seed {saved.seed}; another seed would split the data and "
                        "order the batches differently (leave --seed out when resuming)", f"--seed {args.seed}")
-    with _about(f"--task {args.task}" if args.task else f"--data {args.data}"):
-        task = load_task(args.task, args.data, level=args.level, seed=seed, header=args.header,
-                         max_length=args.max_length)
+    source = f"--task {args.task}" if args.task else f"--data {args.data}"
+    with _about(source), _memory_for("reading the data", source):
+        task = load_task(args.task, args.data, level=args.level or "char", seed=seed, header=args.header,
+                         max_length=args.max_length if args.max_length is not None else MAX_DATA_LENGTH)
     for note in task.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.out is not None and not args.out.strip():
         raise CliError("the output folder is empty; leave --out out for runs/TASK, or name a folder", "--out")
     out_dir = args.out if args.out is not None else os.path.join("runs", task.name)
-    with _about(f"--out {out_dir}"):
-        check_writable_dir(out_dir)
+    if not comm.is_root:                        # rank 0 alone writes into the folder and holds its lock
+        return _train_locked(args, task, out_dir, ckpt, saved, seed, changes, strategies, comm)
+    _check_output_dir(out_dir, "--out")
+    with _run_lock(out_dir):
+        return _train_locked(args, task, out_dir, ckpt, saved, seed, changes, strategies, comm)
+
+
+def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dict, strategies: list, comm) -> int:
+    """The rest of ``train``, holding ``out_dir``'s run lock: no other run can start into the folder
+    between the check for an earlier run below and this run's last save."""
+    from . import backend  # noqa: PLC0415
+    from .distributed import describe as describe_ranks  # noqa: PLC0415
+    from .model import describe  # noqa: PLC0415
+    from .train import TrainSettings, make_trainer, settings_for  # noqa: PLC0415
+
     earlier = os.path.join(out_dir, "checkpoint.npz")
     continuing = args.resume is not None and os.path.exists(earlier) and os.path.samefile(args.resume, earlier)
     if os.path.exists(earlier) and not continuing and not args.overwrite:
@@ -243,54 +544,141 @@ def cmd_train(args) -> int:
         raise CliError(f"{earlier} holds an earlier run; continue it with --resume {earlier}, train into another "
                        "folder with --out DIR, or replace it with --overwrite", f"--out {out_dir}")
     overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                     lr_factor=args.lr_factor, warmup_steps=args.warmup, clip_norm=args.clip_norm,
-                     seed=seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
-    preset, settings = settings_for(task.name, preset=args.preset, **overrides)
+                     accumulate=args.accumulate, lr_factor=args.lr_factor, warmup_steps=args.warmup,
+                     clip_norm=args.clip_norm, seed=seed, valid_every=args.valid_every,
+                     checkpoint_every=args.checkpoint_every)
+    preset, settings = settings_for(task, preset=args.preset, **overrides)
     if saved is not None:
-        # A resumed run continues with its own settings; options given now override them.
+        # A resumed run continues with its own settings and model; options given now override the settings.
+        preset = ckpt.extra.get("preset") or args.preset or preset
         with _about(f"--resume {args.resume}"):
             given = {k: v for k, v in overrides.items() if v is not None}
             settings = TrainSettings(**{**vars(saved), **given})
-    with _about(f"--resume {args.resume}" if args.resume else f"--preset {preset}"):
-        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt)
+    model_options = " ".join([f"--preset {preset}", *(f"--set {t}" for t in args.set or [])])
+    with _about(f"--resume {args.resume}" if args.resume else model_options), \
+            _memory_for("building the model", model_options, "choose a smaller --preset or --set smaller sizes"):
+        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes, comm=comm)
     model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
+    _check_decoding_fits(model, [src for src, _ in task.test], strategies, "--eval", " at the end (the test set)")
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
           f"vocabulary {len(vocab)}")
-    print(f"model: preset {preset}, d_model={cfg.d_model} h={cfg.h} N={cfg.N} d_ff={cfg.d_ff} "
-          f"P_drop={cfg.P_drop} ε_ls={cfg.eps_ls}, {model.num_parameters():,} parameters, "
-          f"backend {backend.backend_name()}")
+    changed = "".join(f" --set {name}={value}" for name, value in changes.items())
+    print(f"model: preset {preset}{changed}, {model.num_parameters():,} parameters, backend {backend.backend_name()}")
+    print(f"  config: {describe(cfg)}")
+    ranks_line = describe_ranks(comm, settings)
+    if ranks_line:
+        print(ranks_line)
     if ckpt is not None:
         print(f"resuming from {args.resume} at step {trainer.step}")
+    return _train_and_report(args, task, trainer, settings, out_dir, strategies)
+
+
+@contextmanager
+def _run_lock(out_dir: str):
+    """Hold ``out_dir``'s run lock (``runlock``); another run holding it is a one-line error naming its PID."""
+    from .runlock import FolderInUseError, hold  # noqa: PLC0415
+
+    try:
+        with hold(out_dir):
+            yield
+    except FolderInUseError as exc:
+        raise CliError(str(exc), f"--out {out_dir}", 2) from exc
+
+
+def _train_and_report(args, task, trainer, settings, out_dir: str, strategies: list) -> int:
+    """The training loop, then the test-set report (decoded with ``strategies``, train --eval):
+    what ``train`` does once everything is checked."""
+    from . import streams  # noqa: PLC0415
+    from .data.fingerprint import proves_held_out  # noqa: PLC0415
+    from .errors import NonFiniteError  # noqa: PLC0415
+    from .train import OutputWriteError, TrainingInterrupted  # noqa: PLC0415
+
+    model, vocab = trainer.model, trainer.vocab
+    source = f"--task {task.name}" if args.task else f"--data {shlex.quote(args.data)}"
+    first_step = trainer.step
     t0 = time.perf_counter()
     try:
-        with warnings.catch_warnings():
-            # A diverging step makes NumPy warn about overflow at each line it reaches; the
-            # non-finite policy (optim.Adam) already reports such a step once, naming the tensor.
-            warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) encountered", RuntimeWarning)
+        with _quiet_numpy(), _memory_for("while training", None,
+                                         "try a smaller --batch-size or --max-tokens, or a smaller model"):
             trainer.run(progress=not args.no_progress, progress_every=args.progress_every)
     except TrainingInterrupted as stop:
         print(f"{stop}", file=sys.stderr)
         if stop.checkpoint and stop.step >= settings.steps:
             # The signal came during the last step: training is complete, only the report was skipped.
-            source = f"--task {task.name}" if args.task else f"--data {shlex.quote(args.data)}"
             print(f"training is complete ({stop.step} of {settings.steps} steps); the test-set report was skipped. "
                   f"Score the checkpoint with: python -m minitransformer evaluate --checkpoint "
                   f"{shlex.quote(stop.checkpoint)} {source}", file=sys.stderr)
         elif stop.checkpoint:
-            print(f"resume with: {_resume_command(args.argv, stop.checkpoint)}", file=sys.stderr)
+            print(f"resume with: {_resume_command(args.argv, stop.checkpoint, trainer.comm.size)}", file=sys.stderr)
         return stop.exit_code
+    except OutputWriteError as exc:
+        how = (f"; make room (or fix the folder's permissions) and resume with: "
+               f"{_resume_command(args.argv, exc.intact[0], trainer.comm.size)}" if exc.intact else
+               "; make room (or fix the folder's permissions) and start the run again")
+        raise CliError(f"{exc}{how}", None, 1) from exc
     except NonFiniteError as exc:
         raise CliError(str(exc), None, 1) from exc
     checkpoint = trainer.checkpoint_path
-    print(f"trained {trainer.step} steps in {time.perf_counter() - t0:.1f}s; checkpoint: "
+    trained = trainer.step - first_step
+    resumed = f" (steps {first_step + 1}-{trainer.step}, resumed at step {first_step})" if first_step else ""
+    print(f"trained {trained} steps{resumed} in {time.perf_counter() - t0:.1f}s; checkpoint: "
           f"{checkpoint}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
           f"curve: {os.path.join(out_dir, 'loss.png')}")
-    print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
-    _report(model.eval(), task, vocab, task.test, beam_sizes=tuple(args.eval_beams))
+    if not trainer.comm.is_root:                # rank 0 reports; the others wait for it to finish
+        trainer.comm.barrier("the end of the run (rank 0 decoding the test set)", timeout=False)
+        return 0
+    if proves_held_out(trainer.data_fingerprint):
+        print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
+    else:
+        since = trainer.data_fingerprint.get("since_step") if trainer.data_fingerprint else None
+        print(f"test set ({task.name}: {len(task.test)} pairs; the checkpoint this run resumed from does not record "
+              f"the data it was trained on{f' in its first {since} steps' if since else ''}, so that these pairs "
+              "were held out cannot be checked):")
+    with _quiet_numpy(), _memory_for("scoring the test set", "--eval",
+                                     f"the checkpoint is saved ({checkpoint}): score it with a smaller beam, "
+                                     f"python -m minitransformer evaluate --checkpoint {shlex.quote(checkpoint)} "
+                                     f"{source} --beam 1"):
+        _report(model.eval(), task, vocab, task.test, strategies)
+    trainer.comm.barrier("the end of the run (rank 0 decoding the test set)", timeout=False)
+    if streams.output_lost() == "stdout":
+        print(f"standard output was closed: the test-set report was cut short; the checkpoint is saved ({checkpoint}). "
+              f"Score it with: python -m minitransformer evaluate --checkpoint {shlex.quote(checkpoint)} {source}",
+              file=sys.stderr)
+        return OUTPUT_CLOSED
     return 0
 
 
 # -- translate ---------------------------------------------------------------------------
+
+
+def _stdin_lines() -> list[str]:
+    """The lines of standard input, split on "\\n" only (a trailing "\\r" of Windows line ends dropped).
+
+    ``str.splitlines`` would also split on "\\v", "\\f", "\\x1c"-"\\x1e", "\\x85",
+    U+2028, U+2029 and a lone "\\r": one input line could then give two output lines,
+    and every later output would be misaligned with its input. Bytes that are not
+    valid in the stream's encoding are an error naming the line.
+    """
+    stream = sys.stdin
+    if stream is None:
+        return []
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:                       # a text stream without bytes underneath (a test's StringIO)
+        text = stream.read()
+    else:
+        data = buffer.read()
+        encoding, errors = stream.encoding or "utf-8", stream.errors or "strict"
+        try:
+            text = data.decode(encoding, errors)
+        except UnicodeDecodeError as exc:
+            line_start = data.rfind(b"\n", 0, exc.start) + 1
+            lineno = data.count(b"\n", 0, exc.start) + 1
+            raise CliError(f"not valid {encoding} text ({exc.reason} at byte {exc.start - line_start + 1} of the "
+                           "line)", f"standard input, line {lineno}") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()                          # the newline that ends the last line starts no new one
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _read_sentences(args) -> list[tuple[str, str]]:
@@ -303,8 +691,7 @@ def _read_sentences(args) -> list[tuple[str, str]]:
     if args.text:
         sentences = [(text, f"argument {i}") for i, text in enumerate(args.text, start=1)]
     else:
-        sentences = [(line, f"standard input, line {i}")
-                     for i, line in enumerate(sys.stdin.read().splitlines(), start=1)]
+        sentences = [(line, f"standard input, line {i}") for i, line in enumerate(_stdin_lines(), start=1)]
         if not sentences:
             raise CliError("no sentences: give them as arguments or on standard input", "standard input")
     for text, where in sentences:
@@ -315,99 +702,179 @@ def _read_sentences(args) -> list[tuple[str, str]]:
 
 def cmd_translate(args) -> int:
     from .data.vocab import detokenize, tokenize  # noqa: PLC0415
-    from .files import check_writable_dir  # noqa: PLC0415
     from .translate import translate_tokens  # noqa: PLC0415
 
     _set_backend(args)
+    strategy = _strategy_from_args(args)
+    if args.attention is not None:
+        if not args.attention.strip():
+            raise CliError("the folder for the heatmaps is empty; name a folder, or leave --attention out",
+                           "--attention")
+        _check_output_dir(args.attention, "--attention")
     sentences = _read_sentences(args)
-    if args.attention:
-        with _about(f"--attention {args.attention}"):
-            check_writable_dir(args.attention)
-    ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
+    with _memory_for("loading the checkpoint", f"--checkpoint {args.checkpoint}"):
+        ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
     levels = ckpt.extra.get("levels", {})
+    if args.level is not None:
+        _check_levels(ckpt, args.level, None, f"--level {args.level}")
     src_level = args.level or levels.get("src", "word")
     tgt_level = levels.get("tgt", src_level)
     model = ckpt.model.eval()
+    if levels.get("src_lowercase"):
+        # The model never saw a capital letter in a source: "Four Thousand" would be two unknown words.
+        lowered = [(text.lower(), where) for text, where in sentences]
+        if lowered != sentences:
+            print("note: the input was lower-cased: this model was trained on lower-case sources only",
+                  file=sys.stderr)
+        sentences = lowered
     sources = []
     for text, where in sentences:
         with _about(where):
             sources.append(tokenize(text, src_level))
-        if len(sources[-1]) + 1 > model.cfg.max_len:          # + 1: the <eos> the source ends with
-            raise CliError(f"the sentence has {len(sources[-1])} {src_level} tokens; with <eos> that is more "
-                           f"than the model's max_len of {model.cfg.max_len} positions", where)
-    unknown = sorted({t for src in sources for t in src if t not in ckpt.vocab})
-    if unknown:
-        print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
-    for hyp in translate_tokens(model, ckpt.vocab, sources, beam_size=args.beam):
-        print(detokenize(hyp, tgt_level))
-    if args.attention:
-        from .translate import save_attention_maps  # noqa: PLC0415
-        paths = save_attention_maps(model, ckpt.vocab, sources[0], args.attention, src_level, tgt_level,
-                                    beam_size=args.beam)
-        print(f"wrote {len(paths)} attention heatmaps to {args.attention}", file=sys.stderr)
+    _check_source_lengths(model, sources, src_level, lambda i: sentences[i][1], "sentence")
+    _warn_unknown_tokens(ckpt.vocab, sources)
+    _check_decoding_fits(model, sources, [strategy], _strategy_option(args))
+    with _quiet_numpy(), _memory_for(f"translating {len(sources)} sentence(s)", _strategy_option(args),
+                                     "a smaller --beam, or fewer sentences at a time"):
+        for hyp in translate_tokens(model, ckpt.vocab, sources, strategy):
+            print(detokenize(hyp, tgt_level))
+        if args.attention is not None:
+            from .translate import save_attention_maps  # noqa: PLC0415
+            paths = save_attention_maps(model, ckpt.vocab, sources[0], args.attention, src_level, tgt_level,
+                                        strategy=strategy)
+            print(f"wrote {len(paths)} attention heatmaps to {args.attention}", file=sys.stderr)
     return 0
 
 
 # -- evaluate ----------------------------------------------------------------------------
 
 
+def _trained_on(ckpt, task, split: str, seed: int, trained_seed) -> None:
+    """Say loudly when the pairs about to be scored are not known to be held out from training.
+
+    ``evaluate --task T --seed S`` with another seed than the checkpoint's splits the task
+    differently: most of that "test set" may be training data. The pairs are counted
+    against the training split of the checkpoint's own seed (whose fingerprint, where the
+    checkpoint records one, must match, or nothing can be said).
+    """
+    from .data.registry import load_task  # noqa: PLC0415
+
+    saved = ckpt.extra.get("data")
+    if saved is not None and saved.get("task") != task.name:
+        print(f"warning: the checkpoint was trained on {saved.get('task')!r}, not {task.name!r}", file=sys.stderr)
+        return
+    if split == "train":
+        return
+    if seed == trained_seed and (saved is None or task.fingerprint()["split"] == saved["split"]):
+        return                                        # the split the model was trained with
+    if not isinstance(trained_seed, int):
+        print(f"warning: the checkpoint does not record its seed, so whether these {split} pairs were held out "
+              "from its training cannot be checked", file=sys.stderr)
+        return
+    trained = task if seed == trained_seed else load_task(task.name, seed=trained_seed)
+    if saved is not None and trained.fingerprint()["split"] != saved["split"]:
+        print(f"warning: task {task.name!r} with seed {trained_seed} no longer gives the split the checkpoint was "
+              f"trained on (another version of its data?), so whether these {split} pairs were held out cannot be "
+              "checked", file=sys.stderr)
+        return
+    seen = {tuple(src) for src, _ in trained.train}
+    pairs = getattr(task, split)
+    overlap = sum(tuple(src) in seen for src, _ in pairs)
+    if overlap:
+        print(f"warning: {overlap:,} of the {len(pairs):,} {split} pairs of --seed {seed} were in the checkpoint's "
+              f"training data (it was trained with seed {trained_seed}): these scores are not held out; leave "
+              "--seed out to score the pairs it never saw", file=sys.stderr)
+
+
 def cmd_evaluate(args) -> int:
-    from .train import TaskData, load_task, read_pairs  # noqa: PLC0415
+    from .data import fingerprint  # noqa: PLC0415
+    from .data.loading import TaskData, read_pairs  # noqa: PLC0415
+    from .data.registry import load_task  # noqa: PLC0415
 
     _set_backend(args)
+    strategy = _strategy_from_args(args)
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --data pairs.tsv or --task NAME", "--task/--data")
     if args.data and args.split is not None:
         raise CliError("--split chooses a split of --task; with --data the whole file is evaluated", "--split")
-    ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
+    if args.data and args.seed is not None:
+        raise CliError("--seed chooses how --task is split; with --data the whole file is evaluated", "--seed")
+    if args.task:
+        for option, given in (("--level", args.level is not None), ("--header", args.header)):
+            if given:
+                raise CliError(f"{option} applies to --data files only; task {args.task!r} fixes its own "
+                               "tokenization", option)
+    with _memory_for("loading the checkpoint", f"--checkpoint {args.checkpoint}"):
+        ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
     levels = ckpt.extra.get("levels", {})
+    model = ckpt.model.eval()
     if args.data:
+        if args.level is not None:
+            _check_levels(ckpt, args.level, args.level, f"--level {args.level}")
         src_level = args.level or levels.get("src", "word")
         tgt_level = levels.get("tgt", src_level)
-        with _about(f"--data {args.data}"):
-            pairs, notes = read_pairs(args.data, src_level, tgt_level, header=args.header, max_length=None)
+        with _about(f"--data {args.data}"), _memory_for("reading the data", f"--data {args.data}"):
+            pairs, notes = read_pairs(args.data, src_level, tgt_level, header=args.header, max_length=None,
+                                      max_source_length=model.cfg.max_len - 1)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
+        if levels.get("src_lowercase"):      # as translate does: the model saw lower-case sources only
+            pairs = [([token.lower() for token in src], tgt) for src, tgt in pairs]
         task = TaskData(os.path.basename(args.data), ckpt.vocab, [], [], pairs, src_level, tgt_level,
                         levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"))
+        saved = ckpt.extra.get("data")
+        if saved is not None and fingerprint.digest(pairs) == saved["corpus"]:
+            print(f"warning: {args.data} holds the pairs the checkpoint was trained on (its train, valid and test "
+                  "splits together): these scores are not held out", file=sys.stderr)
+        where = f"--data {args.data}"
     else:
         saved_seed = ckpt.extra.get("settings", {}).get("seed", 0)
         seed = args.seed if args.seed is not None else saved_seed if isinstance(saved_seed, int) else 0
         with _about(f"--task {args.task}"):
             task = load_task(args.task, seed=seed)
-        pairs = getattr(task, args.split or "test")
+        _check_levels(ckpt, task.src_level, task.tgt_level, f"--task {args.task}")
+        split = args.split or "test"
+        pairs = getattr(task, split)
+        _trained_on(ckpt, task, split, seed, saved_seed)
+        _check_source_lengths(model, [src for src, _ in pairs], task.src_level,
+                              lambda i: f"--task {args.task}, {split} pair {i + 1}")
+        where = f"--task {args.task}"
     if args.limit is not None:
         pairs = pairs[: args.limit]
-    beams = (1,) if args.beam == 1 else (1, args.beam)
-    _report(ckpt.model.eval(), task, ckpt.vocab, pairs, beam_sizes=beams, n_samples=args.samples)
+    _warn_unknown_tokens(ckpt.vocab, [src for src, _ in pairs], [tgt for _, tgt in pairs])
+    _check_decoding_fits(model, [src for src, _ in pairs], _after_greedy(strategy), _strategy_option(args))
+    with _quiet_numpy(), _memory_for(f"scoring {len(pairs)} pairs", _strategy_option(args),
+                                     f"a smaller --beam, or --limit to score fewer pairs of {where}"):
+        _report(model, task, ckpt.vocab, pairs, _after_greedy(strategy), n_samples=args.samples)
     return 0
 
 
 def cmd_tasks(args) -> int:
-    from .data import translation  # noqa: PLC0415
-    from .train import RECIPES, task_names  # noqa: PLC0415
+    from .data.registry import TASKS  # noqa: PLC0415
 
-    for name in task_names():
-        if name in translation.TASKS:
-            t = translation.TASKS[name]
-            print(f"{name:<16} {t.description}  [{t.source}; {t.license}]")
-        else:
-            print(f"{name:<16} synthetic: {name} a random sequence of 10 symbols, lengths 1-10 "
-                  f"(default {RECIPES[name].settings.steps} steps)")
+    for task in TASKS.values():
+        steps = task.recipe.settings.steps
+        print(f"{task.name:<16} {task.description}  [{task.source}{'; ' + task.license if task.license else ''}; "
+              f"recipe: preset {task.recipe.preset}, {steps} steps]")
     return 0
 
 
-def _task_names_help() -> str:
-    """The task names for --help (the data modules import only numpy, not the data packages)."""
-    from .data.tasks import SYNTHETIC_TASKS  # noqa: PLC0415
-    from .data.translation import TASKS  # noqa: PLC0415
+def cmd_grade(args) -> int:
+    from .grade import run  # noqa: PLC0415
 
-    return ", ".join([*SYNTHETIC_TASKS, *TASKS])
+    return run(args)
+
+
+def _task_names_help() -> str:
+    """The task names for --help, read from the registry (its modules import only numpy)."""
+    from .data.registry import task_names  # noqa: PLC0415
+
+    return ", ".join(task_names())
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .model import PRESETS  # noqa: PLC0415
-    from .train import MAX_DATA_LENGTH  # noqa: PLC0415
+    from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
+    from .model import PRESETS, field_help  # noqa: PLC0415
 
     parser = _Parser(prog="python -m minitransformer",
                      description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.",
@@ -417,23 +884,30 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train a model on a task or a TSV file",
-                       description="Train a Transformer. Tasks: copy, reverse, and the offline translation "
-                                   "tasks listed by `python -m minitransformer tasks`. A checkpoint is saved "
-                                   "at every validation and at the end (the one replaced is kept as "
-                                   "checkpoint.prev.npz); Ctrl-C or SIGTERM save one and print how to resume.")
+                       description=f"Train a Transformer on a named task ({_task_names_help()}; "
+                                   "`python -m minitransformer tasks` describes them) or a TSV file. A checkpoint "
+                                   "is saved at every validation and at the end (the one replaced is kept as "
+                                   "checkpoint.prev.npz); Ctrl-C, SIGTERM, SIGHUP or a closed output pipe save "
+                                   "one and print how to resume.")
     p.add_argument("--task", help=f"a named task: {_task_names_help()} (see the 'tasks' command)")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task); duplicate pairs "
                                   "are removed and the rest split into train / valid / test")
-    p.add_argument("--level", choices=["char", "word"], default="char",
+    p.add_argument("--level", choices=["char", "word"], default=None,
                    help="tokenization of --data files (default: char)")
     p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")
-    p.add_argument("--max-length", type=positive_int, default=MAX_DATA_LENGTH, metavar="TOKENS",
+    p.add_argument("--max-length", type=positive_int, default=None, metavar="TOKENS",
                    help=f"longest --data sentence accepted, in tokens per side (default {MAX_DATA_LENGTH}); "
                         "a longer line is an error naming it")
     p.add_argument("--preset", choices=list(PRESETS), help="model size preset; default: the task's")
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                   help="change one field of the preset's model configuration; repeat for more, e.g. "
+                        f"--set positional=learned --set P_drop=0. Fields (preset base's values): {field_help()}")
     p.add_argument("--steps", type=positive_int, help="optimizer steps (default: the task's)")
     p.add_argument("--batch-size", type=positive_int, help="sentence pairs per batch")
     p.add_argument("--max-tokens", type=positive_int, help="cap on padded tokens per batch")
+    p.add_argument("--accumulate", type=positive_int, metavar="K",
+                   help="K batches per optimizer step, their gradients summed (gradient accumulation: the "
+                        "update of one batch K times larger, in the memory of one; default 1)")
     p.add_argument("--lr-factor", type=positive_float, help="multiplier on the §5.3 learning-rate schedule")
     p.add_argument("--warmup", type=positive_int, help="warm-up steps of the schedule")
     p.add_argument("--clip-norm", type=positive_float, help="clip the global gradient norm to this value")
@@ -441,8 +915,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validate (and save a checkpoint) every this many steps")
     p.add_argument("--checkpoint-every", type=positive_int,
                    help="also save a checkpoint every this many steps")
-    p.add_argument("--eval-beams", type=positive_int, nargs="+", default=[1],
-                   help="beam sizes to evaluate the test set with at the end (default: 1 = greedy)")
+    _add_eval_option(p)
     p.add_argument("--seed", type=non_negative_int, default=None,
                    help="seed of the data split, the initial weights and dropout (default 0; when resuming, "
                         "the checkpoint's)")
@@ -450,6 +923,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh even if --out holds an earlier run's checkpoint (it is replaced)")
     p.add_argument("--resume", help="continue from this checkpoint")
+    p.add_argument("--check-sync-every", type=positive_int, metavar="STEPS",
+                   help="under mpiexec -n N: compare a hash of the parameters on every rank every STEPS steps "
+                        "(default: at every checkpoint; one process: no effect)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.add_argument("--progress-every", type=positive_float, default=30.0, metavar="SECONDS",
                    help="when the output is not a terminal, print a progress line this often (default 30)")
@@ -458,17 +934,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
                        description="Translate sentences, one output line per input. An empty sentence is an "
-                                   "error (it has nothing to translate).")
+                                   "error (it has nothing to translate). If every source the model was trained "
+                                   "on is lower-case (the numbers tasks, for one), the input is lower-cased "
+                                   "first, with a note; words still unknown after that are named in a warning.")
     p.add_argument("text", nargs="*", help="sentences (default: read lines from standard input)")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
-    p.add_argument("--beam", type=positive_int, default=4, help="beam size (1 = greedy; default 4, as in §6.1)")
+    _add_strategy_options(p)
     p.add_argument("--level", choices=["char", "word"], help="source tokenization (default: the checkpoint's)")
     p.add_argument("--attention", metavar="OUT_DIR",
                    help="also save attention heatmaps (every layer and head) for the first sentence")
     _add_common(p)
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split")
+    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split",
+                       description="Score a checkpoint: greedy decoding first, then the decoder chosen with "
+                                   "--beam K (default 4) or --sample.")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (all of it is evaluated)")
     p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")
@@ -476,8 +956,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["train", "valid", "test"], default=None,
                    help="which split of --task to evaluate (default: test)")
     p.add_argument("--level", choices=["char", "word"], help="tokenization of --data (default: the checkpoint's)")
-    p.add_argument("--beam", type=positive_int, default=4,
-                   help="also evaluate beam search of this size (1: greedy only)")
+    _add_strategy_options(p)      # scored after greedy (--beam 1: greedy only)
     p.add_argument("--limit", type=positive_int, help="evaluate only the first N pairs")
     p.add_argument("--samples", type=non_negative_int, default=5, help="sample decodes to print (0: none)")
     p.add_argument("--seed", type=non_negative_int, default=None,
@@ -488,6 +967,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list the built-in tasks")
     _add_common(p, backend_option=False)
     p.set_defaults(func=cmd_tasks)
+
+    from .grade import add_arguments as add_grade_arguments  # noqa: PLC0415
+
+    p = sub.add_parser("grade", help="score lesson notebooks with the lessons' own checkers (this runs them)",
+                       description="Run each notebook top to bottom in a fresh kernel and score its exercises "
+                                   "with the checkers (docs/teachers.md). This runs the notebooks' code with your "
+                                   "permissions: grade in a container or under a throwaway account.")
+    add_grade_arguments(p)
+    _add_common(p, backend_option=False)
+    p.set_defaults(func=cmd_grade)
     return parser
 
 
@@ -498,29 +987,76 @@ def _run(argv: list[str]) -> int:
         from . import backend  # noqa: F401, PLC0415  (reads the environment variables)
     except EnvironmentVariableError as exc:
         raise CliError(str(exc), exc.variable, 2) from exc
+    from .distributed import RanksOutOfSync, launched  # noqa: PLC0415
+
     args = build_parser().parse_args(argv)
     args.argv = argv
+    _, size, variable = launched()
+    if size > 1 and args.func is not cmd_train:
+        raise CliError(f"only train runs on several ranks; run {args.command} as one process, without mpiexec",
+                       f"{variable}={size}")
     try:
         return args.func(args)
-    except NonFiniteError as exc:
+    except (NonFiniteError, RanksOutOfSync) as exc:     # every rank meets these alike
         raise CliError(str(exc), None, 1) from exc
 
 
+def _launched_rank() -> int:
+    """This process's rank as its launcher says (0 without mpiexec), read without starting MPI."""
+    try:
+        from .distributed import launched  # noqa: PLC0415
+
+        return launched()[0]
+    except Exception:  # noqa: BLE001 - an unreadable environment is reported as an error of its own
+        return 0
+
+
+# Signals that end a command outside the training loop (which saves first): exit 128 + signal.
+_TERMINATING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 def main(argv=None) -> int:
-    """Run the command line; returns the exit code (0 success, 2 bad input, 1 failure, 130/143 signals)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    previous_term = None
+    """Run the command line; returns the exit code (0 success, 2 bad input, 1 failure, 128 + signal for
+    a signal: 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 141 a closed standard output)."""
+    from . import streams  # noqa: PLC0415  (standard library only)
+
+    with streams.guard_standard_streams():
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+        if code == 0 and streams.output_lost() == "stdout":
+            code = OUTPUT_CLOSED            # the output was cut short: say so in the exit code, quietly
+    if code and _several_ranks:
+        # MPI_Finalize, which a normal exit calls, would wait for ranks that may be stuck in a
+        # collective: leave at once, and mpiexec stops the others.
+        for stream in (sys.stdout, sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
+    return code
+
+
+def _main(argv: list[str]) -> int:
+    previous: dict = {}
     if threading.current_thread() is threading.main_thread():
         def on_term(signum, frame):
-            raise _Terminated()
-        previous_term = signal.signal(signal.SIGTERM, on_term)
+            raise _Terminated(signum)
+        for sig in _TERMINATING:
+            previous[sig] = signal.signal(sig, on_term)
     debug = False
 
-    def fail(line: str, code: int, exc: BaseException | None = None) -> int:
-        """Print ``error: line`` (after exc's traceback if --debug asked for it); return ``code``."""
+    def fail(line: str, code: int, exc: BaseException | None = None, alike: bool = True) -> int:
+        """Print ``error: line`` (after exc's traceback if --debug asked for it); return ``code``.
+
+        Under mpiexec: an error every rank meets ``alike`` (bad input, a diverged run) is printed
+        by rank 0 alone; any other is printed by the rank that met it, which names itself."""
+        rank = _launched_rank()
+        if rank and alike:
+            return code
+        stream = sys.__stderr__ if rank else sys.stderr      # other ranks' sys.stderr is /dev/null
         if debug and exc is not None:
-            traceback.print_exception(exc)
-        print(f"error: {line}", file=sys.stderr)
+            traceback.print_exception(exc, file=stream)
+        print(f"error: {f'rank {rank}: ' if rank else ''}{line}", file=stream, flush=True)
         return code
 
     try:
@@ -530,20 +1066,21 @@ def main(argv=None) -> int:
         return fail(str(exc), exc.code, exc.__cause__)
     except KeyboardInterrupt as exc:
         return fail("interrupted (Ctrl-C)", 130, exc)
-    except _Terminated:
-        return fail("terminated (SIGTERM)", 143)
+    except _Terminated as exc:
+        return fail(f"terminated ({signal.Signals(exc.signum).name})", 128 + int(exc.signum))
     except BAD_INPUT as exc:
         return fail(_message(exc), 2, exc)
     except MemoryError as exc:
-        return fail("out of memory (try a smaller --batch-size or --max-tokens, or a smaller --preset)", 1, exc)
+        # The commands name what ran out of memory (_memory_for); this is anything else.
+        return fail(f"out of memory ({exc})" if str(exc) else "out of memory", 1, exc, alike=False)
     except OSError as exc:
-        return fail(_message(exc), 1, exc)
+        return fail(_message(exc), 1, exc, alike=False)
     except Exception as exc:  # noqa: BLE001 - the one place every other error is turned into a line
         hint = "" if debug else f" (run with --debug or {DEBUG_VARIABLE}=1 for the traceback)"
-        return fail(f"internal error: {type(exc).__name__}: {exc}{hint}", 1, exc)
+        return fail(f"internal error: {type(exc).__name__}: {exc}{hint}", 1, exc, alike=False)
     finally:
-        if previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,9 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, fields, replace
+import math
+import typing
+from dataclasses import MISSING, asdict, dataclass, fields, replace
 
 from . import backend
 from .backend import Array
@@ -19,7 +21,7 @@ from .errors import ShapeError
 from .layers.attention import MultiHeadAttention
 from .layers.dropout import Dropout
 from .layers.embedding import Embedding, TiedOutputProjection
-from .layers.feedforward import FeedForward
+from .layers.feedforward import ACTIVATIONS, FeedForward
 from .layers.layernorm import LayerNorm
 from .layers.masks import decoder_mask, padding_mask
 from .layers.parameter import Layer, Parameter
@@ -54,6 +56,7 @@ class TransformerConfig:
     pre_ln: bool = False        # False = the paper's post-LN; True = pre-LN variant
     ln_eps: float = 1e-5        # LayerNorm's ε (inside the square root)
     positional: str = "sinusoidal"   # §3.5's fixed sinusoids, or "learned": a trained table (Table 3, row E)
+    activation: str = "relu"    # the FFN's (§3.3, Eq. 2): "relu" as in the paper, or "gelu" (layers/feedforward.py)
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "h", "N", "d_ff", "max_len"):
@@ -76,6 +79,9 @@ class TransformerConfig:
         if self.positional not in POSITIONAL_KINDS:
             raise ValueError(f"TransformerConfig: positional must be one of {', '.join(map(repr, POSITIONAL_KINDS))}, "
                              f"got {self.positional!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"TransformerConfig: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, "
+                             f"got {self.activation!r}")
 
     @property
     def d_k(self) -> int:
@@ -86,7 +92,14 @@ class TransformerConfig:
 
     @classmethod
     def from_json(cls, text: str) -> TransformerConfig:
-        """The inverse of ``to_json``. Unknown or missing fields are a ValueError naming them."""
+        """The inverse of ``to_json``.
+
+        An unknown field is a ValueError naming it. A *missing* field takes its
+        default: that is the rule which lets a checkpoint written before a field
+        existed load as the model it was (``positional`` came after the first
+        checkpoints; they load as "sinusoidal", the only kind they could be).
+        A new field must therefore default to the behaviour from before it.
+        """
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError(f"TransformerConfig: expected a JSON object, got {type(data).__name__}")
@@ -98,6 +111,75 @@ class TransformerConfig:
 
     def with_(self, **changes) -> TransformerConfig:
         return replace(self, **changes)
+
+
+# -- the command line's route to every field: train --set FIELD=VALUE ------------------
+
+# Fields that the data decides (the vocabulary's size and its <pad> id): never set by hand.
+DATA_FIELDS = ("vocab_size", "pad_id")
+
+
+def _parse_field_value(name: str, kind, text: str):
+    """``text`` as a value of the field's type (int, float, bool or str), or a ValueError naming the field."""
+    if kind is bool:
+        value = text.strip().lower()
+        if value in ("true", "1", "yes", "on"):
+            return True
+        if value in ("false", "0", "no", "off"):
+            return False
+        raise ValueError(f"{name} is True or False, got {text!r}")
+    if kind is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ValueError(f"{name} is a whole number, got {text!r}") from None
+    if kind is float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise ValueError(f"{name} is a number, got {text!r}") from None
+        if not math.isfinite(value):
+            raise ValueError(f"{name} must be finite, got {text!r}")
+        return value
+    return text
+
+
+def config_changes(assignments: list[str]) -> dict:
+    """``["P_drop=0", "positional=learned"]`` -> ``{"P_drop": 0.0, "positional": "learned"}``.
+
+    One generic route from text to any ``TransformerConfig`` field, generated from
+    the dataclass: each value is parsed as its field's type (int, float, bool, str).
+    An unknown field, a field the data decides (``DATA_FIELDS``), a malformed
+    assignment or a field given twice is a ValueError naming it. The values are
+    checked again, together, when the config is built (``__post_init__``).
+    """
+    hints = typing.get_type_hints(TransformerConfig)
+    names = [f.name for f in fields(TransformerConfig)]
+    changes: dict = {}
+    for text in assignments:
+        name, sep, value = text.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise ValueError(f"expected FIELD=VALUE, got {text!r}")
+        if name not in hints:
+            raise ValueError(f"unknown model field {name!r}; the fields are: {', '.join(names)}")
+        if name in DATA_FIELDS:
+            raise ValueError(f"{name} is set by the data (the vocabulary), not by hand")
+        if name in changes:
+            raise ValueError(f"{name} is given twice")
+        changes[name] = _parse_field_value(name, hints[name], value.strip())
+    return changes
+
+
+def field_help() -> str:
+    """One line naming every settable field with its default, for ``train --help``."""
+    return ", ".join(f"{f.name} ({f.default!r})" for f in fields(TransformerConfig)
+                     if f.name not in DATA_FIELDS and f.default is not MISSING)
+
+
+def describe(cfg: TransformerConfig) -> str:
+    """Every field of ``cfg`` as ``name=value``, in the dataclass's order (the banner of a run)."""
+    return " ".join(f"{f.name}={getattr(cfg, f.name)}" for f in fields(cfg))
 
 
 # Named presets. ``vocab_size`` is filled in from the data at training time.
@@ -123,7 +205,7 @@ class EncoderLayer(Layer):
     def __init__(self, cfg: TransformerConfig, rng, dropout_rng, name: str = "enc"):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, rng, f"{name}.self_attn")
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, rng, f"{name}.ffn")
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, rng, f"{name}.ffn", cfg.activation)
         self.res_attn = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_attn")
         self.res_ffn = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_ffn")
 
@@ -146,7 +228,7 @@ class DecoderLayer(Layer):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, rng, f"{name}.self_attn")
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, rng, f"{name}.cross_attn")
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, rng, f"{name}.ffn")
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, rng, f"{name}.ffn", cfg.activation)
         self.res_self = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_self")
         self.res_cross = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_cross")
         self.res_ffn = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_ffn")
@@ -326,6 +408,7 @@ class Transformer(Layer):
 
     def __init__(self, cfg: TransformerConfig, seed: int = 0):
         super().__init__()
+        check_fits(cfg)                 # before any allocation: a config can ask for terabytes
         self.cfg = cfg
         rng = backend.host_rng(seed)                      # initial weights: same on CPU and GPU
         self.dropout_rng = backend.seeded_rng(seed + 1)   # one generator for every dropout mask
@@ -348,7 +431,7 @@ class Transformer(Layer):
         self.tgt_dropout = Dropout(cfg.P_drop, self.dropout_rng)
         self.encoder = Encoder(cfg, rng, self.dropout_rng)
         self.decoder = Decoder(cfg, rng, self.dropout_rng)
-        self.generator = TiedOutputProjection(self.E)
+        self.output_projection = TiedOutputProjection(self.E)
 
     @property
     def xp(self):
@@ -367,6 +450,9 @@ class Transformer(Layer):
         if getattr(ids, "ndim", None) != 2:
             raise ShapeError(f"Transformer: {name} must be token ids of shape (B, length), got "
                              f"{tuple(getattr(ids, 'shape', ()))}")
+        if ids.shape[1] == 0:
+            raise ShapeError(f"Transformer: {name} has length 0; a sentence has at least one position "
+                             "(a source ends with <eos>, a decoder input starts with <bos>)")
         if ids.shape[1] > self.cfg.max_len:
             raise ShapeError(f"Transformer: {name} has length {ids.shape[1]} > max_len={self.cfg.max_len}")
 
@@ -394,7 +480,7 @@ class Transformer(Layer):
             tgt_mask = decoder_mask(tgt_in, self.cfg.pad_id)
         y = self.tgt_dropout.forward(self.tgt_pos.forward(self.tgt_embed.forward(tgt_in)))
         y = self.decoder.forward(y, memory, src_mask, tgt_mask)
-        logits = self.generator.forward(y)
+        logits = self.output_projection.forward(y)
         self._save_cache(None, logits)            # marks "forward ran": backward checks dlogits' shape
         return logits
 
@@ -435,7 +521,7 @@ class Transformer(Layer):
         y = self.tgt_dropout.forward(self.tgt_pos.forward(self.tgt_embed.forward(y_t), offset=t))
         y = self.decoder.step(y, t, cache)                          # (B, 1, d_model)
         cache.length = t + 1
-        return self.generator.forward(y)[:, 0]                      # (B, V)
+        return self.output_projection.forward(y)[:, 0]              # (B, V)
 
     def attention_maps(self) -> dict[str, list[Array]]:
         """The attention weights of the last forward (or decode_step), per layer.
@@ -456,7 +542,7 @@ class Transformer(Layer):
         """dlogits: (B, T, V). Adds into every Parameter's .grad (E gets three uses;
         a learned positional table P two, the target and source sides)."""
         self._pop_cache(dlogits, "dlogits")
-        dout = self.generator.backward(dlogits)                     # use 1 of E
+        dout = self.output_projection.backward(dlogits)                     # use 1 of E
         dy, dmemory = self.decoder.backward(dout)
         self.tgt_embed.backward(self.tgt_pos.backward(self.tgt_dropout.backward(dy)))   # use 2 of E
         dx = self.encoder.backward(dmemory)
@@ -488,3 +574,68 @@ def count_parameters(cfg: TransformerConfig) -> int:
     final = 2 * 2 * d if cfg.pre_ln else 0
     positional = cfg.max_len * d if cfg.positional == "learned" else 0
     return V * d + enc + dec + final + positional
+
+
+# -- will it fit? A size checked before anything is allocated ----------------------------
+
+class ModelTooLargeError(ValueError):
+    """The model a config describes cannot fit in this machine's memory.
+
+    ``field`` names the config field to make smaller, ``needed`` and ``limit`` are in bytes.
+    """
+
+    def __init__(self, message: str, field: str, needed: int, limit: int):
+        super().__init__(message)
+        self.field, self.needed, self.limit = field, needed, limit
+
+
+# Python's own objects per encoder layer + decoder layer (Parameters, Layers, small arrays),
+# measured with tracemalloc on a model of 2,000 one-number-wide layers: about 19 kB.
+_BYTES_PER_LAYER_PAIR = 20_000
+
+
+def memory_estimate(cfg: TransformerConfig, itemsize: int = 4) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """The bytes building a model of ``cfg`` takes, by part: {part: (bytes, the fields it grows with)}.
+
+    Every parameter is held twice (its value and its gradient); the sinusoidal
+    table is built in float64 before the cast; each pair of layers carries some
+    Python objects besides its arrays. Floats, so that a config of 10^10 never
+    overflows anything while it is being refused.
+    """
+    d, d_ff, N, V = float(cfg.d_model), float(cfg.d_ff), float(cfg.N), float(cfg.vocab_size)
+    per_layer_pair = (3 * 4 * (d * d + d) + 2 * (2 * d * d_ff + d_ff + d) + 5 * 2 * d) * 2 * itemsize
+    table = float(cfg.max_len) * d * (2 * 8 + itemsize) if cfg.positional == "sinusoidal" else \
+        float(cfg.max_len) * d * 2 * itemsize
+    return {
+        "the embedding matrix E (vocab_size × d_model)": (V * d * 2 * itemsize, ("vocab_size", "d_model")),
+        "the positional table (max_len × d_model)": (table, ("max_len", "d_model")),
+        "the N encoder and decoder layers (their attention d_model² and feed-forward d_model × d_ff weights)":
+            (N * (per_layer_pair + _BYTES_PER_LAYER_PAIR), ("N", "d_ff", "d_model")),
+    }
+
+
+def check_fits(cfg: TransformerConfig, dtype=None, limit: int | None = None) -> None:
+    """Raise ModelTooLargeError, naming the field to change, if a model of ``cfg`` cannot fit in memory.
+
+    dtype: the parameters' (default: ``backend.default_dtype()``); limit: bytes
+    (default: ``backend.memory_limit()``, the whole memory of the machine or
+    device; None there skips the check). Called by ``Transformer.__init__`` before
+    it allocates anything, so ``max_len=10**10`` is an error, not a MemoryError
+    (or minutes of swapping) half-way through building the model.
+    """
+    limit = backend.memory_limit() if limit is None else limit
+    if limit is None:
+        return
+    itemsize = (backend.default_dtype() if dtype is None else backend.xp_default().dtype(dtype)).itemsize
+    parts = memory_estimate(cfg, itemsize)
+    needed = sum(size for size, _ in parts.values())
+    if needed <= limit:
+        return
+    part, (size, names) = max(parts.items(), key=lambda item: item[1][0])
+    base = TransformerConfig()
+    field = max(names, key=lambda name: getattr(cfg, name) / getattr(base, name))   # the most unusual value
+    size_of = backend.format_bytes
+    raise ModelTooLargeError(
+        f"TransformerConfig: this model needs about {size_of(needed)} of memory ({size_of(size)} of it for {part}), "
+        f"more than the {size_of(limit)} this machine has; make {field}={getattr(cfg, field)} smaller",
+        field, int(needed), int(limit))

@@ -13,7 +13,8 @@ import pytest
 
 from minitransformer import backend
 from minitransformer.__main__ import main
-from minitransformer.train import load_task, make_trainer, settings_for
+from minitransformer.data.registry import load_task
+from minitransformer.train import make_trainer, settings_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "one two three four five six seven eight".split()
@@ -26,7 +27,7 @@ def files(tmp_path_factory):
     data = d / "pairs.tsv"
     data.write_text("".join(f"{a} {b}\t{b} {a}\n" for a in WORDS for b in WORDS), encoding="utf-8")
     task = load_task(data=str(data), level="word")
-    preset, settings = settings_for(task.name, preset="tiny", steps=5)
+    preset, settings = settings_for(task, preset="tiny", steps=5)
     trainer = make_trainer(task, settings, preset, str(d / "run"))
     (d / "run").mkdir()
     trainer.step = 5                                   # as if trained: --steps 5 is then "nothing to train"
@@ -57,7 +58,7 @@ BAD = [
     (TRAIN + ["--max-tokens", "0"], 2, "must be a whole number ≥ 1", "(--max-tokens)"),
     (TRAIN + ["--valid-every", "-1"], 2, "must be a whole number ≥ 1, got -1", "(--valid-every)"),
     (TRAIN + ["--checkpoint-every", "-1"], 2, "must be a whole number ≥ 1, got -1", "(--checkpoint-every)"),
-    (TRAIN + ["--eval-beams", "1", "0"], 2, "must be a whole number ≥ 1, got 0", "(--eval-beams)"),
+    (TRAIN + ["--eval", "greedy", "beam0"], 2, "'beam0': Beam: size must be ≥ 1, got 0", "(--eval)"),
     (TRAIN + ["--warmup", "0"], 2, "must be a whole number ≥ 1", "(--warmup)"),
     (TRAIN + ["--lr-factor", "nan"], 2, "must be a finite number > 0, got nan", "(--lr-factor)"),
     (TRAIN + ["--lr-factor", "-1"], 2, "must be a finite number > 0", "(--lr-factor)"),
@@ -85,7 +86,7 @@ BAD = [
     (TRAIN + ["--resume", "{ckpt}", "--steps", "9", "--seed", "3"], 2, "the checkpoint was trained with seed 0; "
      "another seed would split the data", "(--seed 3)"),
     (["train", "--data", "{other}", "--no-progress", "--out", "{dir}/o", "--resume", "{ckpt}", "--steps", "9"], 2,
-     "different vocabulary", "(--resume {ckpt})"),
+     "cannot resume: the data differs from what the checkpoint was trained on", "(--resume {ckpt})"),
     (["translate", "--checkpoint", "{ckpt}", ""], 2, "the sentence is empty", "(argument 1)"),
     (["translate", "--checkpoint", "{ckpt}", "one two", "   "], 2, "the sentence is empty", "(argument 2)"),
     (["translate", "--checkpoint", "{ckpt}", "one <eos> two"], 2, "word-level text may not contain '<eos>'",
@@ -194,7 +195,7 @@ def test_an_interrupt_prints_a_command_that_works(files, capsys, monkeypatch, tm
 
 def test_overwrite_replaces_an_earlier_run_only_when_asked(files, capsys, tmp_path):
     out = tmp_path / "again"
-    argv = _fill(TRAIN[:-1], files) + [str(out), "--steps", "2", "--eval-beams", "1"]
+    argv = _fill(TRAIN[:-1], files) + [str(out), "--steps", "2", "--eval", "greedy"]
     assert main(argv) == 0
     first = (out / "checkpoint.npz").read_bytes()
     assert main(argv) == 2 and "holds an earlier run" in capsys.readouterr().err
@@ -204,11 +205,11 @@ def test_overwrite_replaces_an_earlier_run_only_when_asked(files, capsys, tmp_pa
 
 
 def test_an_internal_error_is_one_line_with_exit_1_and_debug_shows_the_traceback(files, capsys, monkeypatch):
-    import minitransformer.train as train
+    import minitransformer.data.registry as registry
 
     def broken(*args, **kwargs):
         raise ZeroDivisionError("a bug")
-    monkeypatch.setattr(train, "load_task", broken)
+    monkeypatch.setattr(registry, "load_task", broken)
     argv = _fill(TRAIN, files)
     assert main(argv) == 1
     err = capsys.readouterr().err
@@ -231,8 +232,6 @@ def test_debug_shows_the_traceback_of_a_bad_input_too(files, capsys):
 # -- environment variables: read when the package is imported, so in a fresh process ------------
 
 @pytest.mark.parametrize("variable, value, expected", [
-    ("MINITRANSFORMER_THREADS", "abc", "a whole number of threads"),
-    ("MINITRANSFORMER_THREADS", "-2", "a whole number of threads"),
     ("MINITRANSFORMER_BACKEND", "tpu", "one of numpy, cupy"),
     ("MINITRANSFORMER_DTYPE", "float16", "one of float32, float64"),
     ("MINITRANSFORMER_DEBUG", "maybe", "1 or 0"),

@@ -7,11 +7,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from minitransformer.data.loading import split_pairs
+from minitransformer.data.registry import load_task
 from minitransformer.data.tsv import DataError, load_tsv, looks_like_header, read_tsv_rows
 from minitransformer.data.vocab import SPACE, tokenize
 from minitransformer.decoding import NonFiniteOutputError, beam_search, greedy_decode
 from minitransformer.model import PRESETS, Transformer
-from minitransformer.train import build_model, load_task, split_pairs
+from minitransformer.train import build_model
 
 # -- decoding -------------------------------------------------------------------------------
 

@@ -1,13 +1,14 @@
 """The package is built in layers, lowest first; a module imports only from its own
 layer or below, and no two modules import each other (directly or in a circle).
 
-    foundation  errors, backend, files
-    layers      layers/*, gradcheck
-    model       model, data/*, metrics
-    search      decoding, optim, checkpoint, plot
+    foundation  errors, backend, files, runlock, streams, machine
+    layers      layers/* (layers/fast.py: the speed variants), gradcheck
+    model       model, settings, data/*, metrics
+    search      decoding, optim, checkpoint, average, plot, progress, stops, distributed
     translate   translate
     train       train
     lessons     exercises/*
+    grade       grade
     cli         __main__
 
 docs/architecture.md draws the same graph. Imports inside functions count too:
@@ -22,13 +23,14 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "minitransformer"
 
 LAYERS = [
-    ("foundation", ["errors", "backend", "files", "__init__"]),
-    ("layers", ["layers.*", "gradcheck"]),
-    ("model", ["model", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "plot"]),
+    ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "__init__"]),
+    ("layers", ["layers.fast", "layers.*", "gradcheck"]),
+    ("model", ["model", "settings", "data.*", "metrics"]),
+    ("search", ["decoding", "optim", "checkpoint", "average", "plot", "progress", "stops", "distributed"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("lessons", ["exercises.*"]),
+    ("grade", ["grade"]),
     ("cli", ["__main__"]),
 ]
 
@@ -137,7 +139,7 @@ def test_nothing_reads_another_layers_private_cache():
     """A layer's _cache is for its own backward; what others need is public
     (MultiHeadAttention.attention_weights, Transformer.attention_maps)."""
     lessons = PACKAGE.parent / "lessons"
-    files = [*PACKAGE.rglob("*.py"), *lessons.glob("*.py"), *(PACKAGE.parent / "benchmarks").glob("*.py")]
+    files = [*PACKAGE.rglob("*.py"), *lessons.rglob("*.py"), *(PACKAGE.parent / "benchmarks").glob("*.py")]
     bad = [line for path in files for line in _foreign_cache_reads(path)]
     assert not bad, f"reads of another object's _cache: {bad}"
 

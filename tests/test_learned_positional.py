@@ -10,6 +10,7 @@ import pytest
 
 from minitransformer import backend
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
+from minitransformer.data.registry import load_task
 from minitransformer.errors import ShapeError
 from minitransformer.layers.masks import padding_mask
 from minitransformer.layers.parameter import eval_mode
@@ -23,7 +24,7 @@ from minitransformer.model import (
     TransformerConfig,
     count_parameters,
 )
-from minitransformer.train import build_model, load_task
+from minitransformer.train import build_model
 
 CFG = TransformerConfig(vocab_size=12, d_model=16, h=2, N=2, d_ff=24, P_drop=0.1, max_len=20,
                         positional="learned")

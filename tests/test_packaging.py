@@ -63,9 +63,21 @@ def test_the_learner_gets_jupyterlab_and_no_torch_or_test_tools():
 def test_the_developer_gets_every_tool_the_tests_benchmarks_and_docs_use():
     dev = _closure("dev")
     for needed in ("jupyterlab", "pytest", "hypothesis", "nbmake", "sacrebleu", "threadpoolctl",
-                   "pyinstrument", "ruff", "jupytext", "nbclient", "sphinx", "myst-nb", "sphinx-book-theme"):
+                   "pyinstrument", "ruff", "jupytext", "nbclient", "sphinx", "myst-nb", "sphinx-book-theme",
+                   "nltk", "pyevalb"):
         assert needed in dev, needed
     assert dev["torch"].replace(" ", "") == "torch==2.13.0"    # any other version pulls GBs
+
+
+def test_mpi_is_an_extra_of_its_own_pinned_in_the_developer_install_and_not_the_learners():
+    mpi = {_requirement_name(spec): spec.replace(" ", "") for spec in PYPROJECT["project"]["optional-dependencies"]["mpi"]}
+    assert mpi["mpi4py"] == "mpi4py==4.1.2"
+    assert mpi["mpich"].startswith("mpich==5.0.2;")          # the MPI library itself, as a wheel
+    assert {"mpi4py", "mpich"} <= set(_closure("dev"))        # CI runs tests/test_mpi.py
+    for install in ("lessons", "test"):
+        assert not {"mpi4py", "mpich"} & set(_closure(install)), install
+    from minitransformer.distributed import INSTALL_HINT
+    assert "'.[mpi]'" in INSTALL_HINT                          # the error without mpi4py names this extra
 
 
 def test_version_is_written_once():
@@ -104,3 +116,26 @@ def test_every_option_has_help_text():
                for action in parser._actions
                if not isinstance(action, argparse._SubParsersAction) and not action.help]
     assert not missing, f"options without help text: {missing}"
+
+
+def test_what_the_commands_write_is_ignored_and_the_sources_are_not():
+    """.gitignore: the folders the README's commands write at the top of the checkout (runs/,
+    maps/ from translate --attention, data/ from export) are ignored; the package's and the
+    tests' data folders, which share the names, are not."""
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (or git is not installed): .gitignore not checked")
+
+    def ignored(path):
+        result = subprocess.run([git, "check-ignore", "--quiet", "--no-index", path], cwd=ROOT)
+        assert result.returncode in (0, 1), f"git check-ignore failed on {path}"
+        return result.returncode == 0
+
+    for path in ("runs/copy/checkpoint.npz", "maps/layer1_head1.png", "data/numbers-en-fr.train.tsv"):
+        assert ignored(path), f"{path} is not ignored"
+    for path in ("minitransformer/data/tasks.py", "minitransformer/data/new_task.py", "tests/data/case.tsv",
+                 "docs/datasets.md", "lessons/src/maps.py"):
+        assert not ignored(path), f"{path} is ignored, but it is a source file"

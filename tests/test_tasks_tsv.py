@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from minitransformer.data.tasks import (
-    SYNTHETIC_TASKS,
     copy_pairs,
     reverse_pairs,
     symbols,
@@ -52,11 +51,10 @@ def test_target_is_not_an_alias_of_the_source():
     assert src != tgt
 
 
-def test_registry_and_vocab():
-    assert SYNTHETIC_TASKS == {"copy": copy_pairs, "reverse": reverse_pairs}
+def test_synthetic_vocab():
     v = synthetic_vocab(12)
     assert v.tokens == [PAD, BOS, EOS, UNK] + symbols(12)
-    for src, _ in SYNTHETIC_TASKS["reverse"](30, np.random.default_rng(0), n_symbols=12):
+    for src, _ in reverse_pairs(30, np.random.default_rng(0), n_symbols=12):
         assert v.unk_id not in v.encode(src)
 
 

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
-from minitransformer.train import NonFiniteLossError, Trainer, TrainSettings, build_model, encode_pairs, load_task
+from minitransformer.data.registry import load_task
+from minitransformer.train import NonFiniteLossError, Trainer, TrainSettings, build_model, encode_pairs
 from minitransformer.translate import translate_tokens
 
 
@@ -55,7 +56,7 @@ def test_resume_differs_with_other_dropout_masks(tmp_path, monkeypatch):
     resumed = Trainer(ckpt.model, ckpt.vocab, encode_pairs(task.vocab, task.train[:400]), [],
                       TrainSettings(**{**first.settings.__dict__, "steps": 8}))
     resumed.restore(ckpt)
-    monkeypatch.setattr(resumed, "dropout_seed", lambda step: 123 + step)   # other masks
+    monkeypatch.setattr(resumed, "dropout_seed", lambda step, *rank_micro: 123 + step)   # other masks
     resumed.run(progress=False)
     assert not all(np.array_equal(p.data, q.data)
                    for p, q in zip(full.model.parameters(), resumed.model.parameters()))
@@ -170,7 +171,7 @@ class _Stream:
 
 
 def test_progress_is_a_bar_on_a_terminal_and_plain_lines_elsewhere(monkeypatch):
-    from minitransformer.train import _Progress
+    from minitransformer.progress import Progress as _Progress
 
     clock = iter(range(1000))
     monkeypatch.setattr("minitransformer.train.time.perf_counter", lambda: float(next(clock)))

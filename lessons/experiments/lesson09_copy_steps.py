@@ -21,9 +21,10 @@ import pathlib
 import sys
 import time
 
-from minitransformer.backend import machine_summary
+from minitransformer.machine import machine_summary
 from minitransformer.files import atomic_write_text
-from minitransformer.train import load_task, make_trainer, settings_for
+from minitransformer.data.registry import load_task
+from minitransformer.train import make_trainer, settings_for
 from minitransformer.translate import score_translations
 
 HERE = pathlib.Path(__file__).resolve().parent

@@ -27,11 +27,12 @@ import time
 
 
 from minitransformer.data.batching import batch_iterator
-from minitransformer.backend import machine_summary
+from minitransformer.machine import machine_summary
 from minitransformer.files import atomic_write_text
 from minitransformer.layers.loss import cross_entropy_forward
 from minitransformer.layers.parameter import eval_mode
-from minitransformer.train import Trainer, build_model, encode_pairs, load_task, settings_for
+from minitransformer.data.registry import load_task
+from minitransformer.train import Trainer, build_model, encode_pairs, settings_for
 from minitransformer.translate import score_translations
 
 HERE = pathlib.Path(__file__).resolve().parent

@@ -27,11 +27,12 @@ import time
 import numpy
 
 from minitransformer.data.batching import batch_iterator
-from minitransformer.backend import machine_summary
+from minitransformer.machine import machine_summary
 from minitransformer.files import atomic_write_text
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
 from minitransformer.optim import Adam, NoamSchedule
-from minitransformer.train import build_model, encode_pairs, load_task
+from minitransformer.data.registry import load_task
+from minitransformer.train import build_model, encode_pairs
 
 HERE = pathlib.Path(__file__).resolve().parent
 

@@ -18,7 +18,7 @@ do, where reverse at the same budget did not). Row E's second question, inputs l
 than any seen in training, needs a task whose length can grow: reverse, trained on
 lengths 1-10 and decoded on 1-20 (``--extrapolation``).
 
-Every run goes through the package's own training path: ``train.load_task``,
+Every run goes through the package's own training path: ``data.registry.load_task``,
 ``train.settings_for`` (the task's recipe, fewer steps), ``train.build_model(task,
 preset, seed, **overrides)`` and ``train.Trainer``; evaluation through
 ``translate.score_translations`` (greedy, exact match, BLEU, chrF) plus a teacher-forced
@@ -51,13 +51,15 @@ import time
 
 import numpy
 
-from minitransformer import backend, train
+from minitransformer import train
+from minitransformer.data.registry import load_task
 from minitransformer.data.batching import batch_iterator
 from minitransformer.data.tasks import reverse_pairs
 from minitransformer.files import atomic_write_text
 from minitransformer.layers.attention import MultiHeadAttention
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
 from minitransformer.layers.parameter import eval_mode
+from minitransformer.machine import machine_info
 from minitransformer.model import count_parameters
 from minitransformer.translate import score_translations
 
@@ -207,7 +209,7 @@ def run_one(label: str, seed: int, steps: int = STEPS, task_name: str = TASK, ta
             sweep: bool | None = None) -> dict:
     """Train the setting ``label`` with ``seed`` for ``steps`` steps and evaluate it. Returns the record."""
     row, label, overrides, d_k_small, _ = setting(label)
-    task = task or train.load_task(task_name)
+    task = task or load_task(task_name)
     batch = BATCH if task_name == TASK else None              # None: the recipe's
     preset, settings = train.settings_for(task_name, preset=PRESET, steps=steps, seed=seed, batch_size=batch,
                                           valid_every=10**9, log_every=25)
@@ -241,7 +243,7 @@ def run_one(label: str, seed: int, steps: int = STEPS, task_name: str = TASK, ta
 
 
 def machine() -> dict:
-    info = backend.machine_info()
+    info = machine_info()
     # the key name the saved history in table3.json has always used
     info["load_average_at_start"] = info.pop("load_average")
     return {**info, "blas_threads": 1}
@@ -267,7 +269,6 @@ def _worker_init() -> None:
     a training step took 17x longer with 2 OpenBLAS threads under load than with 1)."""
     from threadpoolctl import threadpool_limits
     threadpool_limits(1)
-    backend.set_num_threads(1)
 
 
 _TASKS: dict = {}
@@ -277,7 +278,7 @@ def _run(job):
     """One (label, seed, steps, task_name, sweep) job, in a worker process."""
     label, seed, steps, task_name, sweep = job
     if task_name not in _TASKS:
-        _TASKS[task_name] = train.load_task(task_name)
+        _TASKS[task_name] = load_task(task_name)
     return run_one(label, seed, steps, task_name, _TASKS[task_name], sweep=sweep)
 
 

@@ -1,0 +1,481 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,src//py:percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 2 — Multi-head attention (§3.2.2–3.2.3)
+#
+# One attention (lesson 1) gives each query one set of weights over the keys: one way of
+# deciding what is relevant. Section 3.2.2 runs **$h$ attentions side by side**, each in its own
+# smaller space. Each head projects the model-width vectors (size $d_\text{model}$) down to
+# $d_k = d_\text{model}/h$ dimensions with its own learned matrices, attends there, and the $h$
+# results are concatenated and mixed by one more matrix $W^O$:
+#
+# $$\mathrm{MultiHead}(Q, K, V) = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_h)\, W^O,
+# \qquad \mathrm{head}_i = \mathrm{Attention}(Q W_i^Q,\ K W_i^K,\ V W_i^V)$$
+#
+# with $W_i^Q, W_i^K \in \mathbb{R}^{d_\text{model} \times d_k}$,
+# $W_i^V \in \mathbb{R}^{d_\text{model} \times d_v}$ and
+# $W^O \in \mathbb{R}^{h d_v \times d_\text{model}}$. The base model uses $h = 8$ and
+# $d_k = d_v = 512/8 = 64$. Different heads can follow different relations (the previous word,
+# the verb of this subject, ...), and because each head is $h$ times narrower, the cost stays
+# that of a single full-width head (§3 below counts it).
+#
+# Section 3.2.3 then lists the three places the model uses this layer; §4 below builds the mask
+# each one needs.
+#
+# | in this lesson | package |
+# | --- | --- |
+# | the layer, forward and backward | `minitransformer.layers.attention.MultiHeadAttention` |
+# | splitting into heads, and Concat | `minitransformer.layers.attention.split_heads`, `merge_heads` |
+# | Eq. (1) inside each head | `minitransformer.layers.attention.attention_forward`, `attention_backward` |
+# | the masks of §3.2.3 | `minitransformer.layers.masks.causal_mask`, `padding_mask` |
+#
+# The package, like most implementations, also adds a bias after each projection (the paper's
+# equations have none); the check in §1 shows it.
+#
+# The derivations in full: [docs/derivations.md §6, multi-head attention](../docs/derivations.md#6-multi-head-attention-projections-split-and-concat-322),
+# including [the fused projection](../docs/derivations.md#the-fused-projection) that exercise 2.4 asks you to differentiate.
+
+# %%
+import os
+
+# §3 times matrix products on one core: one BLAS thread gives steadier timings on a shared
+# machine. This only works before NumPy is first imported (restart the kernel otherwise).
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(var, "1")
+
+# %%
+import numpy as np
+import matplotlib.pyplot as plt
+
+from minitransformer import backend
+
+backend.set_default_dtype("float64")   # new parameters in float64: gradient checks need it (lesson 0)
+np.set_printoptions(precision=4, suppress=True, linewidth=100)
+plt.rcParams.update({"figure.dpi": 80, "axes.grid": True, "grid.alpha": 0.3})
+
+# %%
+import time
+
+from minitransformer.gradcheck import check_layer, gradcheck
+from minitransformer.layers.masks import causal_mask, padding_mask
+from minitransformer.layers.attention import (MultiHeadAttention, attention_backward, attention_forward,
+                                              merge_heads, split_heads)
+
+# %% [markdown]
+# ## 1. Split and concat are reshapes and transposes
+#
+# The $h$ matrices $W_1^Q, \dots, W_h^Q$ (each $d_\text{model} \times d_k$) placed side by side
+# form one $d_\text{model} \times d_\text{model}$ matrix $W^Q$. So one product $X W^Q$ computes
+# every head's queries at once: head $i$'s are columns $i\,d_k$ to $(i+1)\,d_k$ of the result.
+# Giving the heads their own axis is then only a matter of bookkeeping:
+#
+# $$(B, S, d_\text{model}) \xrightarrow{\text{reshape}} (B, S, h, d_k) \xrightarrow{\text{swap axes 1, 2}} (B, h, S, d_k).$$
+#
+# That is `split_heads`. `merge_heads` is the reverse — swap back to `(B, S, h, d_k)`, then
+# reshape to `(B, S, h·d_k)` — and it *is* the Concat of the equation. The reshape only
+# regroups the last axis ($d_\text{model} = h \times d_k$, heads outermost), so neither
+# computes anything. With a tiny array whose entries are their own column numbers:
+
+# %%
+x = np.tile(np.arange(8), (1, 3, 1))                 # (B=1, S=3, d_model=8): entry = column index
+heads = split_heads(x, h=2)                          # (1, 2, 3, 4)
+print("x[0]:\n", x[0])
+print("head 0:\n", heads[0, 0], "\nhead 1:\n", heads[0, 1])
+print("split_heads is a view (no copy):", np.shares_memory(x, heads))
+back = merge_heads(heads)
+print("merge_heads(split_heads(x)) == x:", np.array_equal(back, x), "| a copy:", not np.shares_memory(back, x))
+
+# %% [markdown]
+# The package stores $W^Q, W^K, W^V$ side by side in one matrix `W_qkv` of shape
+# $(d_\text{model}, 3 d_\text{model})$, so self-attention makes all three projections with a
+# single product. Is the layer really the paper's equation? Compute every head *literally*,
+# one at a time with its own slice of the weights, concatenate, multiply by $W^O$, and compare:
+
+# %%
+rng = np.random.default_rng(0)
+d_model, h = 8, 2
+d_k = d_model // h
+mha = MultiHeadAttention(d_model, h, rng)
+mha.b_qkv.data[:] = 0.1 * rng.standard_normal(3 * d_model)   # non-zero biases, so they are tested too
+x = rng.standard_normal((2, 5, d_model))                       # (B, S, d_model)
+
+W, b = mha.W_qkv.data, mha.b_qkv.data
+W_Q, W_K, W_V = W[:, :d_model], W[:, d_model:2 * d_model], W[:, 2 * d_model:]
+b_Q, b_K, b_V = b[:d_model], b[d_model:2 * d_model], b[2 * d_model:]
+head_outputs = []
+for i in range(h):
+    cols = slice(i * d_k, (i + 1) * d_k)                       # head i's columns
+    q = x @ W_Q[:, cols] + b_Q[cols]                           # (B, S, d_k)
+    k = x @ W_K[:, cols] + b_K[cols]
+    v = x @ W_V[:, cols] + b_V[cols]
+    o, _ = attention_forward(q[:, None], k[:, None], v[:, None])   # one head: (B, 1, S, d_k)
+    head_outputs.append(o[:, 0])
+literal = np.concatenate(head_outputs, axis=-1) @ mha.W_o.data + mha.b_o.data
+
+print("max |layer - literal Eq.|:", np.abs(mha.forward(x) - literal).max())
+
+# %% [markdown]
+# ## 2. The backward of split and concat
+#
+# Both functions only move entries around: $y = P x$ for a permutation $P$ of the entries. The
+# backward of a linear map is its transpose, $\delta x = P^\top \delta y$, and the transpose of
+# a permutation is its inverse. So
+#
+# * the backward of `merge_heads` (Concat) is `split_heads`, and
+# * the backward of `split_heads` is `merge_heads`.
+#
+# The gradient is routed back to where each entry came from, unchanged. In
+# `MultiHeadAttention.backward` you can see this in the line
+#
+# ```python
+# dheads = split_heads(backend.matmul(dy, self.W_o.data.T), h)     # (B, h, S_q, d_k)
+# ```
+#
+# (the backward of `concat = merge_heads(heads)`), and in the lines that write `dQ`, `dK`, `dV`
+# side by side into one `(B, S, 3·d_model)` array: the backward of the fused `W_qkv` product and
+# its reshape/transpose into three heads' worth of Q, K and V (exercise 2.4 asks you to write
+# it). A gradient check on `merge_heads` alone:
+
+# %%
+rng = np.random.default_rng(1)
+heads = rng.standard_normal((2, 3, 4, 2))             # (B, h, S, d_k)
+G = rng.standard_normal((2, 4, 6))                    # dL/d(concat): (B, S, h*d_k)
+report = gradcheck(lambda: float((merge_heads(heads) * G).sum()),
+                   {"heads": heads}, {"heads": split_heads(G, 3)})
+print(report)
+report.assert_ok()
+
+# %% [markdown]
+# ## 3. $h$ heads of size $d_\text{model}/h$ cost what one head of size $d_\text{model}$ costs
+#
+# Count the floating-point operations (a multiply-add is 2 FLOPs) of the two products inside
+# Eq. (1). For one head of width $d_k$ on one sentence:
+# $QK^\top$ is $(S_q \times d_k)(d_k \times S_k)$: $2 S_q S_k d_k$ FLOPs, and $AV$ is
+# $(S_q \times S_k)(S_k \times d_k)$: another $2 S_q S_k d_k$. For $h$ heads of width
+# $d_k = d_\text{model}/h$ and a batch of $B$:
+#
+# $$h \cdot B \cdot 4\, S_q S_k \frac{d_\text{model}}{h} = 4\, B\, S_q S_k\, d_\text{model}\qquad\text{— no } h \text{ left.}$$
+#
+# The projections $W^Q, W^K, W^V, W^O$ are $d_\text{model} \times d_\text{model}$ whatever $h$ is,
+# so they do not depend on $h$ either (exercise 2.2 counts the whole layer). What does grow with
+# $h$ is everything done *per score*: there are $B \cdot h \cdot S_q \cdot S_k$ scores, each
+# scaled, masked, exponentiated, summed and divided (a handful of operations each), and each
+# stored — $h$ times the memory of one head.
+#
+# Counted, then timed: the package's `attention_forward` + `attention_backward` for
+# $B = 2$, $S = 128$, $d_\text{model} = 512$, float32, on one CPU core, and $h$ from 1 to 128.
+# Each setting is timed several times, interleaved with the others, and the fastest run kept
+# (the fastest is the one least disturbed by whatever else the machine is doing).
+
+# %%
+B, S, d_model = 2, 128, 512
+hs = [1, 2, 4, 8, 16, 32, 64, 128]
+rng = np.random.default_rng(0)
+inputs = {}
+for h in hs:
+    shape = (B, h, S, d_model // h)
+    inputs[h] = [rng.standard_normal(shape).astype(np.float32) for _ in range(4)]   # Q, K, V, dout
+
+best = {h: np.inf for h in hs}
+for _ in range(7):
+    for h in hs:
+        Q, K, V, dout = inputs[h]
+        t0 = time.perf_counter()
+        out, cache = attention_forward(Q, K, V)
+        attention_backward(dout, cache)
+        best[h] = min(best[h], time.perf_counter() - t0)
+
+matmul_flops = {h: 3 * 4 * B * S * S * d_model for h in hs}   # forward 2 products, backward 4: 3x the forward's
+score_ops = {h: 10 * B * h * S * S for h in hs}                # ~10 elementwise ops per score, forward + backward
+print(" h   d_k   matmul GFLOP   per-score Mops   scores (MB)   time (ms)")
+for h in hs:
+    print(f"{h:3d} {d_model // h:5d}   {matmul_flops[h] / 1e9:9.3f}   {score_ops[h] / 1e6:11.1f}   "
+          f"{B * h * S * S * 4 / 2**20:10.1f}   {best[h] * 1e3:9.2f}")
+
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
+axes[0].loglog(hs, [matmul_flops[h] for h in hs], "o-", label="matrix products (counted)")
+axes[0].loglog(hs, [score_ops[h] for h in hs], "s--", label="per-score work (estimated)")
+axes[0].set(xlabel="heads h  (d_k = 512 / h)", ylabel="operations, forward + backward",
+            title="What is counted")
+axes[1].semilogx(hs, [best[h] * 1e3 for h in hs], "o-", color="tab:green")
+axes[1].set(xlabel="heads h  (d_k = 512 / h)", ylabel="ms (fastest of 7)", ylim=(0, None),
+            title="Measured: attention_forward + backward")
+for ax in axes:
+    ax.set_xticks(hs, [str(h) for h in hs])
+axes[0].legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The matrix-product FLOPs are the same for every $h$. For moderate numbers of heads the time
+# is about flat too, as the count predicts. When the heads get narrow (a few tens of
+# dimensions or fewer; where exactly depends on the machine), the time climbs: the per-score
+# work and memory grow with $h$, and many tiny matrix products run far below a CPU's peak speed. The paper's $h = 8$,
+# $d_k = 64$ (its Table 3 also shows quality dropping with too many heads) sits in the flat part.
+#
+# ## 4. The three uses of attention and their masks (§3.2.3)
+#
+# The same layer appears three times in the model; what changes is where the queries, keys
+# and values come from and which mask applies. With `src` the source sentence (length $S$) and
+# `tgt` the target sentence so far (length $T$), both padded:
+#
+# | use | queries | keys, values | mask (True = may attend) | mask shape |
+# | --- | --- | --- | --- | --- |
+# | encoder self-attention | encoder | encoder (same positions) | source padding | `(B, 1, 1, S)` |
+# | decoder masked self-attention | decoder | decoder | causal AND target padding | `(B, 1, T, T)` |
+# | encoder–decoder attention | decoder | encoder output ("memory") | source padding | `(B, 1, 1, S)` |
+#
+# * In the **encoder** every position may look at every real position, before or after it.
+# * In the **decoder's self-attention** position $i$ must not look at positions after $i$: the
+#   model is trained to predict word $i+1$ from words up to $i$, and during generation the later
+#   words do not exist. The paper describes this as setting the illegal scores to $-\infty$
+#   before the softmax.
+# * In **encoder–decoder attention** every target position may look at every real source word:
+#   this is where the translation reads the input sentence. The queries come from the decoder
+#   layer below; the keys and values from the encoder's final output.
+#
+# In code, `forward(x, mask=...)` is self-attention and `forward(x_dec, memory, mask=...)` is
+# encoder–decoder attention. The masks for a batch of two sentences (pad id 0):
+
+# %%
+pad = 0
+src = np.array([[5, 8, 3, 9, 4], [6, 2, 7, 0, 0]])     # (B, S): sentence 1 has two pads
+tgt = np.array([[1, 4, 4, 7], [1, 3, 0, 0]])           # (B, T): sentence 1 has two pads
+S_len, T_len = src.shape[1], tgt.shape[1]
+enc_mask = padding_mask(src, pad)                              # (B, 1, 1, S)
+dec_mask = causal_mask(T_len, np) & padding_mask(tgt, pad)     # (B, 1, T, T)
+cross_mask = padding_mask(src, pad)                            # (B, 1, 1, S), queries from tgt
+
+rng = np.random.default_rng(0)
+d_model, h = 8, 2
+enc_x = rng.standard_normal((2, S_len, d_model))       # stand-ins for the embedded sentences
+dec_x = rng.standard_normal((2, T_len, d_model))
+uses = {
+    "encoder self-attention": (MultiHeadAttention(d_model, h, rng), (enc_x,), enc_mask),
+    "decoder masked self-attention": (MultiHeadAttention(d_model, h, rng), (dec_x,), dec_mask),
+    "encoder-decoder attention": (MultiHeadAttention(d_model, h, rng), (dec_x, enc_x), cross_mask),
+}
+weights = {}
+for name, (layer, args, mask) in uses.items():
+    y = layer.forward(*args, mask=mask)
+    weights[name] = layer.attention_weights           # (B, h, S_q, S_k): public after every forward
+    print(f"{name:31s} mask {str(mask.shape):14s} -> output {y.shape}, weights {weights[name].shape}")
+
+def tokens(ids):
+    return ["pad" if t == pad else str(t) for t in ids]
+
+b = 1                                                  # sentence 1, the padded one; head 0
+axis_tokens = {"encoder self-attention": (tokens(src[b]), tokens(src[b])),
+               "decoder masked self-attention": (tokens(tgt[b]), tokens(tgt[b])),
+               "encoder-decoder attention": (tokens(tgt[b]), tokens(src[b]))}
+fig, axes = plt.subplots(2, 3, figsize=(12, 6.6), layout="constrained")
+for col, (name, (_, _, mask)) in enumerate(uses.items()):
+    A = weights[name][b, 0]
+    q_tok, k_tok = axis_tokens[name]
+    axes[0, col].imshow(np.broadcast_to(mask[b, 0], A.shape), cmap="gray", vmin=0, vmax=1)
+    im = axes[1, col].imshow(A, cmap="viridis", vmin=0, vmax=1)
+    axes[0, col].set_title(f"{name}\nmask (white = may attend)")
+    axes[1, col].set_title("weights A, head 0")
+    for ax in axes[:, col]:
+        ax.set_xticks(range(len(k_tok)), k_tok)
+        ax.set_yticks(range(len(q_tok)), q_tok)
+        ax.set(xlabel="key token", ylabel="query token")
+        ax.grid(False)
+fig.colorbar(im, ax=axes[1, :], shrink=0.8, label="weight")
+plt.show()
+
+# %% [markdown]
+# In the middle column the last two *rows* are padded target positions: the mask hides pad
+# **keys** only, so those rows still attend to the real positions; their outputs are simply
+# ignored by the loss. Masking rows too would make them attend to nothing at all, which the
+# package handles (lesson 1) but does not need.
+#
+# ## 5. Gradient check of the whole layer
+#
+# `check_layer` compares the gradients of the layer's input(s) and of all four parameters
+# (`W_qkv`, `b_qkv`, `W_o`, `b_o`) with central differences, for masked self-attention and for
+# encoder–decoder attention (which returns two input gradients: for the decoder states and for
+# the memory). The extra positional arguments are passed on to `forward(x_q, x_kv, mask)`;
+# gradients are checked for the float inputs that backward returns a gradient for.
+
+# %%
+rng = np.random.default_rng(2)
+d_model, h, B, T, S_src = 8, 2, 2, 3, 4
+x = rng.standard_normal((B, T, d_model))
+memory = rng.standard_normal((B, S_src, d_model))
+src_pad = np.ones((B, 1, 1, S_src), dtype=bool)
+src_pad[1, ..., -1] = False
+
+mha = MultiHeadAttention(d_model, h, rng)
+report = check_layer(mha, x, None, causal_mask(T, np), names=["x", "x_kv", "mask"])
+print("masked self-attention\n" + str(report))
+report.assert_ok()
+
+mha = MultiHeadAttention(d_model, h, rng)
+report = check_layer(mha, x, memory, src_pad, names=["x_q", "memory", "mask"])
+print("\nencoder-decoder attention\n" + str(report))
+report.assert_ok()
+
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
+# runs your function on fixed random inputs and compares it with the package's answer **and**,
+# for a gradient, with a numerical gradient. While the stub still returns `None` it prints
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
+# shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
+# when your answer matches a common mistake, a `hint:` line naming it; a right one prints
+# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
+
+# %% [markdown]
+# ### Exercise 2.1 — the backward of Concat
+#
+# `merge_heads` maps `heads` of shape `(B, h, S, d_k)` to `concat` of shape `(B, S, h·d_k)`.
+# Given `dconcat` $= \partial L / \partial\,\mathrm{concat}$ and `h`, return `dheads`, using only
+# `reshape` and `transpose` (not the package's `split_heads`).
+
+# %% tags=["stub"]
+def my_merge_heads_backward(dconcat, h):
+    # YOUR CODE HERE: return dheads of shape (B, h, S, d_model // h)
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lessons_0_3 import check_merge_heads_backward
+
+check_merge_heads_backward(my_merge_heads_backward)
+
+
+# %% [markdown]
+# ### Exercise 2.2 — FLOPs of the whole layer
+#
+# Return the FLOPs of the matrix products in one forward pass of `MultiHeadAttention` with
+# `B` sentences, `S_q` query positions, `S_k` key/value positions (encoder–decoder attention:
+# they differ), width `d_model` and `h` heads. Count the projections to $Q$, $K$, $V$, the
+# two products of Eq. (1) in every head, and the output projection $W^O$; a multiply-add is
+# 2 FLOPs; leave out biases, the scaling and the softmax. (An $(m \times n)(n \times p)$ product
+# is $2mnp$ FLOPs.)
+
+# %% tags=["stub"]
+def my_attention_flops(B, S_q, S_k, d_model, h):
+    # YOUR CODE HERE: return the number of FLOPs (an int)
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lessons_0_3 import check_attention_flops
+
+check_attention_flops(my_attention_flops)
+
+
+# %% [markdown]
+# ### Exercise 2.3 — the decoder's self-attention mask
+#
+# Given target token ids `tgt_ids` of shape `(B, T)` and the padding id, return the boolean
+# mask of shape `(B, 1, T, T)` for the decoder's masked self-attention: query `i` may attend to
+# key `j` if `j <= i` **and** token `j` is not padding. Build it yourself with NumPy (without
+# the package's `causal_mask`/`padding_mask`).
+
+# %% tags=["stub"]
+def my_decoder_mask(tgt_ids, pad_id):
+    # YOUR CODE HERE: return a (B, 1, T, T) boolean array
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lessons_0_3 import check_decoder_mask
+
+check_decoder_mask(my_decoder_mask)
+
+
+# %% [markdown]
+# ### Exercise 2.4 — the backward of the fused projection
+#
+# Self-attention makes $Q$, $K$ and $V$ with one product (§1 above): for $x$ of shape
+# `(B, S, d_model)`,
+#
+# $$[\,Q_\text{all} \mid K_\text{all} \mid V_\text{all}\,] = x\,W_\text{qkv} + b_\text{qkv},
+# \qquad W_\text{qkv} = [\,W^Q \mid W^K \mid W^V\,] \in \mathbb{R}^{d_\text{model} \times 3 d_\text{model}},$$
+#
+# and then splits each of the three blocks into heads with `split_heads`. Given the gradients
+# `dQ`, `dK`, `dV` of shape `(B, h, S, d_k)` (what `attention_backward` returns), `x` and
+# `W_qkv`, return `(dx, dW_qkv, db_qkv)`. Undo the split (exercise 2.1), put the three blocks
+# side by side in the right order, then it is a linear layer's backward (lesson 0, exercise 0.2).
+# The derivation: [docs/derivations.md, the fused projection](../docs/derivations.md#the-fused-projection).
+# Use NumPy only (not `merge_heads`).
+
+# %% tags=["stub"]
+def my_qkv_projection_backward(dQ, dK, dV, x, W_qkv):
+    # YOUR CODE HERE: return (dx, dW_qkv, db_qkv) with the shapes of x, W_qkv and b_qkv
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lessons_0_3 import check_qkv_projection_backward
+
+check_qkv_projection_backward(my_qkv_projection_backward)
+
+
+# %% [markdown] tags=["solution"]
+# ---
+# ## Solutions
+#
+# Try the exercises first. Each solution is followed by the checking cell that proves it.
+
+# %% tags=["solution"]
+def solution_merge_heads_backward(dconcat, h):
+    B, S, d_model = dconcat.shape
+    return dconcat.reshape(B, S, h, d_model // h).transpose(0, 2, 1, 3)   # = split_heads
+
+check_merge_heads_backward(solution_merge_heads_backward)
+
+
+# %% tags=["solution"]
+def solution_attention_flops(B, S_q, S_k, d_model, h):
+    d_k = d_model // h
+    q_proj = 2 * B * S_q * d_model * d_model           # x_q W^Q (all heads at once)
+    kv_proj = 2 * 2 * B * S_k * d_model * d_model      # x_kv W^K and x_kv W^V
+    scores = h * 2 * B * S_q * S_k * d_k               # Q Kᵀ in every head
+    mix = h * 2 * B * S_q * S_k * d_k                  # A V in every head
+    out_proj = 2 * B * S_q * d_model * d_model         # Concat(heads) W^O
+    return q_proj + kv_proj + scores + mix + out_proj  # = 4 B d² (S_q + S_k) + 4 B S_q S_k d: no h
+
+check_attention_flops(solution_attention_flops)
+
+
+# %% tags=["solution"]
+def solution_decoder_mask(tgt_ids, pad_id):
+    T = tgt_ids.shape[1]
+    causal = np.tril(np.ones((T, T), dtype=bool))[None, None, :, :]   # (1, 1, T, T)
+    keys_ok = (tgt_ids != pad_id)[:, None, None, :]                  # (B, 1, 1, T): padding on the key axis
+    return causal & keys_ok                                          # broadcasts to (B, 1, T, T)
+
+check_decoder_mask(solution_decoder_mask)
+
+
+# %% tags=["solution"]
+def solution_qkv_projection_backward(dQ, dK, dV, x, W_qkv):
+    B, h, S, d_k = dQ.shape
+    d_model = h * d_k
+
+    def merge(g):                                       # (B, h, S, d_k) -> (B·S, d_model): undo split_heads
+        return g.transpose(0, 2, 1, 3).reshape(B * S, d_model)
+
+    dqkv = np.concatenate([merge(dQ), merge(dK), merge(dV)], axis=-1)   # (B·S, 3·d_model), blocks Q | K | V
+    dW_qkv = x.reshape(-1, d_model).T @ dqkv                            # (d_model, 3·d_model)
+    db_qkv = dqkv.sum(axis=0)                                           # the bias is added at every position
+    dx = (dqkv @ W_qkv.T).reshape(B, S, d_model)                        # the three paths into x, summed
+    return dx, dW_qkv, db_qkv
+
+check_qkv_projection_backward(solution_qkv_projection_backward)

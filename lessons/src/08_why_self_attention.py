@@ -1,0 +1,1239 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,src//py:percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 8 — Why self-attention (§1, §2, §4, Table 1)
+#
+# Before the Transformer, a model read a sentence in one of two ways. A **recurrent**
+# network reads it one word at a time and carries a summary forward: the summary after word
+# $t$ is computed from the summary after word $t-1$. A **convolutional** network looks at
+# every position at once, but each position only sees a small window of its neighbours.
+# **Self-attention** lets every position look at every other position directly.
+#
+# The paper argues for self-attention in three places: §1 (recurrence is sequential), §2
+# (convolutions need many layers to connect distant words) and §4, which compares the three
+# layer types on three counts and summarises them in Table 1:
+#
+# | layer type | complexity per layer | sequential operations | maximum path length |
+# | --- | --- | --- | --- |
+# | self-attention | $O(n^2 \cdot d)$ | $O(1)$ | $O(1)$ |
+# | recurrent | $O(n \cdot d^2)$ | $O(n)$ | $O(n)$ |
+# | convolutional | $O(k \cdot n \cdot d^2)$ | $O(1)$ | $O(\log_k n)$ |
+# | self-attention (restricted) | $O(r \cdot n \cdot d)$ | $O(1)$ | $O(n/r)$ |
+#
+# with $n$ the sequence length, $d$ the width of the representation, $k$ the kernel width of
+# a convolution and $r$ the size of the neighbourhood a restricted self-attention looks at.
+#
+# A table of $O(\cdot)$ is a claim we can test at toy scale. In this lesson we write a small
+# recurrent layer and a small convolution, take self-attention from the package, and
+# **measure** every column: the cost (matrix-product FLOPs counted exactly, and wall time),
+# the number of operations that must run one after another, and the path length (by
+# computing gradients and watching when one end of the sequence first reaches the other).
+# Along the way we correct two entries that popular explanations of the table get wrong,
+# and time the two attention functions §3.2.1 compares (additive and dot-product).
+#
+# | in this lesson | where |
+# | --- | --- |
+# | self-attention layer (§3.2.2) | `minitransformer.layers.attention.MultiHeadAttention` (lesson 2) |
+# | Eq. (1), also on windows of keys | `minitransformer.layers.attention.attention_forward` (lesson 1) |
+# | every matrix product, counted here | `minitransformer.backend.matmul` |
+# | gradient checks | `minitransformer.gradcheck.gradcheck` |
+# | weights (Glorot) | `minitransformer.layers.linear.init_weight` |
+# | recurrent layer, causal convolution, restricted and additive attention | written in this lesson: small reference versions, not part of the package (the Transformer does not use them) |
+# | the long sweeps behind the plots | `lessons/experiments/lesson08_table1.py`, which writes `lesson08_table1.json` |
+#
+# Background: the package's paper-to-code table is in the
+# [paper map](../docs/paper_map.md); the backward rules we reuse are
+# derived in [docs/derivations.md](../docs/derivations.md) (the linear layer, §1, for every
+# $xW$ product below; the softmax, §4, and attention, §5, for the exercise).
+
+# %%
+import importlib.util
+import math
+import time
+from typing import NamedTuple
+
+import matplotlib.pyplot as plt
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+from threadpoolctl import threadpool_limits
+
+from minitransformer import backend
+
+backend.set_default_dtype("float64")   # new parameters in float64: gradient checks need it (lesson 0)
+np.set_printoptions(precision=4, suppress=True, linewidth=100)
+plt.rcParams.update({"figure.dpi": 80, "axes.grid": True, "grid.alpha": 0.3})
+
+# %%
+from minitransformer.gradcheck import gradcheck
+from minitransformer.layers.attention import (MultiHeadAttention, attention_forward,
+                                              softmax_lastaxis)
+from minitransformer.layers.linear import init_weight
+
+# %% [markdown]
+# ## 1. The problem: a word that points many words back
+#
+# §1 of the paper: a recurrent network produces a hidden state $h_t$ from $h_{t-1}$ and the
+# input at position $t$. To compute $h_t$ you must already have $h_{t-1}$, so the positions
+# of one sentence cannot be computed at the same time, and the longer the sentence, the
+# longer the chain; batching more sentences helps only until memory runs out.
+#
+# §2: convolutional models (the Extended Neural GPU, ByteNet, ConvS2S) compute every
+# position at once, but one layer only relates positions within its kernel. To relate two
+# distant positions the signal has to climb through layers, and the number of operations
+# grows with the distance: linearly for ConvS2S, logarithmically for ByteNet's dilated
+# convolutions. In the Transformer it is a constant: one self-attention layer relates any two
+# positions. (The paper names the price too: averaging many positions blurs them, which
+# multi-head attention counteracts; lesson 2.)
+#
+# Why care? Which word does *he* refer to in this sentence?
+
+# %%
+sentence = ("The old fisherman , who had sold his catch at the harbour market every morning for "
+            "forty years , through winter storms and quiet summers alike , finally told his "
+            "daughter that he would sell the boat .")
+words = sentence.split()
+i_ref, i_he = words.index("fisherman"), words.index("he")
+print(" ".join(f"[{w}]" if i in (i_ref, i_he) else w for i, w in enumerate(words)))
+print(f"'fisherman' is token {i_ref}, 'he' is token {i_he}: {i_he - i_ref} tokens apart")
+
+
+# %% [markdown]
+# To resolve *he*, the model must bring information from *fisherman* to the position of
+# *he*, 30 tokens later. In a recurrent network that information is handed from state to
+# state 30 times, squeezed each time through the same fixed-size vector; in a stack of
+# convolutions of width 3 it must climb 15 layers; in self-attention it is one step.
+# Section 5 measures these numbers.
+#
+# ## 2. Three layers, written small
+#
+# Every layer below maps a sequence $x$ of $n$ vectors to a sequence $y$ of $n$ vectors of
+# width $d$. Shapes follow the package: `x: (B, n, d)` for $B$ sentences.
+#
+# ### 2.1 A recurrent layer
+#
+# The simplest recurrent layer (Elman's): for $t = 0, 1, \dots, n-1$,
+#
+# $$z_t = x_t W_x + h_{t-1} W_h + b,\qquad h_t = \tanh(z_t),\qquad h_{-1} = 0,$$
+#
+# with $W_x \in \mathbb{R}^{d_\text{in} \times d}$, $W_h \in \mathbb{R}^{d \times d}$. The
+# input products $x_t W_x$ do not depend on each other, so they are one matrix product for
+# all positions. The recurrent products $h_{t-1} W_h$ are a loop: there is no way to start
+# step $t$ before step $t-1$ has finished. (The recurrent networks §1 names, LSTMs and gated
+# recurrent units, compute four or three gates per step, each with its own $W_x$ and $W_h$;
+# the loop is the same.)
+
+# %%
+class RecurrentCache(NamedTuple):
+    x: object      # (B, n, d_in)
+    H: object      # (B, n, d)  the hidden states h_0 .. h_{n-1}
+    W_x: object    # (d_in, d)
+    W_h: object    # (d, d)
+
+
+def recurrent_forward(x, W_x, W_h, b):
+    """x: (B, n, d_in) -> H: (B, n, d), with h_t = tanh(x_t W_x + h_{t-1} W_h + b), h_{-1} = 0."""
+    B, n, _ = x.shape
+    d = W_h.shape[0]
+    U = backend.matmul(x, W_x)                       # (B, n, d): x_t W_x for every t, one product
+    U += b
+    H = np.empty((B, n, d), dtype=x.dtype)
+    h = np.zeros((B, d), dtype=x.dtype)
+    for t in range(n):                               # the sequential part: step t needs h_{t-1}
+        h = np.tanh(U[:, t] + backend.matmul(h, W_h))    # (B, d)
+        H[:, t] = h
+    return H, RecurrentCache(x, H, W_x, W_h)
+
+
+# %% [markdown]
+# **Backward through time.** The loss $L$ reads the outputs $H$; call $\delta H_t = \partial L /
+# \partial h_t$ what arrives *directly* from above. But $h_t$ also feeds step $t+1$, through
+# $z_{t+1} = \dots + h_t W_h$, so the whole gradient of $h_t$ has two parts:
+#
+# $$\bar h_t = \delta H_t + \delta z_{t+1} W_h^\top \quad(\bar h_{n-1} = \delta H_{n-1}),\qquad
+# \delta z_t = \bar h_t \odot (1 - h_t^2),$$
+#
+# using $\tanh'(z) = 1 - \tanh^2(z)$, written with the output $h_t$ we saved. The backward is a
+# loop too, from $t = n-1$ down to $0$: $\bar h_t$ needs $\delta z_{t+1}$. Once every
+# $\delta z_t$ is known, the rest is the linear layer's rule
+# ([derivations §1](../docs/derivations.md#1-linear-layer)) summed over time, because the
+# same weights are used at every step:
+#
+# $$\delta W_x = \sum_t x_t^\top \delta z_t,\qquad \delta W_h = \sum_t h_{t-1}^\top \delta z_t,
+# \qquad \delta b = \sum_t \delta z_t,\qquad \delta x_t = \delta z_t W_x^\top .$$
+#
+# Note $h_{t-1}$, not $h_t$, in $\delta W_h$: step $t$ multiplied $W_h$ by the state it received.
+
+# %%
+def recurrent_backward_step(dh, t, cache):
+    """One step back through time. dh: (B, d), the whole dL/dh_t (direct + through step t+1).
+    Returns dz_t and dL/dh_{t-1} through step t (what step t hands back to step t-1)."""
+    dz = dh * (1.0 - cache.H[:, t] ** 2)             # tanh'(z_t) = 1 - h_t²
+    return dz, backend.matmul(dz, cache.W_h.T)       # z_t = ... + h_{t-1} W_h
+
+
+def recurrent_backward(dH, cache):
+    """dH = dL/dH: (B, n, d) -> dx (B, n, d_in), dW_x (d_in, d), dW_h (d, d), db (d,)."""
+    x, H, W_x, _ = cache                             # W_h is read in recurrent_backward_step
+    B, n, d = H.shape
+    dZ = np.empty_like(H)                            # dz_t for every t
+    dh_from_later = np.zeros((B, d), dtype=H.dtype)  # nothing comes after the last step
+    for t in reversed(range(n)):                     # sequential too: t needs t+1
+        dZ[:, t], dh_from_later = recurrent_backward_step(dH[:, t] + dh_from_later, t, cache)
+    H_prev = np.concatenate([np.zeros((B, 1, d), dtype=H.dtype), H[:, :-1]], axis=1)   # h_{t-1}
+    dW_h = backend.matmul(H_prev.reshape(-1, d).T, dZ.reshape(-1, d))
+    dW_x = backend.matmul(x.reshape(-1, x.shape[-1]).T, dZ.reshape(-1, d))
+    db = dZ.sum(axis=(0, 1))
+    dx = backend.matmul(dZ, W_x.T)
+    return dx, dW_x, dW_h, db
+
+
+# %% [markdown]
+# The gradient check: $L = \sum H \odot G$ for a fixed random $G$, every entry of every
+# input and parameter compared with its central difference (float64).
+
+# %%
+rng = np.random.default_rng(0)
+B, n, d_in, d = 2, 6, 3, 4
+x = rng.standard_normal((B, n, d_in))
+W_x, W_h, b = init_weight(d_in, d, rng), init_weight(d, d, rng), 0.1 * rng.standard_normal(d)
+H, cache = recurrent_forward(x, W_x, W_h, b)
+G = rng.standard_normal(H.shape)
+report = gradcheck(lambda: (recurrent_forward(x, W_x, W_h, b)[0] * G).sum(),
+                   {"x": x, "W_x": W_x, "W_h": W_h, "b": b},
+                   dict(zip(["x", "W_x", "W_h", "b"], recurrent_backward(G, cache))))
+print(report)
+report.assert_ok()
+
+
+# %% [markdown]
+# ### 2.2 A causal 1-D convolution
+#
+# A convolution of kernel width $k$ mixes each position with its $k-1$ predecessors, with
+# one weight matrix per offset. We write the **causal** form (the output at $t$ reads only
+# inputs at $t$ and before), as a decoder needs and as ByteNet's decoder and WaveNet use;
+# a centred kernel reaches half as far on each side. With dilation $\delta$ the taps are
+# $\delta$ apart:
+#
+# $$y_t = b + \sum_{j=0}^{k-1} x_{t - j\delta}\, W_j,\qquad x_s = 0 \text{ for } s < 0,
+# \qquad W_j \in \mathbb{R}^{d_\text{in} \times d_\text{out}}.$$
+#
+# Each tap $j$ is one matrix product over all positions at once (the inputs shifted by
+# $j\delta$), and no tap needs another tap's result.
+#
+# **Backward.** $x_s$ reaches $y_{s + j\delta}$ through $W_j$, for every $j$ with
+# $s + j\delta < n$; $W_j$ is used at every $t \ge j\delta$:
+#
+# $$\delta x_s = \sum_{j:\ s + j\delta < n} \delta y_{s + j\delta}\, W_j^\top,\qquad
+# \delta W_j = \sum_{t \ge j\delta} x_{t - j\delta}^\top\, \delta y_t,\qquad \delta b = \sum_t \delta y_t .$$
+
+# %%
+class ConvCache(NamedTuple):
+    x: object        # (B, n, d_in)
+    W: object        # (k, d_in, d_out)
+    dilation: int
+
+
+def conv1d_forward(x, W, b, dilation=1):
+    """Causal convolution. x: (B, n, d_in), W: (k, d_in, d_out), b: (d_out,) -> y: (B, n, d_out)."""
+    B, n, _ = x.shape
+    y = np.zeros((B, n, W.shape[2]), dtype=x.dtype)
+    y += b
+    for j in range(W.shape[0]):                      # k products over all positions; none waits for another
+        s = j * dilation
+        if s < n:
+            y[:, s:] += backend.matmul(x[:, :n - s], W[j])    # y_t += x_{t-s} W_j
+    return y, ConvCache(x, W, dilation)
+
+
+def conv1d_backward(dy, cache):
+    """dy: (B, n, d_out) -> dx (B, n, d_in), dW (k, d_in, d_out), db (d_out,)."""
+    x, W, dilation = cache
+    _, n, d_in = x.shape
+    dx, dW = np.zeros_like(x), np.zeros_like(W)
+    for j in range(W.shape[0]):
+        s = j * dilation
+        if s < n:
+            dx[:, :n - s] += backend.matmul(dy[:, s:], W[j].T)                      # x_t fed y_{t+s}
+            dW[j] = backend.matmul(x[:, :n - s].reshape(-1, d_in).T, dy[:, s:].reshape(-1, W.shape[2]))
+    return dx, dW, dy.sum(axis=(0, 1))
+
+
+for dilation in (1, 2):
+    k, d_out = 3, 5
+    x = rng.standard_normal((2, 7, 4))
+    W, b = rng.standard_normal((k, 4, d_out)) / np.sqrt(k * 4), rng.standard_normal(d_out)
+    y, cache = conv1d_forward(x, W, b, dilation)
+    G = rng.standard_normal(y.shape)
+    report = gradcheck(lambda: (conv1d_forward(x, W, b, dilation)[0] * G).sum(),
+                       {"x": x, "W": W, "b": b}, dict(zip(["x", "W", "b"], conv1d_backward(G, cache))))
+    print(f"dilation {dilation}:\n{report}")
+    report.assert_ok()
+
+
+# %% [markdown]
+# ### 2.3 Self-attention, full and restricted
+#
+# Self-attention is the package's `MultiHeadAttention` (lesson 2) with queries, keys and
+# values all projected from the same $x$:
+# $Q = xW^Q$, $K = xW^K$, $V = xW^V$, then Eq. (1), $\mathrm{softmax}(QK^\top/\sqrt{d_k})V$,
+# then $W^O$. Every query scores every key: $n^2$ dot products of length $d$.
+#
+# **Restricted self-attention** (§4) lets query $i$ look only at the keys near it. We take
+# the neighbourhood to be the keys $j$ with $|i - j| \le r$: $r$ on each side, a window of
+# $2r+1$. (The paper's $r$ is the size of the neighbourhood, so its $r$ is our $2r+1$; the
+# $O(\cdot)$ are the same.) There are two ways to compute it:
+#
+# * **a band mask** on full attention: correct, and the package's backward works unchanged,
+#   but it still computes all $n^2$ scores and throws most away;
+# * **windows**: give each query its own $2r+1$ keys (a strided view, no copy) and run the
+#   package's `attention_forward` on the windows: $O(r \cdot n \cdot d)$ work. The ends of
+#   the sequence are padded, and the padding masked.
+
+# %%
+def band_mask(n, r):
+    """(1, 1, n, n) bool, True where |i - j| <= r: query i may attend to key j."""
+    i = np.arange(n)
+    return (np.abs(i[:, None] - i[None, :]) <= r)[None, None]
+
+
+def restricted_attention_forward(Q, K, V, r):
+    """Q, K, V: (B, h, n, d_k); query i attends to the keys j with |i - j| <= r. -> (B, h, n, d_k)."""
+    n, w = Q.shape[-2], 2 * r + 1
+    pad = [(0, 0)] * (Q.ndim - 2) + [(r, r), (0, 0)]
+    K_win = sliding_window_view(np.pad(K, pad), w, axis=-2).swapaxes(-1, -2)   # (B, h, n, w, d_k)
+    V_win = sliding_window_view(np.pad(V, pad), w, axis=-2).swapaxes(-1, -2)
+    j = np.arange(n)[:, None] - r + np.arange(w)[None, :]                      # key index of each slot
+    inside = ((j >= 0) & (j < n))[None, None, :, None, :]                      # (1, 1, n, 1, w)
+    out, _ = attention_forward(Q[..., None, :], K_win, V_win, inside)          # one query per window
+    return out[..., 0, :]
+
+
+def restricted_mha_forward(mha, x, r):
+    """MultiHeadAttention's projections (public methods) around windowed attention."""
+    Q, K, V = mha.project_qkv(x)
+    return mha.output(restricted_attention_forward(Q, K, V, r))
+
+
+mha = MultiHeadAttention(8, 2, rng)
+x = rng.standard_normal((2, 12, 8))
+r = 2
+banded = mha.forward(x, mask=band_mask(12, r))
+windowed = restricted_mha_forward(mha, x, r)
+print(f"windows vs band mask: max |difference| = {np.abs(banded - windowed).max():.1e}")
+
+# The band mask's backward is the package's; check it, and see where the gradient goes.
+G = np.zeros_like(banded)
+G[:, -1] = rng.standard_normal((2, 8))              # a loss that reads only the last position
+mha.zero_grad()
+dx = mha.backward(G)
+report = gradcheck(lambda: (mha.forward(x, mask=band_mask(12, r)) * G).sum(), {"x": x}, {"x": dx})
+print(report)
+report.assert_ok()
+print("positions whose input gets a gradient from output 11:", np.flatnonzero(np.abs(dx).sum(axis=(0, 2))))
+
+
+# %% [markdown]
+# One restricted layer connects output 11 to inputs 9, 10, 11 only. Keep that in mind for
+# the path length (§5).
+#
+# ## 3. Counting: FLOPs and sequential operations
+#
+# Every matrix product in these layers, ours and the package's, goes through
+# `backend.matmul`. Wrapping that one function counts the calls and their FLOPs exactly
+# (a multiply-add is 2 FLOPs; the elementwise work, `tanh`, softmax, is left out: it is
+# $O(n \cdot d)$ or $O(n^2)$, small next to the products):
+#
+# $$\text{FLOPs}\big((m \times p)\cdot(p \times q)\big) = 2\,m\,p\,q .$$
+
+# %%
+def matmul_flops(a_shape, b_shape):
+    """FLOPs of backend.matmul(a, b), batch axes included."""
+    if len(b_shape) == 2:
+        return 2 * math.prod(a_shape[:-1]) * a_shape[-1] * b_shape[-1]
+    batch = np.broadcast_shapes(a_shape[:-2], b_shape[:-2])
+    return 2 * math.prod(batch) * a_shape[-2] * a_shape[-1] * b_shape[-1]
+
+
+class count_matmuls:
+    """with count_matmuls() as c: ...  -> c.calls, c.flops of every backend.matmul inside."""
+
+    def __enter__(self):
+        self.calls, self.flops, self._original = 0, 0, backend.matmul
+
+        def counting(a, b, out=None):
+            self.calls += 1
+            self.flops += matmul_flops(a.shape, b.shape)
+            return self._original(a, b, out=out)
+
+        backend.matmul = counting
+        return self
+
+    def __exit__(self, *exc):
+        backend.matmul = self._original
+
+
+# %% [markdown]
+# Each layer below has width $d$ and one sentence ($B = 1$); self-attention has $h = 1$ head
+# (the FLOPs do not depend on $h$: lesson 2). What our code does, product by product:
+#
+# | layer | products | FLOPs |
+# | --- | --- | --- |
+# | recurrent | $xW_x$ once; $h_{t-1}W_h$ at each of $n$ steps | $2nd^2 + 2nd^2 = 4nd^2$ |
+# | convolution, width $k$ | one per tap; tap $j$ skips the $j\delta$ padded rows | $2d^2\,(kn - \delta\,k(k-1)/2)$ for $n > (k-1)\delta$ |
+# | self-attention | $xW^{QKV}$, $QK^\top$, $AV$, $\cdot W^O$ | $6nd^2 + 2n^2d + 2n^2d + 2nd^2 = 8nd^2 + 4n^2d$ |
+# | restricted, $r$ per side | the same projections; scores and sum over $2r+1$ slots | $8nd^2 + 4n(2r+1)d$ |
+
+# %%
+def make_layers(d, k, r, rng):
+    """One layer of each kind, width d; name -> function of x (1, n, d)."""
+    W_x, W_h, b = init_weight(d, d, rng), init_weight(d, d, rng), np.zeros(d, dtype=backend.default_dtype())
+    W_conv = np.stack([init_weight(d, d, rng) for _ in range(k)]) / math.sqrt(k)   # a Python float keeps the dtype
+    mha = MultiHeadAttention(d, 1, rng)
+    return {
+        "recurrent": lambda x: recurrent_forward(x, W_x, W_h, b)[0],
+        "conv": lambda x: conv1d_forward(x, W_conv, b)[0],
+        "attention": lambda x: mha.forward(x),
+        "restricted": lambda x: restricted_mha_forward(mha, x, r),
+    }
+
+
+def formula_flops(name, n, d, k, r):
+    return {"recurrent": 4 * n * d * d,
+            "conv": 2 * d * d * (k * n - k * (k - 1) // 2),
+            "attention": 8 * n * d * d + 4 * n * n * d,
+            "restricted": 8 * n * d * d + 4 * n * (2 * r + 1) * d}[name]
+
+
+k, r, d = 3, 8, 64
+layers = make_layers(d, k, r, rng)
+print(f"d = {d}, k = {k}, r = {r}       counted FLOPs (= formula?)          matmul calls")
+for n in (16, 64, 256):
+    x = rng.standard_normal((1, n, d))
+    row = []
+    for name, layer in layers.items():
+        with count_matmuls() as c:
+            layer(x)
+        assert c.flops == formula_flops(name, n, d, k, r), (name, n, c.flops)
+        row.append((name, c.flops, c.calls))
+    print(f"n = {n:3d}: " + "  ".join(f"{name} {fl / 1e6:6.2f}M" for name, fl, _ in row)
+          + "  | " + " ".join(f"{calls}" for _, _, calls in row))
+print("every count equals its formula exactly")
+
+# %% [markdown]
+# The FLOPs grow as Table 1 says: the recurrent layer and the convolution linearly in $n$,
+# attention's $4n^2d$ quadratically. The last column is the number of matrix-product calls
+# of one forward: **$n + 1$ for the recurrent layer, and a constant for the others.**
+#
+# ### Sequential operations
+#
+# A call count alone is not the point: the convolution's 3 calls could run at the same time
+# (each reads only $x$), attention's 4 calls form a fixed chain (projections, scores,
+# weighted sum, output) whatever $n$ is, while the recurrent layer's $n$ calls form a chain
+# in which **each call needs the previous call's result**. That chain is what §4 calls
+# sequential operations: $O(n)$ for recurrence, $O(1)$ for the rest.
+#
+# A direct test of "needs the previous result": split the sentence in two halves and compute
+# the second half's outputs *without waiting for the first half's outputs*, from the inputs
+# alone. A convolution needs the $k-1$ inputs before the cut; attention needs all inputs (as
+# keys and values); the recurrent layer needs $h$ at the cut, which is an output of the first
+# half, so starting from $h = 0$ gives wrong answers.
+
+# %%
+n, d, half = 64, 16, 32
+x = rng.standard_normal((1, n, d))
+W_x, W_h, b = init_weight(d, d, rng), init_weight(d, d, rng), np.zeros(d)
+W_conv = np.stack([init_weight(d, d, rng) for _ in range(k)])
+mha = MultiHeadAttention(d, 1, rng)
+
+full = {"recurrent": recurrent_forward(x, W_x, W_h, b)[0][:, half:],
+        "conv": conv1d_forward(x, W_conv, b)[0][:, half:],
+        "attention": mha.forward(x)[:, half:]}
+second_half_alone = {
+    "recurrent": recurrent_forward(x[:, half:], W_x, W_h, b)[0],             # h starts at 0: it must not
+    "conv": conv1d_forward(x[:, half - (k - 1):], W_conv, b)[0][:, k - 1:],  # k-1 inputs of overlap
+    "attention": mha.forward(x[:, half:], x)}                                # queries: second half; keys: all inputs
+for name in full:
+    err = np.abs(full[name] - second_half_alone[name]).max()
+    print(f"{name:9s}: second half computed from inputs only, max |error| = {err:.1e}")
+
+# %% [markdown]
+# The convolution and attention can hand the two halves (or $n$ pieces) to different
+# processors; the recurrent layer cannot: its second half starts from the wrong state, and
+# the right one exists only after the first half has run.
+#
+# ## 4. Cost per layer: time, FLOPs, and where $n < d$ favours attention
+#
+# Timing on a shared machine is noisy, so: **one BLAS thread** (in a trial on this shared
+# 2-core machine, with the other core busy, two threads made the same layer calls anywhere
+# from as fast as one thread to 170 times slower); the **CPU time of that thread**
+# (`time.thread_time`), a clock that stops while the operating system runs someone else's
+# process, so it measures the layer's own work (on an idle core it equals wall time); and
+# the **minimum** over repeats, each repeat looping the call for a few milliseconds (noise
+# only ever adds time). Float32 as in training, one sentence. The full sweep ran offline with
+# `lessons/experiments/lesson08_table1.py`; here we load its JSON and re-run a small part
+# live, with the layers of this notebook. First, a check that the script measured the same
+# layers we wrote:
+
+# %%
+spec = importlib.util.spec_from_file_location("lesson08_table1", "experiments/lesson08_table1.py")
+table1 = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(table1)
+
+x = rng.standard_normal((2, 9, 6))
+W_x, W_h, b = init_weight(6, 6, rng), init_weight(6, 6, rng), rng.standard_normal(6)
+W_conv = rng.standard_normal((3, 6, 6))
+mha = MultiHeadAttention(6, 2, rng)
+same = {
+    "recurrent": np.abs(recurrent_forward(x, W_x, W_h, b)[0] - table1.recurrent_forward(x, W_x, W_h, b)).max(),
+    "conv (dilation 2)": np.abs(conv1d_forward(x, W_conv, b, 2)[0] - table1.conv1d_forward(x, W_conv, b, 2)).max(),
+    "restricted": np.abs(restricted_mha_forward(mha, x, 2) - table1.restricted_mha_forward(mha, x, 2)).max(),
+}
+print("script vs notebook, max |difference|:", {name: float(v) for name, v in same.items()})
+assert max(same.values()) < 1e-12
+
+# %%
+import json
+
+with open("experiments/lesson08_table1.json") as f:
+    sweep = json.load(f)
+print("offline sweep:", sweep["command"])
+print(f"  {sweep['date']} on {sweep['machine']['cpu']}, {sweep['machine']['cores']} cores, "
+      f"NumPy {sweep['machine']['numpy']}, {sweep['settings']['dtype']}, "
+      f"{sweep['settings']['blas_threads']} BLAS thread, load average "
+      f"{sweep['load_average_1min']['before']:.1f} -> {sweep['load_average_1min']['after']:.1f}, "
+      f"{sweep['seconds']} s")
+wall_over_cpu = np.concatenate([np.ravel(np.array(sweep["n_sweep"]["wall_s"][name])
+                                         / np.array(sweep["n_sweep"]["time_s"][name]))
+                                for name in sweep["n_sweep"]["time_s"]])
+print(f"  wall-clock minima / CPU-time minima, measured separately: median {np.median(wall_over_cpu):.2f}, "
+      f"from {wall_over_cpu.min():.2f} to {wall_over_cpu.max():.2f} (above 1: time other processes took)")
+
+# The live piece: the same layers of this notebook, d = 64, n up to 256, float32, one BLAS thread.
+names = ["recurrent", "conv", "attention", "restricted"]
+live_n, d = [16, 32, 64, 128, 256], 64
+backend.set_default_dtype("float32")
+layers = make_layers(d, k, r, rng)
+backend.set_default_dtype("float64")
+live_time = {name: [] for name in names}
+with threadpool_limits(1):
+    for n in live_n:
+        x = rng.standard_normal((1, n, d)).astype(np.float32)
+        for name in names:
+            live_time[name].append(table1.min_time(lambda: layers[name](x), repeats=5))
+for name in names:
+    print(f"live {name:10s}" + "".join(f"  n={n}: {t * 1e3:6.3f} ms" for n, t in zip(live_n, live_time[name])))
+
+# %% [markdown]
+# Time and FLOPs against $n$ (at $d = 64$), time against $d$ (at $n = 64$), and the
+# matrix-product calls of §3 against $n$ (the sequential operations). Solid lines and
+# dots: the offline sweep; open circles: the live run (another moment, another load: only
+# its shape should agree). Dashed: Table 1's formula for each layer, $c \cdot n^2 d$,
+# $c \cdot n d^2$, $c \cdot k n d^2$, $c \cdot r n d$, with the one constant $c$ chosen to
+# pass through the largest measurement.
+
+# %%
+colors = {"recurrent": "C0", "conv": "C1", "attention": "C2", "restricted": "C3"}
+table1_cost = {"recurrent": lambda n, d: n * d * d, "conv": lambda n, d: k * n * d * d,
+               "attention": lambda n, d: n * n * d, "restricted": lambda n, d: r * n * d}
+ns = np.array(sweep["n_sweep"]["n"])
+ds = np.array(sweep["d_sweep"]["d"])
+d_fixed, n_fixed = sweep["n_sweep"]["d"], sweep["d_sweep"]["n"]
+
+fig, axes = plt.subplots(1, 4, figsize=(19, 4.2))
+for name in names:
+    t_n = np.array(sweep["n_sweep"]["time_s"][name][0])
+    t_d = np.array([row[0] for row in sweep["d_sweep"]["time_s"][name]])
+    f_n = np.array(sweep["n_sweep"]["flops"][name][0])
+    c = colors[name]
+    axes[0].loglog(ns, t_n * 1e3, "o-", color=c, label=name)
+    axes[0].loglog(ns, t_n[-1] * 1e3 * table1_cost[name](ns, d_fixed) / table1_cost[name](ns[-1], d_fixed), "--", color=c)
+    axes[0].loglog(live_n, np.array(live_time[name]) * 1e3, "o", mfc="none", color=c, ms=9)
+    axes[1].loglog(ns, f_n, "o-", color=c, label=name)
+    axes[3].loglog(ns, sweep["n_sweep"]["calls"][name][0], "o-", color=c, label=name)
+    axes[2].loglog(ds, t_d * 1e3, "o-", color=c, label=name)
+    axes[2].loglog(ds, t_d[-1] * 1e3 * table1_cost[name](n_fixed, ds) / table1_cost[name](n_fixed, ds[-1]), "--", color=c)
+t_one = np.array(sweep["n_sweep"]["time_s"]["recurrent FLOPs as one product"][0])
+axes[0].loglog(ns, t_one * 1e3, "x:", color="C0", label="recurrent FLOPs\nas one product")
+axes[0].set(title=f"time per layer, d = {d_fixed}", xlabel="n", ylabel="ms")
+axes[1].set(title=f"matrix-product FLOPs (counted), d = {d_fixed}", xlabel="n", ylabel="FLOPs")
+axes[2].set(title=f"time per layer, n = {n_fixed}", xlabel="d", ylabel="ms")
+axes[3].loglog(ns, ns, ":", color="gray", label="n")
+axes[3].set(title="matmul calls per layer (counted);\nthe recurrent ones form a chain", xlabel="n", ylabel="calls")
+axes[0].legend(fontsize=8)
+axes[3].legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+
+def slope(xs, ys, last=4):
+    """The exponent p of y ∝ x^p over the last points (a least-squares line in log-log)."""
+    return np.polyfit(np.log(xs[-last:]), np.log(ys[-last:]), 1)[0]
+
+
+for name in names:
+    print(f"{name:10s} time ∝ n^{slope(ns, np.array(sweep['n_sweep']['time_s'][name][0])):.2f} (n = {ns[-4]}..{ns[-1]}),"
+          f"  ∝ d^{slope(ds, np.array([row[0] for row in sweep['d_sweep']['time_s'][name]])):.2f} (d = {ds[-4]}..{ds[-1]})")
+ratio = np.array(sweep["n_sweep"]["time_s"]["recurrent"][0]) / t_one
+print(f"the recurrent loop vs the same FLOPs as one product: {ratio.min():.0f}x to {ratio.max():.0f}x slower")
+
+# %% [markdown]
+# What the plots show, read against Table 1:
+#
+# * **Attention** grows like $n^2$ once $n$ is large (slope near 2 on the left). At small
+#   $n$ its cost is the projections, $8nd^2$, and its slope is 1: Table 1's row lists only
+#   the $n^2 d$ part, the part that relates positions to each other.
+# * **Recurrent** and **convolution** grow linearly in $n$. Against $d$ they grow more
+#   slowly than $d^2$ at first, where the fixed cost of each call dominates (the recurrent
+#   layer pays it $n$ times), and approach $d^2$ at the largest widths.
+# * Against $d$ at $n = 64$ (right), attention grows like $d^2$, not like Table 1's $n^2 d$:
+#   with $n < d$ its projections, $8nd^2$, are most of its work. That is the regime the paper
+#   argues for.
+# * **Restricted** attention grows linearly in $n$: at $n = 2048$ it is far cheaper than full
+#   attention. At small $n$ its windows cost more than plain attention (many tiny products).
+# * The dotted line is the recurrent layer's FLOPs done as one product, as if every $h_{t-1}$
+#   were known in advance (it is not; this is not a recurrent layer, only a lower bound).
+#   The gap between it and the real loop is the price of the sequential operations, on one
+#   core. With more cores the one product could be spread over them and the loop could not,
+#   so there the gap can only grow.
+#
+# ### When is self-attention cheaper than recurrence?
+#
+# §4 says a self-attention layer is faster than a recurrent one when the sequence length $n$
+# is below the representation width $d$. Compare the exact counts:
+#
+# $$\frac{\text{FLOPs(attention)}}{\text{FLOPs(recurrent)}} = \frac{8nd^2 + 4n^2d}{4nd^2} = 2 + \frac{n}{d}.$$
+#
+# Counted this way, with its four projections, our attention layer always does more than
+# twice the FLOPs of our plain recurrent layer. The paper's comparison is about the part
+# that grows: attention's cost for relating positions, $4n^2d$, is smaller than a whole
+# recurrent layer, $4nd^2$, exactly when $n < d$; and its recurrent models were LSTMs, with
+# four gates: $16nd^2$, which attention undercuts while $n < 2d$. (The paper adds that
+# $n < d$ is the usual case for sentences cut into word pieces or byte pairs, with
+# $d_\text{model} = 512$.)
+# Measured time tells a different story again, because the recurrent layer's FLOPs run as
+# $n$ small products in a row. The map below is the measured ratio, attention over
+# recurrent, on the offline $n \times d$ grid:
+
+# %%
+grid_n, grid_d = np.array(sweep["grid"]["n"]), np.array(sweep["grid"]["d"])
+t_att = np.array(sweep["grid"]["time_s"]["attention"])       # (d, n)
+t_rec = np.array(sweep["grid"]["time_s"]["recurrent"])
+flops_ratio = 2 + grid_n[None, :] / grid_d[:, None]
+
+fig, axes = plt.subplots(1, 2, figsize=(13, 4.4), layout="constrained")
+for ax, values, title in ((axes[0], flops_ratio, "FLOPs: attention / recurrent = 2 + n/d"),
+                          (axes[1], t_att / t_rec, "measured time: attention / recurrent")):
+    im = ax.imshow(np.log2(values), origin="lower", cmap="RdBu_r", vmin=-6, vmax=6, aspect="auto")
+    for i in range(len(grid_d)):
+        for j in range(len(grid_n)):
+            ax.text(j, i, f"{values[i, j]:.2g}", ha="center", va="center", fontsize=7)
+    ax.plot(np.arange(len(grid_n)), np.log2(grid_n / grid_d[0]), "k--", label="n = d")
+    ax.set(title=title, xticks=range(len(grid_n)), xticklabels=grid_n, yticks=range(len(grid_d)),
+           yticklabels=grid_d, xlabel="n", ylabel="d", ylim=(-0.5, len(grid_d) - 0.5))
+    ax.grid(False)
+    ax.legend(loc="upper left", fontsize=8)
+fig.colorbar(im, ax=axes, shrink=0.85, label="log2 of the ratio (blue: attention cheaper)")
+plt.show()
+for i, d_ in enumerate(grid_d):
+    faster = grid_n[t_att[i] < t_rec[i]]
+    print(f"d = {d_:3d}: attention measured faster at n = {', '.join(map(str, faster)) or 'none'}")
+
+
+# %% [markdown]
+# In FLOPs the ratio never drops below 2. In time, three regimes show up: at the smallest
+# $n$ the two are about even, or attention, with its extra projections, is slower; at the
+# largest $n$ attention's $n^2$ takes over; in between, the recurrent layer's $n$ small
+# products in a row make it the slower one. For narrow layers that middle band reaches far
+# above the diagonal, $n \gg d$: the loop's cost per step is mostly the fixed cost of a call,
+# not FLOPs. For wide layers it ends around $n \approx d$ to a few $d$: each recurrent step
+# is a vector times a $d \times d$ matrix, which does little arithmetic per number it reads
+# and runs far below the speed of a large product (the dotted line above: the same FLOPs as
+# one product ran 3 to 13 times faster). So the paper's $n < d$ describes how
+# the FLOPs grow; how efficiently each kind of work runs moves the measured boundary, on
+# this CPU in attention's favour. (Cells near a ratio of 1 change between runs on this
+# shared machine; read the pattern, not single cells.)
+#
+# ## 5. Maximum path length, measured with gradients
+#
+# §4's third column: the length of the shortest path a signal travels between two positions,
+# input and output, through the network. The shorter, the easier it is to learn that two
+# distant words belong together (the gradient that teaches it travels the same path back).
+#
+# We measure it for input position $0$ and output position $n-1$, the two ends. For stacks of
+# layers: build a stack, run it forward, send a gradient back from output $n-1$ alone, and
+# look at the gradient on input $0$. If it is exactly zero, output $n-1$ does not depend on
+# input $0$; add a layer and try again. The path length is the first stack that connects them.
+# Exact zeros are trustworthy here: a masked attention weight is exactly 0 (lesson 1), and a
+# convolution never touches positions outside its taps.
+
+# %%
+class Conv:
+    """A causal convolution layer (width d), with the forward/backward pair of §2.2."""
+
+    def __init__(self, d, k, dilation, rng):
+        self.W = np.stack([init_weight(d, d, rng) for _ in range(k)]) / math.sqrt(k)   # k taps add up
+        self.b, self.dilation = np.zeros(d), dilation
+
+    def forward(self, x):
+        y, self.cache = conv1d_forward(x, self.W, self.b, self.dilation)
+        return y
+
+    def backward(self, dy):
+        return conv1d_backward(dy, self.cache)[0]
+
+
+class SelfAttention:
+    """The package's MultiHeadAttention, optionally with a band mask (restricted to r per side)."""
+
+    def __init__(self, d, r, rng):
+        self.mha, self.r = MultiHeadAttention(d, 2, rng), r
+
+    def forward(self, x):
+        return self.mha.forward(x, mask=None if self.r is None else band_mask(x.shape[1], self.r))
+
+    def backward(self, dy):
+        return self.mha.backward(dy)
+
+
+def gradient_at_input(stack, x, rng):
+    """dL/dx for L = g · (output n-1 of the stack), g random: (B, n, d)."""
+    y = x
+    for layer in stack:
+        y = layer.forward(y)
+    dy = np.zeros_like(y)
+    dy[:, -1] = rng.standard_normal(y.shape[-1])
+    for layer in reversed(stack):
+        dy = layer.backward(dy)
+    return dy
+
+
+def layers_until_connected(make_layer, n, d, rng, L_max=1000):
+    """The smallest stack (layer L is make_layer(L)) whose output n-1 has a gradient on input 0."""
+    x, stack = rng.standard_normal((1, n, d)), []
+    for L in range(1, L_max + 1):
+        stack.append(make_layer(L))
+        if np.any(gradient_at_input(stack, x, rng)[:, 0] != 0):
+            return L
+    raise RuntimeError("not connected")
+
+
+def recurrent_steps_until_connected(n, d, rng):
+    """Back through time one step at a time from h_{n-1}: the steps taken when x_0 first gets a gradient."""
+    x = rng.standard_normal((1, n, d))
+    W_x, W_h = init_weight(d, d, rng), init_weight(d, d, rng)
+    _, cache = recurrent_forward(x, W_x, W_h, np.zeros(d))
+    dh = rng.standard_normal((1, d))                  # dL/dh_{n-1}; nothing else reads H
+    for steps, t in enumerate(reversed(range(n)), start=1):
+        dz, dh = recurrent_backward_step(dh, t, cache)
+        if t == 0 and np.any(backend.matmul(dz, W_x.T) != 0):   # dx_0 = dz_0 W_xᵀ
+            return steps
+    raise RuntimeError("not connected")
+
+
+# %% [markdown]
+# For the recurrent layer the "path" lives inside one layer: from $x_0$ to $h_{n-1}$ the signal
+# passes through the steps $t = 0, 1, \dots, n-1$, and backward through time takes the same
+# steps in reverse; we count the steps. For the stacks we count layers. Five architectures,
+# $n$ from 4 to 128, width $d = 8$, kernel $k = 3$, restricted attention with $r = 4$:
+
+# %%
+def path_lengths(n, k=3, r=4, d=8, seed=0):
+    rng = np.random.default_rng(seed)
+    return {
+        "recurrent (steps)": recurrent_steps_until_connected(n, d, rng),
+        "conv, contiguous": layers_until_connected(lambda L: Conv(d, k, 1, rng), n, d, rng),
+        "conv, dilated k^(l-1)": layers_until_connected(lambda L: Conv(d, k, k ** (L - 1), rng), n, d, rng),
+        "restricted attention": layers_until_connected(lambda L: SelfAttention(d, r, rng), n, d, rng),
+        "self-attention": layers_until_connected(lambda L: SelfAttention(d, None, rng), n, d, rng),
+    }
+
+
+path_n = [4, 8, 16, 32, 64, 128]
+t0 = time.perf_counter()
+measured = [path_lengths(n) for n in path_n]
+print(f"measured in {time.perf_counter() - t0:.1f} s")
+print(f"{'n':>22s}" + "".join(f"{n:6d}" for n in path_n))
+for name in measured[0]:
+    print(f"{name:>22s}" + "".join(f"{m[name]:6d}" for m in measured))
+
+
+# %% [markdown]
+# Against the formulas (solid lines, not fitted: counted from the layer definitions),
+# with $k = 3$ and $r = 4$:
+#
+# | architecture | path length, measured as above | Table 1 / §4 |
+# | --- | --- | --- |
+# | recurrent | $n$ steps | $O(n)$ |
+# | contiguous convolutions | $\lceil (n-1)/(k-1) \rceil$ layers | $O(n/k)$ |
+# | dilated convolutions, dilation $k^{l-1}$ in layer $l$ | $\lceil \log_k n \rceil$ layers | $O(\log_k n)$ |
+# | restricted self-attention, $r$ per side | $\lceil (n-1)/r \rceil$ layers | $O(n/r)$ |
+# | self-attention | 1 layer | $O(1)$ |
+
+# %%
+def ceil_log(n, k):
+    """The smallest L with k^L >= n, in integers (no floating-point log)."""
+    L, span = 0, 1
+    while span < n:
+        span, L = span * k, L + 1
+    return L
+
+
+formulas = {
+    "recurrent (steps)": lambda n: n,
+    "conv, contiguous": lambda n: math.ceil((n - 1) / 2),
+    "conv, dilated k^(l-1)": lambda n: ceil_log(n, 3),
+    "restricted attention": lambda n: math.ceil((n - 1) / 4),
+    "self-attention": lambda n: 1,
+}
+fine_n = np.arange(2, 129)
+fig, ax = plt.subplots(figsize=(7, 4.5))
+for i, name in enumerate(formulas):
+    ax.plot(fine_n, [formulas[name](n) for n in fine_n], "-", color=f"C{i}", alpha=0.6)
+    ax.plot(path_n, [m[name] for m in measured], "o", color=f"C{i}", label=name)
+    assert all(m[name] == formulas[name](n) for n, m in zip(path_n, measured)), name
+ax.set(xscale="log", yscale="log", xlabel="n (positions apart: n - 1)",
+       ylabel="path length (layers, or recurrent steps)",
+       title="output n-1 depends on input 0 after ... (dots: measured)")
+ax.set_xticks(path_n, labels=path_n)
+ax.legend(fontsize=8)
+plt.show()
+print("every measured path length equals its formula")
+
+# %% [markdown]
+# **What the gradient looks like.** For $n = 32$, the gradient reaching each input position
+# from output $n-1$ of stacks of 1 to 10 layers: white means exactly zero (no path yet).
+# The contiguous stack's reach grows by $k-1 = 2$ positions a layer, the dilated stack's
+# triples, restricted attention's grows by $r = 3$, and full attention covers everything at
+# once. Note the colours too: in the restricted stack the far positions are reached, but
+# with gradients four to six orders of magnitude smaller than the near ones; every extra
+# hop on the path multiplies the signal by one more attention weight, about $1/(2r+1)$ when
+# the weights are spread over the window.
+
+# %%
+n, d, k_demo, r_demo, L_show = 32, 8, 3, 3, 10
+rng_demo = np.random.default_rng(1)
+makers = {
+    "conv, contiguous (k = 3)": lambda L: Conv(d, k_demo, 1, rng_demo),
+    "conv, dilated (k = 3)": lambda L: Conv(d, k_demo, k_demo ** (L - 1), rng_demo),
+    "restricted attention (r = 3)": lambda L: SelfAttention(d, r_demo, rng_demo),
+    "self-attention": lambda L: SelfAttention(d, None, rng_demo),
+}
+x = rng_demo.standard_normal((1, n, d))
+fig, axes = plt.subplots(1, 4, figsize=(16, 3.8), layout="constrained")
+for ax, (title, make) in zip(axes, makers.items()):
+    stack, rows = [], []
+    for L in range(1, L_show + 1):
+        stack.append(make(L))
+        rows.append(np.linalg.norm(gradient_at_input(stack, x, rng_demo)[0], axis=-1))
+    g = np.array(rows)
+    im = ax.imshow(np.ma.masked_invalid(np.log10(np.where(g > 0, g, np.nan))),   # exact zeros: white
+                   cmap="viridis", aspect="auto", vmin=-6, vmax=1,
+                   extent=(-0.5, n - 0.5, L_show + 0.5, 0.5))
+    ax.set(title=title, xlabel="input position j", yticks=range(1, L_show + 1))
+    ax.grid(False)
+axes[0].set_ylabel("layers in the stack")
+fig.colorbar(im, ax=axes, shrink=0.9, label=r"$\log_{10} \|\partial (g \cdot y_{n-1}) / \partial x_j\|$")
+plt.show()
+
+# %% [markdown]
+# **Why the length matters.** Connected is not the same as learnable. In the recurrent layer
+# the gradient from $h_{n-1}$ to $x_j$ is multiplied, once per step, by
+# $\mathrm{diag}(1 - h_t^2)\,W_h^\top$: over a long path it shrinks or grows geometrically.
+# Below, $n = 64$, $d = 32$: the size of the gradient reaching each input from output $n-1$,
+# for a recurrent layer with $W_h$ at the Glorot scale and at 3x that scale, and for one
+# self-attention layer.
+
+# %%
+n, d = 64, 32
+rng_g = np.random.default_rng(2)
+x = rng_g.standard_normal((1, n, d))
+g_last = np.zeros((1, n, d))
+g_last[0, -1] = rng_g.standard_normal(d)
+fig, ax = plt.subplots(figsize=(7, 4))
+W_x = init_weight(d, d, rng_g)
+W_h0 = init_weight(d, d, rng_g)
+for scale in (1, 3):
+    _, cache = recurrent_forward(x, W_x, scale * W_h0, np.zeros(d))
+    dx = recurrent_backward(g_last, cache)[0]
+    ax.semilogy(n - 1 - np.arange(n), np.linalg.norm(dx[0], axis=-1), "o-", ms=3,
+                label=f"recurrent, W_h at {scale}x Glorot")
+attention = MultiHeadAttention(d, 4, rng_g)
+attention.forward(x)
+dx = attention.backward(g_last)
+ax.semilogy(n - 1 - np.arange(n), np.linalg.norm(dx[0], axis=-1), "o-", ms=3, label="self-attention, one layer")
+ax.set(xlabel="distance (n - 1) - j", ylabel=r"$\|\partial (g \cdot y_{n-1}) / \partial x_j\|$",
+       title="gradient reaching input j from output n-1")
+ax.legend(fontsize=8)
+plt.show()
+
+# %% [markdown]
+# With Glorot weights the recurrent gradient fades by many orders of magnitude over 60 steps
+# (the vanishing gradient); with larger weights it explodes instead. Attention's gradient
+# does not care about distance: every input is one layer away.
+#
+# **Back to the sentence.** *fisherman* and *he* are 30 tokens apart, so a path from one to the
+# other spans $n = 31$ positions. Measured with the same functions:
+
+# %%
+n_sentence = i_he - i_ref + 1
+for name, length in path_lengths(n_sentence).items():
+    unit = "step" if "steps" in name else "layer"
+    print(f"{name:22s} {length:3d} {unit}{'s' if length != 1 else ''}")
+
+# %% [markdown]
+# ## 6. Restricted self-attention: cheaper, but longer paths
+#
+# §4 offers restricted attention for very long sequences: look only at $r$ neighbours on each
+# side. Its two Table 1 entries, measured: the cost is $8nd^2 + 4n(2r+1)d$ FLOPs (counted in §3),
+# linear in $n$ and in $r$; the path length is $\lceil (n-1)/r \rceil$ layers (measured in §5).
+# Below, at $n = 1024$, $d = 64$: the time against $r$ (offline sweep), and the path length
+# against $r$ at $n = 64$ (measured now).
+
+# %%
+rs = np.array(sweep["r_sweep"]["r"])
+fig, axes = plt.subplots(1, 2, figsize=(13, 4))
+axes[0].loglog(rs, np.array(sweep["r_sweep"]["time_s"]) * 1e3, "o-", color="C3", label="restricted, measured")
+axes[0].axhline(sweep["r_sweep"]["full_attention_time_s"] * 1e3, color="C2", ls="--", label="full attention, measured")
+axes[0].set(title=f"time per layer, n = {sweep['r_sweep']['n']}, d = {sweep['r_sweep']['d']}",
+            xlabel="r (keys on each side)", ylabel="ms")
+axes[0].legend(fontsize=8)
+flops_r = np.array(sweep["r_sweep"]["flops"])
+assert all(f == formula_flops("restricted", sweep["r_sweep"]["n"], sweep["r_sweep"]["d"], 3, r_)
+           for f, r_ in zip(flops_r, rs))
+
+r_list, n_path = [1, 2, 4, 8, 16, 32, 63], 64
+rng_r = np.random.default_rng(3)
+path_r = [layers_until_connected(lambda L: SelfAttention(8, r_, rng_r), n_path, 8, rng_r) for r_ in r_list]
+axes[1].loglog(r_list, path_r, "o", color="C3", label="restricted, measured")
+axes[1].loglog(r_list, [math.ceil((n_path - 1) / r_) for r_ in r_list], "-", color="C3", alpha=0.5,
+               label="⌈(n−1)/r⌉")
+axes[1].axhline(1, color="C2", ls="--", label="full self-attention (measured: 1)")
+axes[1].set(title=f"path length, n = {n_path}", xlabel="r (keys on each side)", ylabel="layers")
+axes[1].set_xticks(r_list, labels=r_list)
+axes[1].legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+print("path length vs r at n = 64:", dict(zip(r_list, path_r)))
+
+# %% [markdown]
+# The trade is plain: a smaller $r$ buys a cheaper layer (until the projections, $8nd^2$,
+# dominate and the time flattens), and pays with a longer path. With $r = n - 1$ the window
+# covers the whole sequence and restricted attention is full attention again: path length 1.
+# (With windows half as wide as the sequence the windowed code is already slower than plain
+# attention: fewer FLOPs, but spread over $n$ small products instead of one large one.)
+#
+# ## 7. Two corrections, with measurements
+#
+# Two of Table 1's entries are misquoted in some popular explanations of the paper. Our
+# measurements settle both.
+#
+# **"A convolutional layer needs $O(\log_k n)$ sequential operations."** No: one
+# convolutional layer needs $O(1)$. Its $k$ products read only the layer's input, so they
+# (and all $n$ positions) can run at once; §3 measured a constant number of calls, and the
+# second-half test above computed the later positions without waiting for the earlier
+# outputs. $\log_k n$ is the *maximum path length* of a stack of dilated convolutions: the
+# number of layers needed to connect the two ends (§5). The layers of a stack do run one after
+# another, but that is true of every architecture's stack; Table 1 counts per layer.
+#
+# **"Restricting attention to $r$ neighbours reduces the maximum path length."** No: it
+# *raises* it, from $O(1)$ to $O(n/r)$. What restriction reduces is the cost per layer, from
+# $O(n^2 d)$ to $O(r n d)$. Full attention connects any two positions in one layer; with a
+# window, a signal must hop $r$ positions per layer (§5 and §6).
+
+# %%
+calls_conv = sweep["n_sweep"]["calls"]["conv"][0]
+calls_rec = sweep["n_sweep"]["calls"]["recurrent"][0]
+print(f"matrix-product calls per layer, n = {ns[0]} .. {ns[-1]}:")
+print(f"  convolution: {calls_conv}")
+print(f"  recurrent:   {calls_rec}")
+print(f"path length (layers) of dilated convolutions, k = 3, n = {path_n}: {[m['conv, dilated k^(l-1)'] for m in measured]}")
+print(f"path length (layers), n = {path_n}:")
+print(f"  self-attention:               {[m['self-attention'] for m in measured]}")
+print(f"  restricted self-attention, r = 4: {[m['restricted attention'] for m in measured]}")
+
+
+# %% [markdown]
+# ## 8. Additive vs dot-product attention (§3.2.1)
+#
+# §3.2.1 compares the two usual attention functions. **Dot-product** (multiplicative)
+# attention scores a query against a key with $q \cdot k$ (scaled by $1/\sqrt{d_k}$ in the
+# Transformer). **Additive** attention (Bahdanau et al., 2014) scores them with a small
+# feed-forward network with one hidden layer of width $d_a$:
+#
+# $$e_{ij} = v^\top \tanh(q_i W_q + k_j W_k),\qquad A = \mathrm{softmax}_\text{rows}(e),\qquad O = AV,$$
+#
+# with $W_q, W_k \in \mathbb{R}^{d_k \times d_a}$, $v \in \mathbb{R}^{d_a}$. The paper: the two
+# have similar theoretical complexity, but dot-product attention is much faster and more
+# space-efficient in practice, because it is one matrix product. Count both for $n$ queries
+# and $n$ keys, $d_a = d_k = d_v$:
+#
+# | | dot-product | additive |
+# | --- | --- | --- |
+# | scores | $QK^\top$: $2n^2d_k$ (one product) | $qW_q$, $kW_k$: $4nd_k^2$; add and $\tanh$ on $n^2 d_a$ entries; $\cdot v$: $2n^2 d_a$ |
+# | largest intermediate | scores, $n^2$ numbers | $\tanh(\dots)$, $n^2 d_a$ numbers |
+#
+# Both are $O(n^2 d)$. But additive attention builds an $n \times n \times d_a$ tensor, $d_a$
+# times the memory, and most of its work is elementwise (`tanh` of every entry), which runs far
+# slower per FLOP than a matrix product.
+
+# %%
+class AdditiveCache(NamedTuple):
+    Q: object       # (B, n_q, d_k)
+    K: object       # (B, n_k, d_k)
+    V: object       # (B, n_k, d_v)
+    W_q: object     # (d_k, d_a)
+    W_k: object     # (d_k, d_a)
+    v: object       # (d_a,)
+    T: object       # (B, n_q, n_k, d_a)  tanh(q_i W_q + k_j W_k), for every pair (i, j)
+    A: object       # (B, n_q, n_k)       the attention weights
+
+
+def additive_attention_forward(Q, K, V, W_q, W_k, v):
+    """Additive attention. Q: (B, n_q, d_k), K: (B, n_k, d_k), V: (B, n_k, d_v) -> (B, n_q, d_v)."""
+    Qa = backend.matmul(Q, W_q)                      # (B, n_q, d_a)
+    Ka = backend.matmul(K, W_k)                      # (B, n_k, d_a)
+    T = Qa[:, :, None, :] + Ka[:, None, :, :]        # (B, n_q, n_k, d_a): one vector per pair
+    np.tanh(T, out=T)
+    E = backend.matmul(T, v[:, None])[..., 0]        # (B, n_q, n_k) scores
+    A = softmax_lastaxis(E)                          # in place: E's buffer now holds A
+    return backend.matmul(A, V), AdditiveCache(Q, K, V, W_q, W_k, v, T, A)
+
+
+B, n, d_k = 2, 5, 4
+Q, K, V = (rng.standard_normal((B, n, d_k)) for _ in range(3))
+W_q, W_k, v = init_weight(d_k, d_k, rng), init_weight(d_k, d_k, rng), rng.standard_normal(d_k)
+out, cache = additive_attention_forward(Q, K, V, W_q, W_k, v)
+print("rows of A sum to 1:", np.allclose(cache.A.sum(-1), 1), "| output", out.shape,
+      "| the same as the sweep script's:",
+      np.allclose(out, table1.additive_attention_forward(Q, K, V, W_q, W_k, v)))
+
+# Live: time and peak memory, n = 128 and 256, d_k = 64, float32, one BLAS thread.
+import tracemalloc
+
+
+def peak_bytes(fn):
+    tracemalloc.start()
+    fn()
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return peak
+
+
+d_k = 64
+W_q, W_k = (init_weight(d_k, d_k, rng).astype(np.float32) for _ in range(2))
+v = rng.standard_normal(d_k).astype(np.float32)
+with threadpool_limits(1):
+    for n in (128, 256):
+        Q, K, V = (rng.standard_normal((1, n, d_k)).astype(np.float32) for _ in range(3))
+        fns = {"additive": lambda: additive_attention_forward(Q, K, V, W_q, W_k, v),
+               "dot-product": lambda: attention_forward(Q[:, None], K[:, None], V[:, None])}
+        t = {name: table1.min_time(fn, repeats=5) for name, fn in fns.items()}
+        m = {name: peak_bytes(fn) for name, fn in fns.items()}
+        print(f"n = {n}, d_k = {d_k}: additive {t['additive'] * 1e3:.2f} ms, {m['additive'] / 2**20:.1f} MiB | "
+              f"dot-product {t['dot-product'] * 1e3:.2f} ms, {m['dot-product'] / 2**20:.2f} MiB | "
+              f"{t['additive'] / t['dot-product']:.0f}x the time, {m['additive'] / m['dot-product']:.0f}x the memory")
+
+# %%
+add = sweep["additive"]
+add_n, add_dk = np.array(add["n"]), np.array(add["d_k"])
+t_add, t_dot = np.array(add["time_s"]["additive"]), np.array(add["time_s"]["dot-product"])    # (d_k, n)
+m_add, m_dot = np.array(add["peak_bytes"]["additive"]), np.array(add["peak_bytes"]["dot-product"])
+fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+for i, dk in enumerate(add_dk):
+    if dk in (8, 64, 256):
+        axes[0].loglog(add_n, t_add[i] * 1e3, "o-", color=f"C{i}", label=f"additive, d_k = {dk}")
+        axes[0].loglog(add_n, t_dot[i] * 1e3, "s--", color=f"C{i}", label=f"dot-product, d_k = {dk}")
+j = list(add_n).index(128)
+axes[1].loglog(add_dk, t_add[:, j] / t_dot[:, j], "o-", color="k", label="time")
+axes[1].loglog(add_dk, m_add[:, j] / m_dot[:, j], "s--", color="C4", label="peak memory")
+axes[2].loglog(add_n, m_add[list(add_dk).index(64)] / 2**20, "o-", label="additive, d_k = 64")
+axes[2].loglog(add_n, m_dot[list(add_dk).index(64)] / 2**20, "s--", label="dot-product, d_k = 64")
+axes[0].set(title="time", xlabel="n", ylabel="ms")
+axes[1].set(title="additive / dot-product at n = 128", xlabel="d_k = d_a", ylabel="ratio")
+axes[2].set(title="peak memory of one call", xlabel="n", ylabel="MiB")
+for ax in axes:
+    ax.legend(fontsize=7)
+fig.tight_layout()
+plt.show()
+print(f"n = 128: additive takes {t_add[0, j] / t_dot[0, j]:.0f}x (d_k = {add_dk[0]}) to "
+      f"{t_add[-1, j] / t_dot[-1, j]:.0f}x (d_k = {add_dk[-1]}) the time of dot-product attention, "
+      f"and {m_add[0, j] / m_dot[0, j]:.0f}x to {m_add[-1, j] / m_dot[-1, j]:.0f}x the peak memory")
+
+# %% [markdown]
+# Both grow like $n^2$; additive attention's constant is larger, and grows with $d_k$, in
+# time and in memory. The FLOP counts alone would not predict the time gap: it comes from how
+# the work is done: one matrix product, against an elementwise `tanh` over a large
+# intermediate tensor (4 MiB at $n = 128$, $d_k = 64$, measured above). This is the
+# paper's reason for dot-product attention. §3.2.1 also notes the one thing additive
+# attention did better: without the scale $1/\sqrt{d_k}$, it beat dot-product attention at
+# large $d_k$, which is why the scale is there (lesson 1).
+#
+# ## 9. Table 1, measured at toy scale
+#
+# All the numbers in one table (time slopes from the offline sweep, $d = 64$ or $n = 64$;
+# path lengths from §5; the restricted row with $r = 8$ for cost and $r = 4$ for the path):
+
+# %%
+from IPython.display import Markdown
+
+path_key = {"recurrent": "recurrent (steps)", "conv": "conv, contiguous", "attention": "self-attention",
+            "restricted": "restricted attention"}
+paper = {"recurrent": ("O(n·d²)", "O(n)", "O(n)"), "conv": ("O(k·n·d²)", "O(1)", "O(log_k n) / O(n/k)"),
+         "attention": ("O(n²·d)", "O(1)", "O(1)"), "restricted": ("O(r·n·d)", "O(1)", "O(n/r)")}
+flops_formula = {"recurrent": "4nd²", "conv": "2d²(kn − k(k−1)/2)", "attention": "8nd² + 4n²d",
+                 "restricted": "8nd² + 4n(2r+1)d"}
+lines = ["| layer | Table 1: cost, sequential ops, path | FLOPs (counted = formula) | time ∝ n^p, p = | "
+         f"time ∝ d^q, q = | matmul calls, n = {ns[0]} / {ns[-1]} | path length, n = 16 / 64 / 128 |",
+         "| --- | --- | --- | ---: | ---: | --- | --- |"]
+for name in names:
+    t_n = np.array(sweep["n_sweep"]["time_s"][name][0])
+    t_d = np.array([row[0] for row in sweep["d_sweep"]["time_s"][name]])
+    calls = sweep["n_sweep"]["calls"][name][0]
+    paths = [m[path_key[name]] for n_, m in zip(path_n, measured) if n_ in (16, 64, 128)]
+    lines.append(f"| {name} | {', '.join(paper[name])} | {flops_formula[name]} | {slope(ns, t_n):.2f} | "
+                 f"{slope(ds, t_d):.2f} | {calls[0]} / {calls[-1]} | {' / '.join(map(str, paths))} |")
+Markdown("\n".join(lines))
+
+
+# %% [markdown]
+# Read across: only the recurrent layer's calls grow with $n$ (sequential operations $O(n)$);
+# only attention's time grows faster than linearly in $n$ ($O(n^2 d)$); against $d$ the
+# recurrent layer, the convolution and attention (its projections, at $n = 64$) grow towards
+# $d^2$ as $d$ gets large; and only full self-attention keeps its path at one layer. The time
+# exponents are measured on one shared CPU core and drift with the machine's load; the FLOPs
+# and the path lengths are exact.
+#
+# ## Exercises
+#
+# Each exercise has a cell with a stub to fill in and a checking cell below it. While the
+# stub still returns `None` the checker prints *not attempted yet*; a wrong answer raises a
+# `WrongAnswer` (an `AssertionError`) that says what is wrong and, for the usual mistakes, names
+# it; a right one prints `correct`. The checkers live in `minitransformer.exercises.lesson_08`.
+# In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
+#
+# ### Exercise 8.1 — the backward of additive attention
+#
+# Given the cache of `additive_attention_forward` (§8) and `dout` $= \partial L / \partial O$,
+# return `(dQ, dK, dV, dW_q, dW_k, dv)`. Go back through the forward one line at a time:
+# $O = AV$ (as in lesson 1), the softmax (lesson 1's row-sum rule), $e_{ij} = T_{ij} \cdot v$,
+# $T = \tanh(U)$ with $U_{ij} = q_iW_q + k_jW_k$. The last one is the new part: $q_iW_q$ is
+# added to every pair $(i, j)$, so its gradient sums over $j$, and $k_jW_k$'s over $i$. The
+# checker compares with a reference and with central differences.
+
+# %% tags=["stub"]
+def my_additive_attention_backward(dout, cache):
+    Q, K, V, W_q, W_k, v, T, A = cache
+    # YOUR CODE HERE: return (dQ, dK, dV, dW_q, dW_k, dv)
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lesson_08 import check_additive_attention_backward
+
+check_additive_attention_backward(my_additive_attention_backward)
+
+
+# %% [markdown]
+# ### Exercise 8.2 — how many layers?
+#
+# Write `my_layers_needed(kind, n, k)`: the number of stacked layers after which output
+# position $n-1$ depends on input position $0$, for
+#
+# * `"conv"`: causal convolutions of kernel width `k` (output $t$ reads inputs $t-k+1 \dots t$);
+# * `"dilated_conv"`: the same with dilation $k^{l-1}$ in layer $l$ (ByteNet);
+# * `"restricted_attention"`: attention to the positions within `k` on each side ($k = r$).
+#
+# §5 measured these for a few $n$; the checker tests more, including sizes where a
+# floating-point logarithm rounds the wrong way.
+
+# %% tags=["stub"]
+def my_layers_needed(kind, n, k):
+    # YOUR CODE HERE: return a whole number of layers
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lesson_08 import check_layers_needed
+
+check_layers_needed(my_layers_needed)
+
+
+# %% [markdown]
+# ### Exercise 8.3 — count the FLOPs
+#
+# Write `my_layer_flops(kind, n, d, r)`: the matrix-product FLOPs (a multiply-add is 2) of
+# one forward of one sentence through a `"recurrent"` layer (§2.1, $d_\text{in} = d$), a
+# self-`"attention"` layer (the package's `MultiHeadAttention`, projections included) or a
+# `"restricted_attention"` layer (§2.3, windows of $2r+1$ keys, padding included). Try it
+# without looking at the table in §3. The checker counts the attention layer's FLOPs by running the
+# package's layer under a wrapped `backend.matmul`, as §3 did.
+
+# %% tags=["stub"]
+def my_layer_flops(kind, n, d, r):
+    # YOUR CODE HERE: return the number of FLOPs
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lesson_08 import check_layer_flops
+
+check_layer_flops(my_layer_flops)
+
+
+# %% [markdown] tags=["solution"]
+# ---
+# ## Solutions
+#
+# Try the exercises first. Each solution is followed by the checking cell that proves it.
+
+# %% tags=["solution"]
+def solution_additive_attention_backward(dout, cache):
+    Q, K, V, W_q, W_k, v, T, A = cache
+    dA = dout @ V.swapaxes(-1, -2)                               # O = A V
+    dV = A.swapaxes(-1, -2) @ dout
+    dE = A * (dA - (dA * A).sum(axis=-1, keepdims=True))         # A = softmax(E), rows
+    dv = np.einsum("bij,bija->a", dE, T)                          # E_ij = T_ij · v
+    dU = dE[..., None] * v * (1.0 - T ** 2)                       # T = tanh(U)
+    dQa, dKa = dU.sum(axis=2), dU.sum(axis=1)                     # U_ij = (q_i W_q) + (k_j W_k)
+    d_k, d_a = W_q.shape
+    dW_q = Q.reshape(-1, d_k).T @ dQa.reshape(-1, d_a)
+    dW_k = K.reshape(-1, d_k).T @ dKa.reshape(-1, d_a)
+    return dQa @ W_q.T, dKa @ W_k.T, dV, dW_q, dW_k, dv
+
+
+check_additive_attention_backward(solution_additive_attention_backward)
+
+
+# %% tags=["solution"]
+def solution_layers_needed(kind, n, k):
+    if kind == "conv":
+        return math.ceil((n - 1) / (k - 1))        # each layer reaches k-1 further back
+    if kind == "dilated_conv":
+        layers, span = 0, 1                        # after L layers: k^L positions, t-k^L+1 .. t
+        while span < n:
+            span, layers = span * k, layers + 1
+        return layers
+    return math.ceil((n - 1) / k)                  # restricted: r further per layer
+
+
+check_layers_needed(solution_layers_needed)
+
+
+# %% tags=["solution"]
+def solution_layer_flops(kind, n, d, r):
+    if kind == "recurrent":
+        return 2 * n * d * d + 2 * n * d * d                      # x W_x, and h W_h at n steps
+    projections = 2 * n * d * (3 * d) + 2 * n * d * d             # x W^QKV, Concat(heads) W^O
+    keys = n if kind == "attention" else 2 * r + 1                # keys scored per query
+    return projections + 2 * n * keys * d + 2 * n * keys * d      # Q Kᵀ and A V
+
+
+check_layer_flops(solution_layer_flops)

@@ -1,0 +1,962 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,src//py:percent
+#   kernelspec:
+#     display_name: Python 3 (ipykernel)
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Lesson 10 — Decoding and translation (§6.1)
+#
+# Training (lessons 7 and 9) never has to choose a word: the decoder is fed the right target
+# sentence, shifted by one position, and only scores it. At inference there is no target.
+# The model has to write its output one token at a time, feeding every token it chose back in
+# as the next input (§3.1: the model is *auto-regressive*). How to choose those tokens is a
+# search problem, and this lesson is about that search and about how the results are scored.
+#
+# §6.1 of the paper states the inference settings in two sentences: beam search with a beam
+# size of 4 and a length penalty $\alpha = 0.6$ (the one of Wu et al., 2016), a maximum
+# output length of input length + 50, and stopping early when possible. The results are
+# reported as BLEU. Here we take each of these apart:
+#
+# 1. **greedy decoding by hand**, one position at a time with a key/value cache, and a check
+#    that it computes exactly what the teacher-forced decoder computes; then what the cache
+#    buys in speed;
+# 2. a **translation model trained in this notebook** (English dates to Korean, under a minute
+#    of CPU time), so that there is something real to decode;
+# 3. **beam search**: a real sentence where it beats greedy decoding and why, and what the
+#    length penalty $\alpha$ does to the length of the output;
+# 4. **BLEU** by hand for one sentence, then corpus BLEU with the package checked against
+#    sacrebleu; why BLEU on characters and BLEU on words cannot be compared, and when chrF is
+#    the better measure;
+# 5. the trained model's **scores**, greedy and beam, and its **attention maps**, every
+#    layer and head, with a reading of what the heads learned.
+#
+# | in this lesson | where in the package |
+# | --- | --- |
+# | encoder once, then one decoder position at a time | `Transformer.encode`, `Transformer.decode_step` (in `minitransformer/model.py`) |
+# | the key/value cache | `minitransformer.model.KVCache` |
+# | the teacher-forced decoder, to compare with | `Transformer.decode`, `Transformer.forward` |
+# | dropout off while decoding | `minitransformer.layers.parameter.eval_mode` |
+# | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search`; as named strategies `Greedy()`, `Beam(size=4, alpha=0.6)` (and `Sample(...)`) for `decoding.decode` and `translate` |
+# | the length penalty (Wu et al. 2016, Eq. 14) | `minitransformer.decoding.length_penalty` |
+# | BLEU, chrF, exact match | `minitransformer.metrics.corpus_bleu`, `corpus_chrf`, `exact_match` |
+# | a task, its recipe, a training run | `minitransformer.data.registry.load_task`, `minitransformer.train.settings_for`, `make_trainer`, `Trainer.run` |
+# | translate and score a test set | `minitransformer.translate.score_translations` |
+# | every layer's and head's attention weights | `minitransformer.translate.attention_maps` |
+#
+# The exercises at the end ask you to write one step of beam search, corpus BLEU, and greedy
+# decoding with the cache yourself.
+
+# %%
+# %matplotlib inline
+import os
+import time
+from collections import Counter
+from contextlib import contextmanager, nullcontext
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from minitransformer import backend, decoding, machine, metrics, translate, train
+from minitransformer.data.registry import load_task
+from minitransformer import model as model_module
+from minitransformer.layers.loss import log_softmax
+from minitransformer.layers.masks import padding_mask
+from minitransformer.layers.parameter import eval_mode
+
+NOTEBOOK_START = (time.perf_counter(), time.process_time(), os.getloadavg()[0])
+plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
+np.set_printoptions(precision=4, suppress=True, linewidth=110)
+
+try:                                    # one BLAS thread: on a small shared machine a second
+    from threadpoolctl import threadpool_limits   # thread often waits more than it helps
+    one_blas_thread = threadpool_limits          # (lesson 8 measured it)
+except ImportError:                     # not installed: leave the BLAS as it is
+    def one_blas_thread(limits=None):
+        return nullcontext()
+
+
+print(machine.machine_summary())
+
+# %% [markdown]
+# Some figures below have Korean labels, and matplotlib's default font has no Hangul.
+# `plot.label_fonts()` finds one: first NanumGothic, which ships inside the `koreanize-matplotlib`
+# wheel of the learner's install (only its font file is read: importing that package would change
+# matplotlib's global settings), then a CJK font installed on the system. If neither exists, the
+# figures say so in their title and the Korean labels are drawn as boxes.
+
+# %%
+import warnings
+
+import matplotlib
+
+from minitransformer import plot as mt_plot
+
+label_fonts = mt_plot.label_fonts()              # ["DejaVu Sans"] + a CJK family, if one was found
+print("fonts for the labels:", label_fonts)
+font_note = "" if len(label_fonts) > 1 else "\n(no CJK font found on this machine: Korean labels are drawn as boxes)"
+
+
+@contextmanager
+def korean_labels():
+    """Draw (and show) figures with Korean labels inside this block. Without a CJK font,
+    matplotlib would warn once per missing glyph; font_note says it once, in the title."""
+    with warnings.catch_warnings(), matplotlib.rc_context({"font.family": label_fonts}):
+        warnings.filterwarnings("ignore", message=r".*[Gg]lyph.*missing")
+        yield
+
+# %% [markdown]
+# ## 1. Greedy decoding by hand
+#
+# The decoder gives, for a source sentence $x$ and the output so far $y_{<t}$, a
+# distribution over the next token, $P(y_t \mid x, y_{<t})$ (the softmax of the logits,
+# lesson 5). **Greedy decoding** takes the most probable token at every step,
+#
+# $$\hat y_t = \arg\max_{v}\ \log P(v \mid x, \hat y_{<t}),$$
+#
+# feeds it back in, and stops at `<eos>` or at the length limit (§6.1: input length + 50).
+# In the package this is `decoding.greedy_decode`; here we write the loop ourselves on the
+# model's public methods:
+#
+# * `memory = model.encode(src)` runs the encoder **once**; the source never changes while we
+#   decode.
+# * `cache = model_module.KVCache(model, memory, src_mask, T_max)` sets aside room for the keys
+#   and values of every decoder layer's self-attention (positions $0 \dots T_\text{max}-1$), and
+#   projects the memory to the encoder-decoder keys and values once.
+# * `logits = model.decode_step(y_t, t, cache)` runs **one** decoder position: the token fed in
+#   at position $t$ (`<bos>` at $t = 0$) goes through the $N$ layers; its query attends to the
+#   keys of positions $0 \dots t$ (the earlier ones come from the cache, its own is added to
+#   it), and the result is the logits for output token $t$.
+# * everything runs inside `eval_mode(model)`: dropout (§5.4) is for training only.
+#
+# Two tokens are never chosen: `<pad>` and `<bos>` are not words of a sentence. We set
+# their logits to $-\infty$ before the argmax, as the package does.
+#
+# The model below is tiny and **untrained** (random weights), in float64; the arithmetic is
+# the same as for a trained one. To compare as many positions as possible we let it run the
+# full 12 steps instead of stopping at `<eos>`.
+
+# %%
+backend.set_default_dtype("float64")           # float64 for the exact comparison below
+PAD, BOS, EOS = 0, 1, 2                        # the ids every vocabulary gives these tokens
+cfg = model_module.TransformerConfig(vocab_size=20, d_model=32, h=4, N=2, d_ff=64, P_drop=0.1,
+                                     eps_ls=0.1, max_len=40)
+tiny = model_module.Transformer(cfg, seed=0)
+
+src = np.array([[5, 9, 3, 12, 7, EOS]])        # (B, S) = (1, 6): one source sentence, ending in <eos>
+src_mask = padding_mask(src, cfg.pad_id)       # (B, 1, 1, S), True = may attend
+T_max = 12
+
+step_logits, greedy_out = [], []
+with eval_mode(tiny):                                        # dropout off
+    memory = tiny.encode(src, src_mask)                      # (1, S, d_model), once
+    cache = model_module.KVCache(tiny, memory, src_mask, T_max)
+    y_t = np.array([[BOS]])                                  # (B, 1): the decoder input at t = 0
+    for t in range(T_max):
+        logits = tiny.decode_step(y_t, t, cache)             # (B, V): scores of output token t
+        step_logits.append(logits[0].copy())
+        logits[:, [PAD, BOS]] = -np.inf                      # never an output word
+        y = int(logits[0].argmax())                          # the greedy choice
+        greedy_out.append(y)
+        y_t = np.array([[y]])                                # fed back in at position t + 1
+step_logits = np.stack(step_logits)                          # (T_max, V)
+
+print("memory", memory.shape, "  cache: length", cache.length, "of T_max", cache.T_max,
+      "  layer-0 self-attention keys", cache.self_kv[0][0].shape, "(B, h, T_max, d_k)")
+print("greedy output, by hand:     ", greedy_out)
+print("decoding.greedy_decode:     ", decoding.greedy_decode(tiny, src, BOS, None, max_len=T_max)[0])
+
+# %% [markdown]
+# An untrained model repeats itself: with the tied embedding of lesson 5, the most likely
+# output at a position is often the very token that was fed in. The point here is only that
+# the loop computes the same thing as the package's `greedy_decode`.
+#
+# **The cache changes nothing in the numbers.** Teacher forcing runs all positions at once:
+# feed `tgt_in` $= $ `<bos>` followed by the greedy output (without its last token) to
+# `model.decode` and read row $t$ of its logits. Thanks to the causal mask (lesson 2),
+# row $t$ depends only on `tgt_in[:, :t+1]`, which is exactly what step $t$ of the loop had
+# seen; and the keys and values in the cache are the same projections of the same vectors.
+# The two ways differ only in the order in which floating-point sums are added up.
+
+# %%
+tgt_in = np.array([[BOS] + greedy_out[:-1]])                 # (1, T_max): <bos> + output, shifted right
+with eval_mode(tiny):
+    teacher = tiny.decode(tgt_in, memory, src_mask)[0]       # (T_max, V), all positions at once
+    whole = tiny.forward(src, tgt_in)[0]                     # encoder + decoder in one call
+print("max |step-by-step logits - model.decode|  =", f"{np.abs(step_logits - teacher).max():.1e}")
+print("max |step-by-step logits - model.forward| =", f"{np.abs(step_logits - whole).max():.1e}")
+print("largest |logit|                           =", f"{np.abs(teacher).max():.1f}")
+assert np.allclose(step_logits, teacher, rtol=0, atol=1e-12)
+assert np.allclose(step_logits, whole, rtol=0, atol=1e-12)
+
+# %% [markdown]
+# Equal to float64 rounding (about $10^{-15}$, against logits of a few units). The same check,
+# on float64 and float32 models, a pre-LN model and batches with padding, is in
+# `tests/test_decoding.py`.
+#
+# ### What the cache buys
+#
+# Without a cache, step $t$ has to re-run the whole prefix of $t+1$ positions through the
+# decoder (`greedy_decode(..., use_cache=False)` does exactly that, with `model.decode`). An
+# output of $T$ tokens then costs $1 + 2 + \dots + T = T(T+1)/2$ position passes through the
+# projections and feed-forward networks, so the time grows like $T^2$. With the cache each
+# step runs one position: $T$ passes in all, so the time grows like $T$ (plus the attention
+# itself, which reads $t$ cached keys at step $t$: $O(T^2 d)$ in total, but cheap next to the
+# projections at these lengths). The speed-up should therefore grow about linearly with $T$.
+#
+# We measure both on a model of the size we train below ($d_\text{model} = 128$, $h = 4$,
+# $N = 2$, $d_\text{ff} = 512$, 304 tokens), float32, a batch of 8 sentences, one BLAS thread,
+# forcing every output to its length with `eos_id=None`. The clock is the CPU time of this
+# thread (`time.thread_time`), which stops while the operating system runs someone else's
+# process, and we keep the **minimum** of 4 repeats, because on a shared machine noise only
+# ever adds time.
+
+# %%
+backend.set_default_dtype("float32")          # decoding and training run in float32
+speed_cfg = model_module.PRESETS["translate"].with_(vocab_size=304, max_len=160)
+speed_model = model_module.Transformer(speed_cfg, seed=0)
+speed_src = np.random.default_rng(0).integers(3, 304, size=(8, 10))    # (B, S) = (8, 10)
+
+
+def cpu_time(fn):
+    """CPU time of this thread for one call of fn."""
+    start = time.thread_time()
+    fn()
+    return time.thread_time() - start
+
+
+lengths = [8, 16, 32, 64, 128]
+runs = {(T, use_cache): [] for T in lengths for use_cache in (True, False)}
+with one_blas_thread(1):
+    for _ in range(4):                        # the repeats go round all settings, so a slow spell
+        for T, use_cache in runs:             # of the machine hits them all, not one setting
+            runs[T, use_cache].append(cpu_time(lambda T=T, use_cache=use_cache: decoding.greedy_decode(
+                speed_model, speed_src, BOS, None, max_len=T, use_cache=use_cache)))
+seconds = {use_cache: [min(runs[T, use_cache]) for T in lengths] for use_cache in (True, False)}
+speedup = np.array(seconds[False]) / np.array(seconds[True])
+for T, c, u, s in zip(lengths, seconds[True], seconds[False], speedup):
+    print(f"T = {T:3d}: cached {1e3 * c:7.1f} ms   uncached {1e3 * u:8.1f} ms   speed-up {s:5.1f}x")
+
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
+ax1.loglog(lengths, seconds[True], "o-", label="with the KV cache (decode_step)")
+ax1.loglog(lengths, seconds[False], "s-", label="without (decode on the prefix)")
+T_arr = np.array(lengths, dtype=float)
+ax1.loglog(T_arr, seconds[True][-1] * T_arr / T_arr[-1], "k:", lw=1, label=r"$\propto T$")
+ax1.loglog(T_arr, seconds[False][-1] * (T_arr / T_arr[-1]) ** 2, "k--", lw=1, label=r"$\propto T^2$")
+ax1.set(xlabel="output length T (tokens)", ylabel="CPU seconds (min of 4)", title="greedy decoding, batch of 8")
+ax1.legend(fontsize=8)
+ax2.plot(lengths, speedup, "o-", color="C2")
+ax2.set(xlabel="output length T (tokens)", ylabel="uncached time / cached time", title="speed-up of the cache",
+        ylim=(0, None))
+for ax in (ax1, ax2):
+    ax.grid(alpha=0.3)
+fig.suptitle(f"d_model 128, N 2, float32, 1 BLAS thread; {machine.machine_summary()}", fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The uncached times follow the $T^2$ line and the cached ones stay close to the $T$ line, so
+# the speed-up grows with the length, roughly linearly. The exact factors move with the load of
+# a shared machine: on the one named above, runs of this cell gave between 8 and 13 at 128
+# tokens. At 8 tokens the cache barely matters. For the 4 to 5 tokens of the
+# dates translated below the cache saves little; for the
+# sentences of a real translation system, tens of tokens long and decoded with 4 beams, it
+# decides whether decoding takes seconds or minutes.
+#
+# ## 2. A translation model, trained here
+#
+# To have something worth decoding we train a small model on **dates-en-ko**, one of the
+# package's offline translation tasks: every day from 1950 to 2049 written in full in English
+# and in Korean, generated from the Unicode CLDR data that ships with the `babel` package
+# (nothing is downloaded; sources and licence in `docs/datasets.md`). The Korean puts the
+# parts in the opposite order, so the model must learn to reorder as well as to translate
+# words. Both sides are split into words.
+
+# %%
+task = load_task("dates-en-ko")
+vocab = task.vocab
+print(f"{task.name}: {len(task.train):,} training pairs, {len(task.valid)} validation, {len(task.test)} test; "
+      f"{len(vocab)} tokens in the shared vocabulary")
+for src_tokens, tgt_tokens in task.test[:3]:
+    print(f"  {' '.join(src_tokens):32s} ->  {' '.join(tgt_tokens)}")
+
+# %% [markdown]
+# The model and the schedule are the task's recipe (`train.settings_for("dates-en-ko")`): the
+# `translate` preset ($d_\text{model} = 128$, $h = 4$, $N = 2$, $d_\text{ff} = 512$,
+# $P_\text{drop} = 0.1$, $\varepsilon_{ls} = 0.1$), Adam with the §5.3 schedule
+# (warm-up 400 steps, learning rate factor 0.5) and gradient clipping at norm 1.0 (lesson 9).
+# Only the length of training is ours: batches of 64 sentences, and we stop at **150 steps**
+# to keep a copy of the half-trained model (it still makes mistakes, which is where search
+# matters), then go on to **400 steps**. The recipe's full run (1,500 steps of 128 sentences)
+# reaches 100% on the test set (`docs/translation_results.md`); 400 steps is within our time budget.
+# `Trainer.run` validates at the last step of each call (loss, and exact match of 200
+# validation sentences decoded greedily).
+
+# %%
+preset, settings = train.settings_for("dates-en-ko", steps=150, batch_size=64)
+trainer = train.make_trainer(task, settings, preset)
+model = trainer.model
+print(preset, model.cfg)
+print(f"{model.num_parameters():,} parameters")
+
+with warnings.catch_warnings():                           # Trainer.run imports tqdm.auto, which warns in a
+    warnings.simplefilter("ignore")                       # notebook without ipywidgets; we show no progress bar
+    import tqdm.auto  # noqa: F401
+
+with one_blas_thread(1):
+    t0, c0 = time.perf_counter(), time.process_time()
+    history = trainer.run(progress=False)                 # steps 1..150: the log records
+    half = model_module.Transformer(model.cfg, seed=0)    # a copy of the half-trained model
+    for p, q in zip(model.parameters(), half.parameters()):
+        q.data[...] = p.data
+    trainer.settings.steps = 400
+    history += trainer.run(progress=False)                # steps 151..400, the same run continued
+    train_wall, train_cpu = time.perf_counter() - t0, time.process_time() - c0
+print(f"400 steps in {train_wall:.1f} s wall, {train_cpu:.1f} s CPU ({machine.machine_summary()})")
+
+# %%
+steps = [r["step"] for r in history if "loss" in r]
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.plot(steps, [r["loss"] for r in history if "loss" in r], label="training loss (mean of 10 steps)")
+val = [r for r in history if "valid_loss" in r]
+ax.plot([r["step"] for r in val], [r["valid_loss"] for r in val], "o", label="validation loss")
+ax.axvline(150, color="gray", ls=":", lw=1)
+ax.text(152, ax.get_ylim()[1] * 0.9, "copy kept: 'half'", fontsize=8, color="gray", va="top")
+ax.set(xlabel="step", ylabel="label-smoothed cross-entropy", yscale="log", title="dates-en-ko, batch 64")
+ax.grid(alpha=0.3)
+ax.legend(fontsize=8)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The loss levels off near 0.95 and not near 0: label smoothing (§5.4, lesson 9) asks the
+# model to put only 90% of the probability on the right token, and that cross-entropy never
+# reaches zero.
+#
+# ## 3. Beam search
+#
+# What we would like is the most probable **whole** output,
+#
+# $$\hat y = \arg\max_y \log P(y \mid x) = \arg\max_y \sum_{t} \log P(y_t \mid x, y_{<t}).$$
+#
+# Greedy decoding maximises each term of the sum on its own, which is not the same: a token
+# that looks best now can lead to a continuation that is poor. Trying every output is
+# impossible ($V^T$ of them), so **beam search** keeps the $k$ best partial outputs
+# ("hypotheses") instead of one. At each step it extends every live hypothesis by every token,
+# which gives $k \cdot V$ candidates, each scored with its parent's $\log P$ plus the new
+# token's log-probability, and keeps the $k$ best. A candidate that ends in `<eos>` is finished:
+# it leaves the beam for a list of the $k$ best finished hypotheses.
+#
+# Finished hypotheses of different lengths are compared with a **length penalty**, since a
+# longer output has more (negative) terms in its $\log P$ and raw $\log P$ would always prefer
+# short outputs. §6.1 uses the penalty of Wu et al. (2016, Eq. 14):
+#
+# $$\text{lp}(Y) = \left(\frac{5 + |Y|}{6}\right)^{\alpha}, \qquad
+#   \text{score}(Y) = \frac{\log P(Y \mid X)}{\text{lp}(Y)}, \qquad \alpha = 0.6,$$
+#
+# with $|Y|$ the number of output tokens, `<eos>` included
+# (`decoding.length_penalty(length, alpha)`). The search stops once it has $k$ finished
+# hypotheses and no live one can still beat the best of them, or at the length limit of
+# input length + 50 (`decoding.beam_search(model, src, bos_id, eos_id, beam_size=4,
+# alpha=0.6)`; its docstring gives the exact rules). With $k = 1$ it is greedy decoding.
+#
+# ### Where beam search and greedy decoding differ
+#
+# On the fully trained model they agree almost everywhere (section 5 shows it). The
+# half-trained copy still hesitates, so we decode all 1,000 test sentences with it both ways
+# (`translate.score_translations` translates and scores a test set with the strategy it is
+# given; `decoding.Beam(4)` is beam 4 with $\alpha = 0.6$) and look at the sentences where
+# the two outputs differ.
+
+# %%
+levels = {"tgt_level": task.tgt_level, "bleu_tokenize": task.bleu_tokenize}
+with one_blas_thread(1):
+    half_greedy = translate.score_translations(half, vocab, task.test, strategy=decoding.Greedy(), **levels)
+    half_beam = translate.score_translations(half, vocab, task.test, strategy=decoding.Beam(4), **levels)
+refs = half_greedy["refs"]
+differ = [i for i, (g, b) in enumerate(zip(half_greedy["hyps"], half_beam["hyps"])) if g != b]
+beam_right = [i for i in differ if half_beam["hyps"][i] == refs[i]]
+greedy_right = [i for i in differ if half_greedy["hyps"][i] == refs[i]]
+print(f"half-trained model, 1,000 test sentences: the outputs differ on {len(differ)};")
+print(f"  beam right and greedy wrong: {len(beam_right)}; greedy right and beam wrong: {len(greedy_right)}")
+for i in differ[:6]:
+    print(f"  {' '.join(task.test[i][0]):30s} ref {refs[i]:22s} greedy {half_greedy['hyps'][i]:22s} "
+          f"beam {half_beam['hyps'][i]}")
+
+# %% [markdown]
+# Take the first sentence where beam search is right and greedy decoding is wrong, and score
+# both outputs token by token with the model (teacher-forced, as in section 1): the
+# log-probability of each token, their sum $\log P$, the length penalty and the score.
+
+# %%
+def token_logprobs(m, src_tokens, out_tokens):
+    """log P of each output token and of the final <eos>, teacher-forced (one forward pass)."""
+    src_ids = np.array([translate.source_ids(vocab, src_tokens)])
+    out_ids = vocab.encode(out_tokens)
+    with eval_mode(m):
+        logp = log_softmax(m.forward(src_ids, np.array([[vocab.bos_id] + out_ids])))[0]   # (T+1, V)
+    return [float(logp[t, y]) for t, y in enumerate(out_ids + [vocab.eos_id])]
+
+
+if beam_right:
+    example = beam_right[0]
+    ex_src = task.test[example][0]
+    print("source:   ", " ".join(ex_src), "   reference:", refs[example])
+    for name, out in (("greedy", half_greedy["hyps"][example]), ("beam 4", half_beam["hyps"][example])):
+        tokens = out.split()
+        lp = token_logprobs(half, ex_src, tokens)
+        pen = decoding.length_penalty(len(lp), 0.6)
+        print(f"{name:7s} {out:24s} log P per token {np.round(lp, 2)}  log P = {sum(lp):6.3f}  "
+              f"lp = {pen:.3f}  score = {sum(lp) / pen:6.3f}")
+else:
+    print("beam search never fixed a greedy mistake on this machine's run: nothing to show here")
+
+# %% [markdown]
+# In the run shown here, greedy decoding's output is **shorter**: it dropped the year. The
+# picture below shows why. At the first step the model knows that most dates start with a
+# year, but it is unsure which one, and it spreads that probability over dozens of year tokens.
+# Each of them alone is less likely than the best month token, so greedy decoding takes the
+# month and can never go back. Beam search keeps the best year alongside and finds that its
+# continuation is nearly certain.
+
+# %%
+if beam_right:
+    src_ids = np.array([translate.source_ids(vocab, ex_src)])
+    with eval_mode(half):
+        p0 = np.exp(log_softmax(half.forward(src_ids, np.array([[vocab.bos_id]])))[0, 0])   # (V,)
+    is_year = np.array([tok.endswith("년") for tok in vocab.tokens])                        # "1951년" = 1951 (year)
+    top = np.argsort(-p0)[:12]
+    with korean_labels():
+        fig, ax = plt.subplots(figsize=(8, 2.8))
+        ax.bar(range(len(top)), p0[top], color=["C1" if is_year[t] else "C0" for t in top])
+        ax.set_xticks(range(len(top)), [vocab.token(int(t)) for t in top], fontsize=8)
+        ax.set(ylabel="P(first token)", title=f"first output token for '{' '.join(ex_src)}' (half-trained model); "
+               f"orange: years, all years together {p0[is_year].sum():.0%}{font_note}")
+        ax.grid(alpha=0.3)
+        plt.tight_layout()
+        plt.show()
+    n_best = decoding.beam_search(half, src_ids, vocab.bos_id, vocab.eos_id, beam_size=4, alpha=0.6, n_best=4)[0]
+    print("beam_search(n_best=4), best first:")
+    for ids, score in n_best:
+        print(f"  score {score:7.3f}   {' '.join(vocab.decode(ids))}")
+
+# %% [markdown]
+# Beam search is not always right, and it does not always find the most probable output
+# either: it is a search that keeps four candidates, not an exhaustive one. The length penalty
+# also matters here: among the sentences where the two decoders disagree, we count how often
+# the shorter output had the larger raw $\log P$, so that it was only the penalty that made
+# beam search prefer the longer one.
+
+# %%
+raw_prefers_greedy = 0
+for i in differ:
+    lp_g = sum(token_logprobs(half, task.test[i][0], half_greedy["hyps"][i].split()))
+    lp_b = sum(token_logprobs(half, task.test[i][0], half_beam["hyps"][i].split()))
+    raw_prefers_greedy += lp_g > lp_b
+print(f"of the {len(differ)} sentences where the outputs differ, greedy's output has the larger raw log P "
+      f"in {raw_prefers_greedy}: there the length penalty (alpha = 0.6) decided")
+
+# %% [markdown]
+# ### What $\alpha$ does to the output length
+#
+# $\alpha = 0$ ranks finished hypotheses by raw $\log P$, which favours short outputs: every
+# extra token adds a negative term. A larger $\alpha$ divides longer outputs by a larger
+# $\text{lp}$, so it favours length. We sweep $\alpha$ with beam 4 on 300 test sentences of
+# the half-trained model and measure the mean output length (the references are 4 tokens long).
+
+# %%
+alphas = [0.0, 0.3, 0.6, 1.0, 1.5, 2.0, 3.0]
+sweep_src = [translate.source_ids(vocab, s) for s, _ in task.test[:300]]
+sweep_ref = [vocab.encode(t) for _, t in task.test[:300]]
+mean_len, shorter, longer, exact = [], [], [], []
+with one_blas_thread(1):
+    for a in alphas:
+        outs = translate.translate_ids(half, vocab, sweep_src, strategy=decoding.Beam(4, alpha=a))
+        n_out = np.array([len(o) for o in outs])
+        mean_len.append(n_out.mean())
+        shorter.append(np.mean(n_out < 4))
+        longer.append(np.mean(n_out > 4))
+        exact.append(np.mean([o == r for o, r in zip(outs, sweep_ref)]))
+        print(f"alpha = {a:3.1f}: mean output length {mean_len[-1]:6.3f} tokens; shorter than 4: {shorter[-1]:5.1%}, "
+              f"longer: {longer[-1]:5.1%}; exact match {exact[-1]:.1%}")
+
+fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))
+ax1.plot(alphas, 100 * np.array(shorter), "o-", label="shorter than the reference (< 4 tokens)")
+ax1.plot(alphas, 100 * np.array(longer), "s-", label="longer than the reference (> 4 tokens)")
+ax1.set(xlabel=r"length penalty $\alpha$", ylabel="% of outputs", title="beam 4, half-trained model, 300 sentences")
+ax1.legend(fontsize=8)
+ax2.plot(alphas, 100 * np.array(exact), "o-", color="C2")
+ax2.set(xlabel=r"length penalty $\alpha$", ylabel="exact match (%)", title="the same outputs, scored")
+for ax in (ax1, ax2):
+    ax.axvline(0.6, color="C3", lw=1, ls="--")
+    ax.grid(alpha=0.3)
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Up to $\alpha \approx 2$ the share of outputs that are too short falls slowly (a few
+# year-less outputs get their year back) and exact match creeps up. At $\alpha = 3$ the
+# picture breaks: outputs that repeat a token until the length limit start to win, and the
+# mean length jumps. The reason is in the formula. $-\log P$ grows about linearly with the
+# length, while $\text{lp}$ grows like $|Y|^{\alpha}$; for $\alpha > 1$ a long enough output
+# therefore has a score $\log P/\text{lp}$ close to 0, the best possible. $\alpha = 0.6$ (the
+# red dashed line) stays well below that. The dates are all 4 tokens long, so this task cannot
+# show the other side, where $\alpha$ too small cuts real sentences short.
+#
+# ## 4. BLEU
+#
+# **BLEU** (Papineni et al., 2002) compares a system's output with a reference translation by
+# counting shared n-grams, for $n = 1 \dots 4$:
+#
+# * the **clipped n-gram precision** $p_n$: of the hypothesis' n-grams, how many occur in the
+#   reference, each credited at most as often as the reference has it (so repeating "the" gains
+#   nothing),
+#   $$p_n = \frac{\sum_{\text{sentences}} \sum_{g \in \text{n-grams}(\text{hyp})} \min\big(\text{count}_\text{hyp}(g), \text{count}_\text{ref}(g)\big)}{\sum_{\text{sentences}} \sum_{g \in \text{n-grams}(\text{hyp})} \text{count}_\text{hyp}(g)};$$
+# * the **brevity penalty**: precision alone rewards saying little, so with $c$ the total
+#   hypothesis length and $r$ the total reference length,
+#   $$\text{BP} = \begin{cases} 1 & c \ge r \\ e^{\,1 - r/c} & c < r; \end{cases}$$
+# * their **geometric mean**:
+#   $$\text{BLEU} = \text{BP} \cdot \exp\Big(\frac{1}{4}\sum_{n=1}^{4} \log p_n\Big),$$
+#   reported in percent.
+#
+# The counts are summed over the whole test set **before** the division: BLEU is a corpus
+# measure (`metrics.corpus_bleu`). First, one sentence by hand, in plain Python (a small
+# reference version, written here to be read):
+
+# %%
+reference = "the cat is sitting on the mat near the door".split()
+hypothesis = "the cat sat on the mat near the door".split()
+
+
+def ngrams(tokens, n):
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+log_sum = 0.0
+for n in range(1, 5):
+    hyp_n, ref_n = ngrams(hypothesis, n), ngrams(reference, n)
+    matched = sum(min(count, ref_n[g]) for g, count in hyp_n.items())     # clipped
+    total = sum(hyp_n.values())
+    log_sum += np.log(matched / total)
+    missing = [" ".join(g) for g in hyp_n if g not in ref_n]
+    print(f"p_{n} = {matched}/{total} = {matched / total:.4f}   not in the reference: {missing}")
+c, r = len(hypothesis), len(reference)
+bp = 1.0 if c >= r else np.exp(1 - r / c)
+bleu_by_hand = 100 * bp * np.exp(log_sum / 4)
+print(f"c = {c}, r = {r}, BP = exp(1 - {r}/{c}) = {bp:.4f}")
+print(f"BLEU = 100 * BP * (p_1 p_2 p_3 p_4)^(1/4) = {bleu_by_hand:.4f}")
+package = metrics.corpus_bleu([" ".join(hypothesis)], [" ".join(reference)], tokenize="none")
+print("metrics.corpus_bleu:", package)
+assert abs(package.score - bleu_by_hand) < 1e-9
+
+# %% [markdown]
+# Clipping in action: a hypothesis that only repeats the reference's most frequent word.
+
+# %%
+parrot = ["the"] * 7
+hyp_1, ref_1 = ngrams(parrot, 1), ngrams(reference, 1)
+print(f"'{' '.join(parrot)}': p_1 = {min(hyp_1[('the',)], ref_1[('the',)])}/7 with clipping "
+      f"(the reference has 'the' 3 times), it would be 7/7 without")
+
+# %% [markdown]
+# On one short sentence BLEU is brittle. The greedy output of section 3 shares most of its
+# words with the reference, yet as a sentence it scores 0: with fewer than 4 tokens it has no
+# 4-gram at all, so $p_4$ is 0 and so is the geometric mean. (sacrebleu's smoothing, which the
+# package copies, replaces a precision of 0 matches by $1/(2\cdot\text{total})$, hence the
+# non-zero $p_3$ printed below; it cannot help an order that has no n-grams at all.) Summed over
+# a corpus, every order has plenty of n-grams and the score becomes meaningful; this is why
+# BLEU is reported per test set, never as a mean of sentence scores.
+
+# %%
+if beam_right:
+    one = metrics.corpus_bleu([half_greedy["hyps"][example]], [refs[example]])
+    print(f"'{half_greedy['hyps'][example]}' against '{refs[example]}': {one}")
+
+# %% [markdown]
+# ### Corpus BLEU, checked against sacrebleu
+#
+# sacrebleu (Post, 2018) is the reference implementation that papers report with. The
+# package's `corpus_bleu` uses sacrebleu's defaults (the "13a" tokenizer of WMT's scripts,
+# case-sensitive, "exp" smoothing when an order has no match) and `tests/test_metrics.py`
+# compares the two on many corpora; here we compare them once more on the half-trained
+# model's greedy outputs. Where sacrebleu is not installed the comparison is skipped.
+
+# %%
+hyps, refs = half_greedy["hyps"], half_greedy["refs"]
+ours_bleu = metrics.corpus_bleu(hyps, refs)
+ours_chrf = metrics.corpus_chrf(hyps, refs)
+print("metrics.corpus_bleu:", ours_bleu)
+print(f"metrics.corpus_chrf: {ours_chrf:.4f}")
+try:
+    import sacrebleu
+except ImportError:
+    sacrebleu = None
+    print("sacrebleu is not installed: comparison skipped (pip install sacrebleu==2.6.0)")
+if sacrebleu is not None:
+    theirs_bleu = sacrebleu.corpus_bleu(hyps, [refs])
+    theirs_chrf = sacrebleu.corpus_chrf(hyps, [refs])
+    print(f"sacrebleu {sacrebleu.__version__}:  ", theirs_bleu)
+    print(f"sacrebleu chrF:        {theirs_chrf.score:.4f}")
+    print(f"|difference|: BLEU {abs(ours_bleu.score - theirs_bleu.score):.1e}, "
+          f"chrF {abs(ours_chrf - theirs_chrf.score):.1e}")
+    assert abs(ours_bleu.score - theirs_bleu.score) < 1e-6 and abs(ours_chrf - theirs_chrf.score) < 1e-6
+
+# %% [markdown]
+# ### BLEU on characters is not BLEU on words
+#
+# BLEU's n-grams are n-grams of **tokens**, and what a token is depends on the tokenizer. For
+# targets without spaces (Chinese, Japanese), or for a model that writes characters, one
+# often computes BLEU on characters (`tokenize="char"`). The same outputs then get a very
+# different number:
+
+# %%
+pair_hyp, pair_ref = "2024년 3월 6일 화요일", "2024년 3월 5일 화요일"      # one wrong day
+print(f"one sentence, '{pair_hyp}' vs '{pair_ref}':")
+print(f"   words:      {metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize='13a')}")
+print(f"   characters: {metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize='char')}")
+print("the 1,000 greedy outputs of the half-trained model:")
+print(f"   words:      BLEU {metrics.corpus_bleu(hyps, refs, tokenize='13a').score:6.2f}")
+print(f"   characters: BLEU {metrics.corpus_bleu(hyps, refs, tokenize='char').score:6.2f}")
+
+# %% [markdown]
+# A 4-gram of characters is shorter than most words: getting four characters in a row right
+# is much easier than getting four words right, and one wrong word breaks every word n-gram
+# that contains it but only the few character n-grams that overlap the wrong characters. The
+# two scales measure different things, so a char-level BLEU of 80 says nothing about what the
+# word-level BLEU would be. Only scores computed with the same tokenizer (and the same
+# references) can be compared; sacrebleu prints its settings as a "signature" for that reason.
+# The paper's BLEU is on words (newstest2014, WMT's tokenization), so none of the numbers in
+# this lesson can be set beside its 28.4.
+#
+# **chrF** (Popović, 2015; `metrics.corpus_chrf`) scores character n-grams, $n = 1 \dots 6$,
+# with both precision chrP and recall chrR, combined into an F-score that weighs recall
+# $\beta = 2$ times as much:
+#
+# $$\text{chrF}_\beta = (1 + \beta^2)\,\frac{\text{chrP}\cdot\text{chrR}}{\beta^2\,\text{chrP} + \text{chrR}}.$$
+#
+# It is the better measure when word n-grams are too coarse: for **short** outputs (with fewer
+# than 4 words there is no word 4-gram, and sentence BLEU is 0), for languages that **glue
+# words together** (a German number is one long word: right or wrong as a whole for word
+# BLEU), for **rich morphology** (a word with the wrong ending still shares most of its
+# characters), and for scripts **without spaces**. It also gives partial credit for a nearly
+# right word, which BLEU does not:
+
+# %%
+for hyp, ref in (("einundzwanzig", "einunddreißig"), ("dreitausendvierhunderteinundzwanzig",
+                                                     "dreitausendvierhundertzweiundzwanzig")):
+    print(f"{hyp:38s} vs {ref:38s}: word BLEU {metrics.corpus_bleu([hyp], [ref]).score:5.1f}, "
+          f"chrF {metrics.corpus_chrf([hyp], [ref]):5.1f}")
+
+# %% [markdown]
+# (21 against 31, and 3,421 against 3,422, in German.) BLEU stays the standard for comparing
+# with published work on long, space-separated sentences; for the short phrases of the emoji
+# tasks and the one-word German numbers of this package, chrF says more.
+#
+# ## 5. The trained model's scores, greedy and beam
+#
+# `translate.score_translations` decodes the 1,000 test sentences and returns BLEU (word
+# level, "13a"), chrF and exact match. The half-trained rows come from section 3.
+
+# %%
+with one_blas_thread(1):
+    full_greedy = translate.score_translations(model, vocab, task.test, strategy=decoding.Greedy(), **levels)
+    full_beam = translate.score_translations(model, vocab, task.test, strategy=decoding.Beam(4), **levels)
+print(f"{'model':22s}{'decoder':>10s}{'BLEU':>9s}{'chrF':>9s}{'exact match':>14s}{'seconds':>10s}")
+for name, runs in (("half-trained (150 steps)", (half_greedy, half_beam)), ("trained (400 steps)", (full_greedy, full_beam))):
+    for decoder, r in zip(("greedy", "beam 4"), runs):
+        print(f"{name:22s}{decoder:>10s}{r['bleu']:9.2f}{r['chrf']:9.2f}{r['exact_match']:14.1%}{r['seconds']:10.1f}")
+print(f"({machine.machine_summary()})")
+wrong = [i for i, (h, r) in enumerate(zip(full_beam["hyps"], full_beam["refs"])) if h != r]
+print(f"trained model, beam 4: {len(wrong)} of {len(task.test)} test sentences wrong", wrong[:5])
+for text in ("Tuesday, March 5, 2024", "Monday, March 5, 2024", "Sunday, January 1, 1950"):
+    print(f"  {text:26s} -> {' '.join(translate.translate_tokens(model, vocab, [text.split()], decoding.Beam(4))[0])}")
+
+# %% [markdown]
+# After 400 steps the model translates (nearly) every test date exactly, and beam search has
+# nothing left to fix: once the model is sure of each token, the greedy choice is also the best
+# sequence. The middle line shows what was learned: "Monday, March 5, 2024" (a Tuesday in the
+# calendar) is translated faithfully with the wrong weekday, so the model learned a mapping of
+# tokens and a reordering, not a calendar.
+#
+# ## 6. What the heads learned: attention maps of the trained model
+#
+# `translate.attention_maps(model, src_ids, tgt_in_ids)` runs one teacher-forced forward pass
+# in evaluation mode and returns the weights $A$ of Eq. (1) of every layer and head
+# (lessons 1 and 2): `"encoder_self"` $(N, h, S, S)$, `"decoder_self"` $(N, h, T, T)$ and
+# `"encoder_decoder"` $(N, h, T, S)$. Each row is one query position and sums to 1 over the
+# keys it may attend to. We feed the model's own beam-search output, so the decoder rows are
+# labelled with the decoder **input**, `<bos>` + output: the row of a token is where the model
+# predicts the token after it.
+
+# %%
+sentence = "Tuesday, March 5, 2024".split()
+output = translate.translate_tokens(model, vocab, [sentence], decoding.Beam(4))[0]
+src_ids = translate.source_ids(vocab, sentence)                # + <eos>, as in training
+dec_in = [vocab.bos_id] + vocab.encode(output)                 # <bos> + output
+maps = translate.attention_maps(model, src_ids, dec_in)
+src_labels = sentence + ["<eos>"]
+dec_labels = ["<bos>"] + output
+print({kind: a.shape for kind, a in maps.items()})
+
+
+def draw_heads(weights, rows, cols, title):
+    """An N x h grid of heatmaps: weights (N, h, len(rows), len(cols))."""
+    N, h = weights.shape[:2]
+    with korean_labels():
+        fig, axes = plt.subplots(N, h, figsize=(2.2 * h + 1.2, 2.3 * N + 0.9), squeeze=False, layout="constrained")
+        for i in range(N):
+            for j in range(h):
+                ax = axes[i, j]
+                image = ax.imshow(weights[i, j], cmap="viridis", vmin=0, vmax=1)
+                ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=8)
+                ax.set_yticks(range(len(rows)), rows, fontsize=8)
+                ax.set_title(f"layer {i + 1}, head {j + 1}", fontsize=8)
+        fig.colorbar(image, ax=axes, shrink=0.7, label="attention weight")
+        fig.suptitle(title + font_note, fontsize=9)
+        plt.show()
+
+
+draw_heads(maps["encoder_decoder"], dec_labels, src_labels,
+           f"encoder-decoder attention: rows = decoder input (<bos> + output), columns = source\n"
+           f"'{' '.join(sentence)}' -> '{' '.join(output)}' (beam 4)")
+
+# %% [markdown]
+# **Encoder-decoder attention** is where the reordering happens. The row of `<bos>` is where
+# the model predicts the first Korean token, the year, and (in the second layer at least) it
+# looks at `2024`; the row of the year looks at `March`, which comes next in Korean, the row of
+# the month at `5,`, the row of the day at `Tuesday,`, and the last row, which must predict
+# `<eos>`, at the source's `<eos>`. Each row looks at the source word of the **next** output
+# token: an alignment, here a permutation because Korean writes year, month, day, weekday.
+# First-layer heads are more mixed; some attend to the source `<eos>` from most rows.
+
+# %%
+draw_heads(maps["decoder_self"], dec_labels, dec_labels,
+           "decoder masked self-attention: rows and columns = decoder input (<bos> + output)")
+draw_heads(maps["encoder_self"], src_labels, src_labels,
+           "encoder self-attention: rows and columns = source (+ <eos>)")
+
+# %% [markdown]
+# One sentence can mislead, so we measure each head over 200 test sentences. Every source
+# here has the same shape (weekday, month, day, year, `<eos>`: 5 positions) and every target
+# too (year, month, day, weekday: 4 tokens, 5 decoder inputs), so the sentences stack into one
+# batch without padding and a head's habit can be averaged position by position:
+#
+# * **alignment** (encoder-decoder): the mean weight that decoder row $i$ puts on the source
+#   word of output token $i$ (rows `<bos>`, year, month, day, weekday look at source
+#   positions 3, 1, 2, 0, 4);
+# * **diagonal** (self-attention): the mean weight a position puts on itself; in the decoder
+#   that is the token written last, the "previous-token" pattern (row $i$ holds output
+#   token $i-1$);
+# * **first key** (decoder): the weight on `<bos>`; **last key** (encoder): the weight on the
+#   source `<eos>`, places a head can park its attention when it has nothing to look up.
+#
+# The decoder's two measures leave out row 0: `<bos>` may only attend to itself, so its weight
+# is 1 there in every head.
+
+# %%
+batch = task.test[:200]
+src_batch = np.array([translate.source_ids(vocab, s) for s, _ in batch])               # (200, 5)
+dec_batch = np.array([[vocab.bos_id] + vocab.encode(t) for _, t in batch])             # (200, 5)
+assert src_batch.shape == dec_batch.shape == (200, 5)
+batch_maps = translate.attention_maps(model, src_batch, dec_batch)                    # each (N, B, h, ., .)
+aligned_src = np.array([3, 1, 2, 0, 4])          # decoder row i looks up source position aligned_src[i]
+rows = np.arange(5)
+later = rows[1:]                                 # decoder rows 1..4: row 0 (<bos>) can only attend to itself
+print(f"{'head':>14s}{'enc-dec alignment':>19s}{'dec diagonal':>14s}{'dec <bos>':>11s}"
+      f"{'enc diagonal':>14s}{'enc <eos>':>11s}")
+head_table = {}
+for layer in range(model.cfg.N):
+    for head in range(model.cfg.h):
+        ed = batch_maps["encoder_decoder"][layer, :, head]                             # (B, T, S)
+        ds = batch_maps["decoder_self"][layer, :, head]                                # (B, T, T)
+        es = batch_maps["encoder_self"][layer, :, head]                                # (B, S, S)
+        head_table[layer, head] = scores = (ed[:, rows, aligned_src].mean(), ds[:, later, later].mean(),
+                                            ds[:, later, 0].mean(), es[:, rows, rows].mean(), es[:, :, -1].mean())
+        print(f"layer {layer + 1}, head {head + 1}" + "".join(f"{s:{w}.2f}" for s, w in zip(scores, (19, 14, 11, 14, 11))))
+
+
+def heads_where(column, above):
+    found = [f"layer {k[0] + 1} head {k[1] + 1}" for k, v in head_table.items() if v[column] > above]
+    return ", ".join(found) or "none"
+
+
+columns = np.array(list(head_table.values()))                                          # (N*h, 5)
+print("\nencoder-decoder heads with more than 0.8 on the aligned source word:", heads_where(0, 0.8))
+print("decoder self-attention heads with more than 0.6 on the diagonal:     ", heads_where(1, 0.6))
+print("decoder self-attention heads with more than 0.6 on <bos>:            ", heads_where(2, 0.6))
+print(f"encoder self-attention: diagonal {columns[:, 3].min():.2f} to {columns[:, 3].max():.2f}, "
+      f"<eos> {columns[:, 4].min():.2f} to {columns[:, 4].max():.2f} (every head)")
+
+# %% [markdown]
+# How to read it. The numbers are those of the run printed above: another machine's floating
+# point can move them a little, and a second training seed would give the same kinds of heads
+# in other places.
+#
+# * **Encoder-decoder attention** in the second layer is an **alignment**: its heads put
+#   nearly all their weight on the source word that the next output token translates, over
+#   all 200 sentences and not only the one drawn. The first layer's heads are blurrier and
+#   often rest on the source `<eos>`. Translation models before the Transformer learned such
+#   alignments with a dedicated attention (Bahdanau et al., 2015); here it appears in the upper
+#   layer of cross-attention, once the first layer has gathered context.
+# * **Decoder self-attention** has **previous-token heads**: a large diagonal means looking at
+#   the token just written (row $i$ holds output token $i-1$), which tells the model which part
+#   of the date comes next. Another head **rests on `<bos>`** from most rows, and in the map
+#   of one sentence above a second-layer head looks at the year from every later row. For an
+#   output whose format is fixed, knowing the position is nearly all such a head needs, and
+#   `<bos>` is a cheap place to park.
+# * **Encoder self-attention** has no clean pattern. In the sentence drawn, many rows pick one
+#   key, either their own word or the source `<eos>`, but the choice changes from row to row,
+#   so over 200 sentences each head is a mix of the two (the last printed line). This task
+#   hardly needs the encoder to mix words, since each source word translates on its own.
+#
+# Attention weights show where information is read from, not what is done with it; a head with
+# a tidy picture can still matter little to the output. Removing a head and measuring the loss
+# would test that; it is left as an experiment.
+#
+# ## Exercises
+#
+# Each exercise has a cell with a stub to fill in and a checking cell below it. While the stub
+# still returns `None` the checker prints *not attempted yet*; a wrong answer raises a
+# `WrongAnswer` (an `AssertionError`) that says what is wrong and, for the usual mistakes, names
+# it; a right one prints `correct`. The checkers are in `minitransformer.exercises.lesson_10`.
+# In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
+#
+# ### Exercise 10.1 — one step of beam search
+#
+# `live_logp` holds $\log P$ of the $k$ live hypotheses, shape $(k,)$ ($-\infty$ for an empty
+# slot, as at step 0 when only slot 0 is live); `next_logp` holds, for each of them, the
+# log-probabilities of the next token, shape $(k, V)$. Return `(parent, token, logp)`, three
+# arrays of shape $(k,)$: the $k$ best extensions, best first, where extension $(j, y)$ scores
+# `live_logp[j] + next_logp[j, y]`. If two candidates tie, the one with the lower flat index
+# $j \cdot V + y$ comes first.
+
+# %% tags=["stub"]
+def my_beam_step(live_logp, next_logp, k):
+    """live_logp: (k,), next_logp: (k, V) -> parent (k,) ints, token (k,) ints, logp (k,)."""
+    # YOUR CODE HERE
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lesson_10 import check_beam_step
+
+check_beam_step(my_beam_step)
+
+
+# %% [markdown]
+# ### Exercise 10.2 — corpus BLEU
+#
+# Write `my_corpus_bleu(hyps, refs)` for lists of token lists (one reference per hypothesis):
+# clipped n-gram counts for $n = 1 \dots 4$ summed over the corpus, the brevity penalty from the
+# total lengths, the geometric mean of the four precisions, in percent. No smoothing: the
+# checker's corpora have a match at every order. It compares with `metrics.corpus_bleu(...,
+# tokenize="none")`.
+
+# %% tags=["stub"]
+def my_corpus_bleu(hyps, refs):
+    """hyps, refs: lists of token lists -> BLEU in [0, 100]."""
+    # YOUR CODE HERE
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lesson_10 import check_corpus_bleu
+
+check_corpus_bleu(my_corpus_bleu)
+
+
+# %% [markdown]
+# ### Exercise 10.3 — greedy decoding with the cache
+#
+# Write `my_greedy(model, src, bos_id, eos_id, max_len)` for one source sentence `src` of shape
+# $(1, S)$: the loop of section 1, on `model.encode`, `model_module.KVCache` and
+# `model.decode_step` inside `eval_mode(model)`. Never choose `<pad>` (`model.cfg.pad_id`) or
+# `<bos>`; stop when the argmax is `eos_id` (without returning it) or after `max_len` tokens.
+# Return the list of output ids. The checker hands you a model in training mode and refuses
+# `model.decode` and `model.forward`: use the cache. It compares with `decoding.greedy_decode`
+# on a tiny model it trains first (a second or two) and on an untrained one.
+
+# %% tags=["stub"]
+def my_greedy(model, src, bos_id, eos_id, max_len):
+    """src: (1, S) ids -> list of output ids (no <bos>, no <eos>)."""
+    # YOUR CODE HERE
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lesson_10 import check_greedy_decode
+
+check_greedy_decode(my_greedy)
+
+
+# %% [markdown] tags=["solution"]
+# ---
+# ## Solutions
+#
+# Try the exercises first. Each solution is followed by the checking cell that proves it.
+
+# %% tags=["solution"]
+def beam_step_solution(live_logp, next_logp, k):
+    V = next_logp.shape[1]
+    candidates = (live_logp[:, None] + next_logp).reshape(-1)      # (k·V,): parent's log P + token's
+    best = np.argsort(-candidates, kind="stable")[:k]              # best first; stable: ties to the lower index
+    return best // V, best % V, candidates[best]                   # flat index f = parent·V + token
+
+check_beam_step(beam_step_solution)
+
+
+# %% tags=["solution"]
+from collections import Counter
+
+
+def ngrams(tokens, n):                                              # as in section 4
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
+def corpus_bleu_solution(hyps, refs):
+    matched, total = np.zeros(4), np.zeros(4)
+    c = r = 0
+    for hyp, ref in zip(hyps, refs):
+        c, r = c + len(hyp), r + len(ref)
+        for n in range(1, 5):
+            hyp_n, ref_n = ngrams(hyp, n), ngrams(ref, n)
+            matched[n - 1] += sum(min(count, ref_n[g]) for g, count in hyp_n.items())   # clipped
+            total[n - 1] += sum(hyp_n.values())
+    bp = 1.0 if c >= r else np.exp(1 - r / c)                       # brevity penalty, corpus lengths
+    return 100 * bp * np.exp(np.mean(np.log(matched / total)))     # geometric mean
+
+check_corpus_bleu(corpus_bleu_solution)
+
+
+# %% tags=["solution"]
+from minitransformer import model as model_module
+from minitransformer.layers.masks import padding_mask
+from minitransformer.layers.parameter import eval_mode
+
+
+def greedy_solution(model, src, bos_id, eos_id, max_len):
+    src_mask = padding_mask(src, model.cfg.pad_id)
+    out, y = [], bos_id
+    with eval_mode(model):
+        memory = model.encode(src, src_mask)
+        cache = model_module.KVCache(model, memory, src_mask, max_len)
+        for t in range(max_len):
+            logits = model.decode_step(np.array([[y]]), t, cache)[0]      # (V,)
+            logits[[model.cfg.pad_id, bos_id]] = -np.inf
+            y = int(logits.argmax())
+            if y == eos_id:
+                break
+            out.append(y)
+    return out
+
+check_greedy_decode(greedy_solution)
+
+
+# %%
+wall, cpu, load0 = time.perf_counter() - NOTEBOOK_START[0], time.process_time() - NOTEBOOK_START[1], NOTEBOOK_START[2]
+print(f"this notebook: {wall:.0f} s wall, {cpu:.0f} s CPU in this kernel; 1-min load {load0:.1f} at the start, "
+      f"{os.getloadavg()[0]:.1f} now; {machine.machine_summary()}")

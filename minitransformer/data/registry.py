@@ -1,0 +1,83 @@
+"""The task registry: every named task, in one place.
+
+    TASKS              {name: Task}: the synthetic tasks (tasks.py) and the offline
+                       translation tasks (translation.py), in that order
+    get_task(name)     the entry, or a ValueError listing the names
+    load_task(...)     a named task's TaskData, or a user's TSV file's
+    recipe_for(name)   a named task's recipe; DATA_RECIPE for a --data file
+
+A task is one ``loading.Task`` entry in the module that generates its data; the
+command line (``tasks``, ``train --help``, ``train --task``), the training
+recipes and the README's task list all read them from here. A task module
+added later joins the list in ``_MODULE_ENTRIES`` (its one line here).
+"""
+
+from __future__ import annotations
+
+from . import tasks, translation
+from .loading import MAX_DATA_LENGTH, Task, TaskData, load_tsv_task
+
+# Each task module's entries, in the order `tasks` lists them.
+_MODULE_ENTRIES = [tasks.TASKS, translation.REGISTRY_ENTRIES]
+
+
+def _build(entry_lists) -> dict[str, Task]:
+    registry: dict[str, Task] = {}
+    for entries in entry_lists:
+        for task in entries:
+            if not isinstance(task, Task):
+                raise TypeError(f"task registry: expected loading.Task entries, got {type(task).__name__}")
+            if task.name in registry:
+                raise ValueError(f"task registry: two tasks are named {task.name!r}")
+            registry[task.name] = task
+    return registry
+
+
+TASKS: dict[str, Task] = _build(_MODULE_ENTRIES)
+
+# A user's TSV file (--data): the translation preset and schedule, 2,000 steps.
+DATA_RECIPE = translation.translation_recipe(steps=2000, batch_size=64)
+
+
+def task_names() -> list[str]:
+    """Every registered task name, in the registry's order."""
+    return list(TASKS)
+
+
+def get_task(name: str) -> Task:
+    """The registry entry of ``name``; an unknown name is a ValueError that lists the known ones."""
+    try:
+        return TASKS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown task {name!r}; choose one of: {', '.join(TASKS)}") from None
+
+
+def recipe_for(name: str):
+    """The recipe (preset + training settings) of the registered task ``name``.
+
+    An unknown name is an error (never a silent fallback); a user's TSV file
+    has no name here and uses ``DATA_RECIPE``.
+    """
+    return get_task(name).recipe
+
+
+def load_task(name: str | None = None, data: str | None = None, level: str = "char", seed: int = 0,
+              valid_fraction: float = 0.05, test_fraction: float = 0.05, header: bool = False,
+              max_length: int | None = MAX_DATA_LENGTH) -> TaskData:
+    """The splits and vocabulary of a named task (``name``), or of a user's TSV file (``data``).
+
+    Give exactly one. ``level``, ``header``, ``max_length`` and the fractions apply to
+    ``data`` only (a named task fixes its own tokenization and splits); see
+    ``loading.load_tsv_task``. ``seed`` chooses the split (and, for a generated task,
+    the sequences).
+    """
+    if (name is None) == (data is None):
+        raise ValueError("load_task: give exactly one of a task name or a data file")
+    if data is not None:
+        task = load_tsv_task(data, level, seed, valid_fraction, test_fraction, header, max_length)
+        task.recipe = DATA_RECIPE
+        return task
+    return get_task(name).load(seed)
+
+
+__all__ = ["TASKS", "DATA_RECIPE", "task_names", "get_task", "recipe_for", "load_task"]
