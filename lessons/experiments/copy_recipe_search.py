@@ -62,12 +62,13 @@ from dataclasses import replace
 import numpy
 
 from minitransformer import model as model_module
-from minitransformer.backend import machine_info, machine_summary
 from minitransformer.data import batching
 from minitransformer.data.batching import make_batch
+from minitransformer.data.tasks import copy_pairs, reverse_pairs
 from minitransformer.files import atomic_write_text
-from minitransformer.data.tasks import SYNTHETIC_TASKS
-from minitransformer.train import encode_pairs, load_task, make_trainer, settings_for
+from minitransformer.machine import machine_info, machine_summary
+from minitransformer.data.registry import load_task
+from minitransformer.train import encode_pairs, make_trainer, settings_for
 from minitransformer.translate import score_translations
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -214,7 +215,7 @@ def run_one(task_name: str, name: str, seed: int, args) -> dict:
     # only where the test set is at 100% too?
     extra = []
     if args.extra_valid:
-        pairs = SYNTHETIC_TASKS[task_name](args.extra_valid, numpy.random.default_rng([seed, 9]))
+        pairs = {"copy": copy_pairs, "reverse": reverse_pairs}[task_name](args.extra_valid, numpy.random.default_rng([seed, 9]))
         extra = encode_pairs(trainer.vocab, pairs)
     coarsest = max(args.intervals)
     while trainer.step < args.max_steps:
