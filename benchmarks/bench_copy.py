@@ -19,6 +19,8 @@ asserts nothing; the exit status is 0 either way.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import sys
@@ -50,7 +52,8 @@ def run_seed(task_name: str, seed: int) -> dict:
         preset, settings = settings_for(task, seed=seed)
         trainer = make_trainer(task, settings, preset, out_dir)
         t1 = time.perf_counter()
-        trainer.run(progress=False)
+        with contextlib.redirect_stdout(io.StringIO()):      # the validation lines: the table says it all
+            trainer.run(progress=False)
         t2 = time.perf_counter()
         scores = score_translations(trainer.model.eval(), trainer.vocab, task.test, task.tgt_level,
                                     task.bleu_tokenize)

@@ -623,9 +623,8 @@ def _train_and_report(args, task, trainer, settings, out_dir: str, strategies: l
     checkpoint = trainer.checkpoint_path
     trained = trainer.step - first_step
     resumed = f" (steps {first_step + 1}-{trainer.step}, resumed at step {first_step})" if first_step else ""
-    if trainer.solved_at is not None:
-        resumed += f", solved at step {trainer.solved_at}"
-    print(f"trained {trained} steps{resumed} in {time.perf_counter() - t0:.1f}s; checkpoint: "
+    solved = f" (solved at step {trainer.solved_at})" if trainer.solved_at is not None else ""
+    print(f"trained {trained} steps{resumed} in {time.perf_counter() - t0:.1f}s{solved}; checkpoint: "
           f"{checkpoint}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
           f"curve: {os.path.join(out_dir, 'loss.png')}")
     if not trainer.comm.is_root:                # rank 0 reports; the others wait for it to finish
