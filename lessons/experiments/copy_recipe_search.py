@@ -10,6 +10,11 @@ on ``Trainer.batches()``, and ``Trainer.validate`` every ``--every`` steps on th
 ``TransformerConfig`` registered in ``model.PRESETS`` under a search-only name, so
 ``make_trainer`` builds it like any preset.
 
+The candidates are named by their changes to the recipe the search started from (``BASE_*``
+below: the copy recipe before issue 25, 3,000 steps to solve seed 0), so that every name in the
+JSON keeps its meaning now that the registry holds the search's result; the candidate
+``recipe`` is the registry's recipe for the task, unchanged.
+
 At every validation the script also records:
 
 * the *teacher-forced* exact match of each validation sequence (one forward pass,
@@ -36,7 +41,7 @@ at the coarsest interval in ``--intervals`` (the finer intervals' rules fire no
 later) and, with ``--extra-valid``, at two in a row on the 500 and the extra ones
 together; or at ``--max-steps``.
 
-    OPENBLAS_NUM_THREADS=1 MINITRANSFORMER_THREADS=1 \\
+    OPENBLAS_NUM_THREADS=1 \\
         python lessons/experiments/copy_recipe_search.py --task copy --candidates current b128-lr0.5 --seeds 0 1 2 3 4
 
 Records accumulate in ``--out`` (default lessons/experiments/copy_recipe_search.json):
@@ -62,27 +67,35 @@ from dataclasses import replace
 import numpy
 
 from minitransformer import model as model_module
-from minitransformer.backend import machine_info, machine_summary
 from minitransformer.data import batching
 from minitransformer.data.batching import make_batch
+from minitransformer.settings import TrainSettings
+from minitransformer.data.tasks import copy_pairs, reverse_pairs
 from minitransformer.files import atomic_write_text
-from minitransformer.data.tasks import SYNTHETIC_TASKS
-from minitransformer.train import encode_pairs, load_task, make_trainer, settings_for
+from minitransformer.machine import machine_info, machine_summary
+from minitransformer.data.registry import load_task
+from minitransformer.train import encode_pairs, make_trainer, settings_for
 from minitransformer.translate import score_translations
 
 HERE = pathlib.Path(__file__).resolve().parent
-DEFAULT_POOL_BATCHES = batching.POOL_BATCHES
+
+# The recipe the search started from (the registry's copy recipe before issue 25).
+BASE_MODEL = model_module.TransformerConfig(vocab_size=14, d_model=64, h=8, N=2, d_ff=256, P_drop=0.0, eps_ls=0.0,
+                                            max_len=64)
+BASE_SETTINGS = TrainSettings(steps=3000, batch_size=64, lr_factor=0.25, warmup_steps=200, clip_norm=1.0,
+                              valid_every=500)
 ROOT = HERE.parent.parent
 
-# A candidate is named by its changes to the task's recipe (the "copy" preset, batch 64,
-# lr factor 0.25, warm-up 200, clip 1.0), joined by "-"; "current" changes nothing:
+# A candidate is named by its changes to BASE_MODEL / BASE_SETTINGS (d_model 64, h 8, N 2, batch 64,
+# lr factor 0.25, warm-up 200, clip 1.0), joined by "-"; "current" changes nothing; "recipe" is the
+# registry's recipe for the task as it is now:
 #   b128 batch 128   lr0.5 lr factor   w100 warm-up   clip2 / noclip clipping
 #   d32 d_model (d_ff = 4 d_model unless ff is given)   h4 heads   N1 layers   ff128 d_ff
 #   ls0.1 label smoothing eps_ls   pd0.1 dropout P_drop
-#   pool1 batches drawn from pools of 1 batch instead of data.batching.POOL_BATCHES (100): the
-#         batcher sorts a pool by length before cutting it into batches, so with 100 every
-#         copy batch holds sequences of one length; with 1, a batch is 64 random sequences
-#         (a diagnostic: the pool size is a constant of the batcher, not a training setting)
+#   pool1 batch_by_length=False: the batcher sorts a pool of data.batching.POOL_BATCHES (100)
+#         batches by length before cutting it into batches, so every copy batch holds sequences
+#         of one length; "pool1" makes the pools one batch each, so a batch is a random draw of
+#         mixed lengths (the search's name for what became TrainSettings.batch_by_length)
 _MODEL_KEYS = {"d": ("d_model", int), "h": ("h", int), "N": ("N", int), "ff": ("d_ff", int),
                "ls": ("eps_ls", float), "pd": ("P_drop", float)}
 _SETTING_KEYS = {"b": ("batch_size", int), "lr": ("lr_factor", float), "w": ("warmup_steps", int),
@@ -92,14 +105,15 @@ _SETTING_KEYS = {"b": ("batch_size", int), "lr": ("lr_factor", float), "w": ("wa
 def parse_candidate(name: str) -> tuple[dict, dict, int | None]:
     """(model changes, training-setting changes, batcher pool size or None) of candidate ``name``."""
     model_changes, setting_changes, pool = {}, {}, None
-    if name == "current":
+    if name in ("current", "recipe"):
         return model_changes, setting_changes, pool
     for part in name.split("-"):
         if part == "noclip":
             setting_changes["clip_norm"] = None
             continue
-        if re.fullmatch(r"pool[0-9]+", part):
-            pool = int(part[4:])
+        if part == "pool1":
+            pool = 1
+            setting_changes["batch_by_length"] = False
             continue
         match = re.fullmatch(r"([a-zA-Z]+)([0-9.]+)", part)
         if not match or match.group(1) not in {**_MODEL_KEYS, **_SETTING_KEYS}:
@@ -140,17 +154,18 @@ def commit() -> str:
 
 def candidate_trainer(task_name: str, name: str, seed: int, max_steps: int):
     """(task, trainer, preset name, model config, settings) for one candidate and seed."""
-    model_changes, setting_changes, pool = parse_candidate(name)
-    batching.POOL_BATCHES = pool or DEFAULT_POOL_BATCHES
+    model_changes, setting_changes, _ = parse_candidate(name)
     task = load_task(task_name, seed=seed)
-    preset, settings = settings_for(task_name, seed=seed)
-    preset_name = preset
-    if model_changes:
+    if name == "recipe":
+        preset_name, settings = settings_for(task_name, seed=seed)
+    else:
         preset_name = f"search:{name}"
-        model_module.PRESETS[preset_name] = model_module.PRESETS[preset].with_(**model_changes)
+        model_module.PRESETS[preset_name] = BASE_MODEL.with_(**model_changes)
+        settings = replace(BASE_SETTINGS, seed=seed)
     # replace, not settings_for's overrides: clip_norm=None must be able to switch clipping off.
+    # The search validates itself (and stops by its own rule): the recipe's stop is switched off.
     settings = replace(settings, steps=max_steps, valid_every=10**9, valid_decode=len(task.valid),
-                       **setting_changes)
+                       stop_when_solved=0, **setting_changes)
     trainer = make_trainer(task, settings, preset_name)
     return task, trainer, preset_name, trainer.model.cfg, settings
 
@@ -214,7 +229,7 @@ def run_one(task_name: str, name: str, seed: int, args) -> dict:
     # only where the test set is at 100% too?
     extra = []
     if args.extra_valid:
-        pairs = SYNTHETIC_TASKS[task_name](args.extra_valid, numpy.random.default_rng([seed, 9]))
+        pairs = {"copy": copy_pairs, "reverse": reverse_pairs}[task_name](args.extra_valid, numpy.random.default_rng([seed, 9]))
         extra = encode_pairs(trainer.vocab, pairs)
     coarsest = max(args.intervals)
     while trainer.step < args.max_steps:
@@ -271,10 +286,11 @@ def run_one(task_name: str, name: str, seed: int, args) -> dict:
             print(f"  pruned: validation exact match below {args.prune_below:.0%} at step {trainer.step}")
             break
     model_fields = {k: getattr(cfg, k) for k in ("d_model", "h", "N", "d_ff", "P_drop", "eps_ls")}
-    setting_fields = {k: getattr(settings, k) for k in ("batch_size", "lr_factor", "warmup_steps", "clip_norm")}
+    setting_fields = {k: getattr(settings, k) for k in ("batch_size", "batch_by_length", "lr_factor", "warmup_steps",
+                                                         "clip_norm")}
     return {"task": task_name, "candidate": name, "seed": seed, "blas_threads": blas_threads(),
-            "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS", "MINITRANSFORMER_THREADS")},
-            "model": model_fields, "settings": setting_fields, "batcher_pool_batches": batching.POOL_BATCHES,
+            "env": {k: os.environ.get(k) for k in ("OPENBLAS_NUM_THREADS",)},
+            "model": model_fields, "settings": setting_fields, "batcher_pool_batches": batching.POOL_BATCHES if settings.batch_by_length else 1,
             "every": args.every, "validation": "teacher-forced below 100%, then validate()" if
             args.cheap_validation else "validate() every time", "extra_valid": args.extra_valid,
             "train_seconds": round(t_train, 2), "validate_seconds": round(t_valid, 2),
