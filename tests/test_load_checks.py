@@ -353,7 +353,8 @@ TRAIN_OPTIONS = {
     "setup": {"--task", "--data", "--level", "--header", "--max-length", "--preset", "--set", "--seed", "--out",
               "--overwrite", "--resume", "--backend", "--debug", "--help"},
     "training": {"--steps", "--batch-size", "--max-tokens", "--accumulate", "--lr-factor", "--warmup", "--clip-norm",
-                 "--valid-every", "--checkpoint-every", "--check-sync-every", "--no-progress", "--progress-every"},
+                 "--valid-every", "--checkpoint-every", "--stop-when-solved", "--check-sync-every", "--no-progress",
+                 "--progress-every"},
     "end": {"--eval"},
 }
 
