@@ -143,3 +143,10 @@ def atomic_write_text(path: str | os.PathLike, text: str, keep_previous: bool = 
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "partial_path", "previous_path", "remove_stale_partials",
            "check_writable_dir", "PARTIAL_SUFFIX"]
+
+
+def atomic_second_name(path: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Give the complete file ``path`` the second name ``target`` atomically, replacing what
+    ``target`` held (a hard link, or a copy on a file system without them); ``path`` stays as it is.
+    ``train --keep-last`` keeps its step checkpoints this way, without writing them twice."""
+    _link_as(path, os.fspath(target))

@@ -42,6 +42,7 @@ from dataclasses import asdict, replace
 
 import numpy
 
+from . import snapshots
 from .checkpoint import save_checkpoint
 from .data.batching import batch_iterator
 from .data.loading import TaskData
@@ -173,6 +174,12 @@ class Trainer:
         self.last_saved = (path, self.step)
         return path
 
+    def _keep_step(self) -> None:
+        """``keep_last``: the checkpoint just saved at the interval also as checkpoint.stepNNNNNN.npz,
+        the oldest beyond ``keep_last`` removed (snapshots.py; §6.1 averages the last 5)."""
+        if self.settings.keep_last:
+            snapshots.keep(self.checkpoint_path, self.out_dir, self.step, self.settings.keep_last)
+
     def restore(self, ckpt) -> None:
         """Continue from a loaded Checkpoint (its model must be this trainer's model)."""
         self.optimizer.load_state_dict(ckpt.optimizer_state)
@@ -285,6 +292,10 @@ class Trainer:
         check_writable_dir(self.out_dir)
         for path in remove_stale_partials(self.out_dir):
             self._warn(f"removed {path}, a temporary file left by an interrupted save")
+        later = snapshots.drop_after(self.out_dir, self.step)
+        if later:
+            self._warn(f"removed {len(later)} kept checkpoint(s) of steps after {self.step} "
+                       f"({os.path.basename(later[0])} ...): this run writes those steps again")
 
     def run(self, progress: bool | str = True, progress_every: float = 30.0) -> list[dict]:
         """Train up to ``settings.steps``; returns the metrics records (also in out_dir/metrics.jsonl).
@@ -341,8 +352,11 @@ class Trainer:
                     periodic = validating or (s.checkpoint_every and self.step % s.checkpoint_every == 0)
                     if self.out_dir and periodic and self.step < s.steps:
                         self.save()
+                        self._keep_step()
                 if self.out_dir and (self.last_saved is None or self.last_saved[1] != self.step):
                     self.save()                    # the end, or the step an interruption stopped at
+                if self.out_dir and self.step == s.steps:
+                    self._keep_step()
                 if stop.signum is not None:
                     raise TrainingInterrupted(stop.signum, self.step, self.checkpoint_path)
         finally:
@@ -422,6 +436,20 @@ def settings_for(task: str | TaskData | Recipe, **overrides) -> tuple[str, Train
     return preset, replace(recipe.settings, **changes)
 
 
+def check_resumable(ckpt) -> None:
+    """A ValueError if training cannot continue from the loaded checkpoint ``ckpt``: it holds no
+    optimizer state, for an average of checkpoints (average.py) in particular, which says so."""
+    where = getattr(ckpt, "path", None) or "the checkpoint"
+    average = ckpt.extra.get("average")
+    if average is not None:
+        raise ValueError(f"{where} is an average of {len(average['sources'])} checkpoints (steps "
+                         f"{', '.join(map(str, average['steps']))}, written by `average`); an average has no "
+                         "optimizer state, so training cannot resume from it. Translate or evaluate with it, or "
+                         "resume from one of the checkpoints it averages")
+    if ckpt.optimizer_state is None:
+        raise ValueError(f"{where}: the checkpoint has no optimizer state, so training cannot resume from it")
+
+
 def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: str | None = None,
                  resume=None, config: dict | None = None) -> Trainer:
     """A Trainer for ``task``: a fresh model of ``preset`` with the TransformerConfig fields in
@@ -436,8 +464,7 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
         if resume.vocab != task.vocab:
             raise ValueError(f"{where}: the checkpoint was trained with a different vocabulary than task "
                              f"{task.name!r}")
-        if resume.optimizer_state is None:
-            raise ValueError(f"{where}: the checkpoint has no optimizer state, so training cannot resume from it")
+        check_resumable(resume)
         if resume.step >= settings.steps:
             raise ValueError(f"{where}: the checkpoint is at step {resume.step}, and steps={settings.steps} "
                              f"leaves nothing to train; give more steps (--steps {resume.step + 1} or more)")
@@ -453,4 +480,4 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
 
 
 __all__ = ["NonFiniteLossError", "TrainingInterrupted", "TrainSettings", "Trainer", "encode_pairs", "build_model",
-           "read_metrics", "settings_for", "make_trainer"]
+           "read_metrics", "settings_for", "check_resumable", "make_trainer"]

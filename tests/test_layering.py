@@ -4,7 +4,7 @@ layer or below, and no two modules import each other (directly or in a circle).
     foundation  errors, backend, files
     layers      layers/*, gradcheck
     model       model, settings, data/*, metrics
-    search      decoding, optim, checkpoint, average, plot, progress
+    search      decoding, optim, checkpoint, average, snapshots, plot, progress
     translate   translate
     train       train
     lessons     exercises/*
@@ -25,7 +25,7 @@ LAYERS = [
     ("foundation", ["errors", "backend", "files", "__init__"]),
     ("layers", ["layers.*", "gradcheck"]),
     ("model", ["model", "settings", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "average", "plot", "progress"]),
+    ("search", ["decoding", "optim", "checkpoint", "average", "snapshots", "plot", "progress"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("lessons", ["exercises.*"]),
