@@ -342,9 +342,9 @@ def _check_resumed_model(ckpt, preset: str | None, changes: dict, path: str) -> 
 def _train_tokenization(args, ckpt) -> dict:
     """``load_task``'s level / bpe_merges / bpe for train's options (checked here, before anything runs).
 
-    --bpe-merges N needs --level bpe (or a BPE task, whose own count it replaces); --level bpe
-    needs --bpe-merges (the right number depends on the corpus, so there is no default),
-    unless the task is a BPE task. A resumed run keeps the checkpoint's tokenization: its
+    --bpe-merges N needs --level bpe; --level bpe needs --bpe-merges (the right number depends
+    on the corpus, so there is no general default) unless the task has a measured one (its
+    registry entry's ``bpe_merges``). A resumed run keeps the checkpoint's tokenization: its
     merges are used as saved (not learned again), and a --level or --bpe-merges that
     disagrees with them is refused.
     """
@@ -369,18 +369,15 @@ def _train_tokenization(args, ckpt) -> dict:
                            "byte-pair encoded (leave the option out when resuming)", which)
         if level is None and args.data is not None and levels.get("src") == levels.get("tgt"):
             level = levels.get("src")                  # a --data run resumes at its own level
-    own = None
-    if args.task is not None:
-        with _about(f"--task {args.task}"):
-            own = get_task(args.task).bpe_merges       # a BPE task: level bpe, this many merges
-    if merges is not None and level != "bpe" and not (level is None and own):
+    if merges is not None and level != "bpe":
         raise CliError("--bpe-merges applies to byte-pair encoding; add --level bpe", f"--bpe-merges {merges}")
-    if level == "bpe" and merges is None and not own:
-        raise CliError("--level bpe needs --bpe-merges N, the number of merges to learn on the training split "
-                       "(a few hundred for a small task; the paper's vocabulary had about 37,000 pieces)",
-                       "--level bpe")
-    if merges is not None and level is None:
-        level = "bpe"
+    if level == "bpe" and merges is None:
+        with _about(f"--task {args.task}"):
+            merges = get_task(args.task).bpe_merges if args.task is not None else None   # a measured default
+        if merges is None:
+            raise CliError("--level bpe needs --bpe-merges N, the number of merges to learn on the training split "
+                           "(a few hundred for a small task; the paper's vocabulary had about 37,000 pieces)",
+                           "--level bpe")
     return {"level": level, "bpe_merges": merges}
 
 
@@ -719,8 +716,9 @@ def cmd_tasks(args) -> int:
 
     for task in TASKS.values():
         steps = task.recipe.settings.steps
+        bpe = f"; --level bpe: {task.bpe_merges} merges" if task.bpe_merges else ""
         print(f"{task.name:<16} {task.description}  [{task.source}{'; ' + task.license if task.license else ''}; "
-              f"recipe: preset {task.recipe.preset}, {steps} steps]")
+              f"recipe: preset {task.recipe.preset}, {steps} steps{bpe}]")
     return 0
 
 

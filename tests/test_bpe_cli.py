@@ -356,3 +356,19 @@ def test_codes_from_bpe_learn_apply_in_a_fresh_subword_nmt_process(tmp_path, tsv
                           capture_output=True, text=True, encoding="utf-8", env={**os.environ, "PYTHONPATH": ""})
     assert done.returncode == 0, done.stderr
     assert done.stdout == BPE(read_codes(codes)).apply("neunhundert\n")
+
+
+def test_a_task_may_carry_a_measured_merge_count_for_level_bpe():
+    from minitransformer.data.loading import Task
+    from minitransformer.settings import recipe
+
+    pairs = {"train": number_pairs(60), "valid": number_pairs(62)[60:], "test": number_pairs(64)[62:]}
+    task = Task("t", "a test task", recipe("tiny", steps=1), lambda seed: pairs, "word", "char", bpe_merges=30)
+    assert task.load().src_level == "word" and task.load().bpe is None     # its own tokenization by default
+    assert len(task.load(level="bpe").bpe.merges) == 30                    # --level bpe: the measured count
+    assert len(task.load(level="bpe", bpe_merges=12).bpe.merges) == 12
+    with pytest.raises(ValueError, match="bpe_merges must be an integer ≥ 1, got 0"):
+        Task("u", "a test task", recipe("tiny", steps=1), lambda seed: pairs, bpe_merges=0)
+    plain = Task("v", "a test task", recipe("tiny", steps=1), lambda seed: pairs)
+    with pytest.raises(ValueError, match="level 'bpe' needs the number of merges"):
+        plain.load(level="bpe")

@@ -104,10 +104,10 @@ class Task:
     disjoint. src_level / tgt_level: "char" or "word" tokenization of each side.
     bleu_tokenize: sacrebleu's tokenizer for scoring the target side. vocab:
     the training token pairs -> the Vocab (None: built from both sides of the
-    training split). bpe_merges: if given, the task's own tokenization is
-    byte-pair encoding of both sides with this many merges, learned on the
-    training split (src_level and tgt_level are then what ``level=None``
-    would not use). source, license: where the data comes from.
+    training split). bpe_merges: the number of merges ``level="bpe"`` learns when
+    none is given (``train --task NAME --level bpe``), where one was measured to
+    work (docs/translation_results.md); None: the caller must give one. source,
+    license: where the data comes from.
     """
 
     name: str
@@ -136,8 +136,8 @@ class Task:
             if getattr(self, side) not in PLAIN_LEVELS:
                 raise ValueError(f"Task {self.name!r}: {side} must be one of {PLAIN_LEVELS} (a BPE task gives "
                                  f"bpe_merges), got {getattr(self, side)!r}")
-        _check_bpe_request("bpe" if self.bpe_merges is not None else None, self.bpe_merges, None,
-                           f"Task {self.name!r}")
+        if self.bpe_merges is not None:
+            _check_bpe_request("bpe", self.bpe_merges, None, f"Task {self.name!r}")
 
     def load(self, seed: int = 0, level: str | None = None, bpe_merges: int | None = None,
              bpe: BPE | None = None) -> TaskData:
@@ -145,12 +145,10 @@ class Task:
 
         level: None, the task's own tokenization; "char" or "word", both sides at that
         level; "bpe", both sides byte-pair encoded, with ``bpe_merges`` merges learned on
-        this seed's training split (both sides, never valid or test), or with the given
-        learned merges ``bpe`` (a checkpoint's: ``bpe_of(ckpt.extra["levels"])``). A
-        BPE task (``bpe_merges`` set) is level "bpe" by default, with its own count.
+        this seed's training split (both sides, never valid or test; default: the task's
+        own ``bpe_merges``), or with the given learned merges ``bpe`` (a checkpoint's:
+        ``bpe_of(ckpt.extra["levels"])``).
         """
-        if level is None and self.bpe_merges is not None:
-            level = "bpe"
         if level == "bpe" and bpe is None and bpe_merges is None:
             bpe_merges = self.bpe_merges
         _check_bpe_request(level, bpe_merges, bpe, f"task {self.name!r}")
