@@ -25,7 +25,7 @@ import numpy
 from . import backend
 from .data.batching import make_source_batch
 from .data.vocab import BOS, SPACE, Vocab, detokenize
-from .decoding import GREEDY, PAPER_BEAM, check_strategy, decode
+from .decoding import EXTRA_OUTPUT_LEN, GREEDY, PAPER_BEAM, Beam, check_strategy, decode
 from .layers.parameter import eval_mode
 from .metrics import corpus_bleu, corpus_chrf, exact_match
 from .model import Transformer
@@ -58,6 +58,29 @@ def translate_ids(model: Transformer, vocab: Vocab, sources: list[list[int]], st
         src, _ = make_source_batch(sources[i: i + batch_size], vocab.pad_id, model.xp)
         out.extend(decode(model, src, vocab.bos_id, vocab.eos_id, strategy, rng=rng))
     return out
+
+
+def decoding_bytes(model: Transformer, n_sentences: int, longest: int, strategy=GREEDY,
+                   batch_size: int = 100) -> int:
+    """About how many bytes ``translate_ids`` needs, on top of the model, to decode ``n_sentences``
+    sources of up to ``longest`` tokens (without <eos>) with ``strategy``, in batches of ``batch_size``.
+
+    A batch decodes R = batch × beam rows at once. Each row keeps, in every one of
+    the N decoder layers, self-attention keys and values for up to T = longest + 50
+    positions (capped at max_len) and the encoder-decoder keys and values of its
+    S = longest + 1 source positions (model.KVCache), plus the encoder's output; at
+    each position R rows of V scores are ranked in float64. Known before anything
+    runs, so that ``train --eval beam64`` is refused before the first step instead
+    of running out of memory after the last one.
+    """
+    cfg = model.cfg
+    itemsize = model.E.data.dtype.itemsize
+    rows = min(batch_size, max(1, n_sentences)) * (strategy.size if isinstance(strategy, Beam) else 1)
+    S, T = longest + 1, min(cfg.max_len, longest + EXTRA_OUTPUT_LEN)
+    caches = 2 * cfg.N * rows * (T + S) * cfg.d_model * itemsize          # self and cross K, V: (R, h, ·, d_k)
+    encoder = 2 * rows * S * cfg.d_model * itemsize                       # the memory, and its copy per row
+    scores = 3 * rows * cfg.vocab_size * 8                                # logits -> log-probs -> ranked
+    return int(caches + encoder + scores)
 
 
 def translate_tokens(model: Transformer, vocab: Vocab, sources: list[list[str]], strategy=GREEDY,
@@ -177,5 +200,5 @@ def save_attention_maps(model: Transformer, vocab: Vocab, src_tokens, out_dir: s
     return paths
 
 
-__all__ = ["source_ids", "translate_ids", "translate_tokens", "score_translations", "attention_maps",
-           "display_token", "save_attention_maps"]
+__all__ = ["source_ids", "translate_ids", "translate_tokens", "decoding_bytes", "score_translations",
+           "attention_maps", "display_token", "save_attention_maps"]

@@ -86,7 +86,7 @@ BAD = [
     (TRAIN + ["--resume", "{ckpt}", "--steps", "9", "--seed", "3"], 2, "the checkpoint was trained with seed 0; "
      "another seed would split the data", "(--seed 3)"),
     (["train", "--data", "{other}", "--no-progress", "--out", "{dir}/o", "--resume", "{ckpt}", "--steps", "9"], 2,
-     "different vocabulary", "(--resume {ckpt})"),
+     "cannot resume: the data differs from what the checkpoint was trained on", "(--resume {ckpt})"),
     (["translate", "--checkpoint", "{ckpt}", ""], 2, "the sentence is empty", "(argument 1)"),
     (["translate", "--checkpoint", "{ckpt}", "one two", "   "], 2, "the sentence is empty", "(argument 2)"),
     (["translate", "--checkpoint", "{ckpt}", "one <eos> two"], 2, "word-level text may not contain '<eos>'",

@@ -185,6 +185,23 @@ def test_host_syncs_are_counted_by_kind_and_call_site(fake_cp):
     assert "float" in SYNCS.report() and "tests/test_fake_cupy.py" in SYNCS.report()
 
 
+@pytest.mark.parametrize("root, filename, expected", [
+    # a clone named like the package: its name must not be taken for the package folder
+    ("/home/u/minitransformer", "/home/u/minitransformer/tests/test_x.py", "tests/test_x.py:2 (probe)"),
+    ("/home/u/minitransformer", "/home/u/minitransformer/minitransformer/optim.py",
+     "minitransformer/optim.py:2 (probe)"),
+    ("/home/u/mt", "/home/u/mt/tests/test_x.py", "tests/test_x.py:2 (probe)"),
+    # an installed copy of the package, outside the checkout
+    ("/home/u/mt", "/usr/lib/python3/site-packages/minitransformer/decoding.py",
+     "minitransformer/decoding.py:2 (probe)"),
+])
+def test_call_sites_are_named_from_the_checkout(monkeypatch, root, filename, expected):
+    monkeypatch.setattr(fake_cupy, "_ROOT", root)
+    namespace = {"_call_site": fake_cupy._call_site}
+    exec(compile("def probe():\n    return _call_site()\n", filename, "exec"), namespace)
+    assert namespace["probe"]() == expected
+
+
 def test_what_cupy_lacks_raises_attribute_error(fake_cp):
     # Any name the stand-in does not provide fails with its name (these two exist nowhere);
     # the list in fake_cupy.py holds only names CuPy has.
