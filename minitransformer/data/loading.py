@@ -67,6 +67,11 @@ class TaskData:
             levels["bpe"] = self.bpe.to_dict()
         return levels
 
+    def fingerprint(self) -> dict:
+        """Digests of the corpus and of its split (``data.fingerprint``), saved in checkpoints so a
+        resume or an evaluation can tell whether it sees the data the model was trained on."""
+        return _fingerprint.fingerprint(self.name, self.train, self.valid, self.test)
+
 
 def bpe_of(levels: dict) -> BPE | None:
     """The merges saved in a checkpoint's ``extra["levels"]`` (``TaskData.levels``), or None when
