@@ -80,7 +80,7 @@ import lesson13_bpe as experiment  # lessons/experiments/lesson13_bpe.py
 results = json.loads(pathlib.Path("experiments/lesson13_bpe.json").read_text())
 print("measured with:", results["command"])
 print("dates:        ", ", ".join(results["dates"]), "  commit:", results["commit"])
-print("machine:      ", results["machine"], "(at the end; one BLAS thread, cores shared with other jobs)")
+print("machine:      ", results["machine"], "(load when the script started; one BLAS thread, cores shared with other jobs)")
 
 # %% [markdown]
 # ## 1. The merge loop, by hand
@@ -282,19 +282,17 @@ display(Markdown(
     f"With no merges a German test number is {lengths['German'][0]:.1f} characters long on average; 200 merges "
     f"bring it to {lengths['German'][ks.index(200)]:.2f} pieces ({ratio_de:.0f}x shorter), and all {n_max} merges "
     f"to {lengths['German'][-1]:.2f}. The English side, already words, shortens from "
-    f"{lengths['English'][0]:.1f} characters to {lengths['English'][ks.index(200)]:.2f} pieces at 200 merges. "
+    f"{lengths['English'][0]:.1f} characters (spaces not counted) to {lengths['English'][ks.index(200)]:.2f} pieces at 200 merges. "
     f"'tausend' is one piece from merge {found['tausend'][0]}, 'hundert' from merge {found['hundert'][0]}: the "
     "first merges learn the parts every number is built of."))
 
 # %% [markdown]
 # ## 4. The trade-off, measured
 #
-# `lessons/experiments/lesson13_bpe.py` trained the task's recipe model (the `translate` preset: $d_\text{model}$
-# = 128, $h$ = 4, $N$ = 2, $d_{ff}$ = 512; learning-rate factor 0.5, clipping 1.0, warm-up 400, batches of 64
-# pairs) for the same number of steps on six tokenizations of the same split: the task's own (English words,
-# German characters), characters and words on both sides, and byte-pair pieces at 50, 200 and 500 merges,
-# learned on the training split (the vocabulary is then 4 specials + the initial symbols + one piece per merge,
-# shared by both sides). The columns:
+# `lessons/experiments/lesson13_bpe.py` trained the task's recipe model (printed below) for the same number of
+# steps on six tokenizations of the same split: the task's own (English words, German characters), characters
+# and words on both sides, and byte-pair pieces at 50, 200 and 500 merges, learned on the training split (the
+# vocabulary is then 4 specials + the initial symbols + one piece per merge, shared by both sides). The columns:
 #
 # * **<unk> rate**: the share of the test split's target tokens that the vocabulary does not have;
 # * **tokens per sentence**, source and target;
@@ -302,23 +300,35 @@ display(Markdown(
 #   target of $T$ (with `<bos>`): the entries of the encoder self-attention, decoder self-attention and
 #   encoder-decoder attention matrices, per layer and head; what §4 counts as the $O(n^2 \cdot d)$ term;
 # * **parameters**: the embedding table is $V \times d_\text{model}$, so the vocabulary shows here;
-# * **train time**: the training steps alone (no validation), on the shared machine named above;
-# * **exact match, BLEU, chrF** of greedy decoding on the 1 000 test pairs, always on the *detokenized*
-#   German (the task's character-level BLEU), so the columns compare across tokenizations.
+# * **train time**: the training steps alone (no validation), on the shared machine named above, with the load
+#   average at the start and the end of the run (2 cores: a load of 8 means each job had about a quarter of a
+#   core, so times from runs at different loads compare only roughly);
+# * **exact match, BLEU, chrF** of greedy decoding on the test pairs, always on the *detokenized* German (the
+#   task's character-level BLEU), so the columns compare across tokenizations.
 
 # %%
+from minitransformer.model import PRESETS
+from minitransformer.train import settings_for
+
+preset, recipe_settings = settings_for("numbers-en-de")
+cfg = PRESETS[preset]
+print(f"recipe: preset {preset}: d_model {cfg.d_model}, h {cfg.h}, N {cfg.N}, d_ff {cfg.d_ff}, P_drop {cfg.P_drop}, "
+      f"eps_ls {cfg.eps_ls} (the vocabulary is each tokenization's own)")
+print(f"        lr factor {recipe_settings.lr_factor}, warm-up {recipe_settings.warmup_steps}, clip norm "
+      f"{recipe_settings.clip_norm}, batches of {recipe_settings.batch_size} pairs; test pairs: {len(splits['test']):,}")
 levels = {r["level"]: r for r in results["levels"]}
 order = list(experiment.LEVELS)
 budget = results["budget"]
 header = ("| tokenization | vocabulary | <unk> (test targets) | tokens / sentence (en → de) | attention scores / "
-          "sentence | parameters | train time | exact match | BLEU (char) | chrF |\n|---|---:|---:|---:|---:|---:|"
-          "---:|---:|---:|---:|")
+          "sentence | parameters | train time (load) | exact match | BLEU (char) | chrF |\n|---|---:|---:|---:|---:|"
+          "---:|---:|---:|---:|---:|")
 rows = [f"| {name} | {r['vocab']:,} | {100 * r['unk_rate_tgt']:.1f} % | {r['mean_src_tokens']:.1f} → "
         f"{r['mean_tgt_tokens']:.1f} | {r['attention_scores_per_sentence']:,.0f} | {r['parameters']:,} | "
-        f"{r['train_seconds']:.0f} s | {100 * r['exact_match']:.1f} % | {r['bleu']:.2f} | {r['chrf']:.2f} |"
+        f"{r['train_seconds']:.0f} s ({r['load'][0]:.0f}→{r['load'][1]:.0f}) | {100 * r['exact_match']:.1f} % | "
+        f"{r['bleu']:.2f} | {r['chrf']:.2f} |"
         for name, r in ((n, levels[n]) for n in order)]
 display(Markdown(f"**numbers-en-de, {budget['steps']} steps × {budget['batch_size']} pairs, seed "
-                 f"{budget['seed_levels']}, 1 000 test pairs**\n\n" + header + "\n" + "\n".join(rows)))
+                 f"{budget['seed_levels']}, {len(splits['test']):,} test pairs**\n\n" + header + "\n" + "\n".join(rows)))
 
 # %%
 fig, axes = plt.subplots(1, 4, figsize=(13, 3))
@@ -349,9 +359,31 @@ display(Markdown(
     f"{100 * b['exact_match']:.1f} %. The task's own mix (words in, characters out) reaches "
     f"{100 * own['exact_match']:.1f} %. Among the byte-pair runs, "
     + ", ".join(f"{n} gets {100 * r['exact_match']:.1f} % in {r['train_seconds']:.0f} s" for n, r in bpes.items())
-    + ": " + ("more merges buy shorter sequences and so cheaper steps, at the price of rarer pieces, each seen "
-              "in fewer training sentences." if bpes["bpe 500"]["exact_match"] < max(r["exact_match"] for r in bpes.values())
-              else "more merges buy shorter sequences and cheaper steps, and here no loss of accuracy yet.")))
+    + "."))
+
+# %% [markdown]
+# Each row is one seed. How far apart two seeds of the *same* setting land is measured in section 6, where the
+# 200-merge model was trained three more times for the same budget:
+
+# %%
+seed_em = [100 * r["final"]["exact_match"] for r in results["average"]]
+rows_em = {n: 100 * levels[n]["exact_match"] for n in order if n != "word"}
+spread = max(seed_em) - min(seed_em)
+gap = max(rows_em.values()) - min(rows_em.values())
+fastest = min(rows_em, key=lambda n: levels[n]["train_seconds"])
+display(Markdown(
+    f"The three seeds of bpe 200 end at {', '.join(f'{v:.1f} %' for v in seed_em)} exact match: a spread of "
+    f"{spread:.1f} points. The tokenizations other than words lie within {gap:.1f} points of each other "
+    + ("(less than that spread), so one seed each does not rank them by accuracy. "
+       if gap <= spread else "(more than that spread). ")
+    + f"What the table does resolve is the cost: the fastest, {fastest}, trained the same steps in "
+    f"{levels[fastest]['train_seconds']:.0f} s, {levels['char']['train_seconds'] / levels[fastest]['train_seconds']:.1f}x "
+    f"less than characters on both sides (at a load of {levels[fastest]['load'][0]:.0f} against "
+    f"{levels['char']['load'][0]:.0f}): its sentences are {levels[fastest]['mean_src_tokens']:.1f} and "
+    f"{levels[fastest]['mean_tgt_tokens']:.1f} pieces long against {levels['char']['mean_src_tokens']:.1f} and "
+    f"{levels['char']['mean_tgt_tokens']:.1f} characters, every layer's work shrinks with the length, and the "
+    f"attention scores {levels['char']['attention_scores_per_sentence'] / levels[fastest]['attention_scores_per_sentence']:.0f}x. "
+    "Words, the other way to get short sequences, cannot translate a number they have not seen."))
 
 # %% [markdown]
 # ### Recomputed live
@@ -478,7 +510,7 @@ for r in avg_runs:
                 f"{f['bleu']:.2f} | {a['bleu']:.2f} |")
 display(Markdown(
     f"**{setup['level']}, {avg_runs[0]['steps']} steps, a checkpoint every {setup['every']} steps, the last "
-    f"{setup['keep_last']} averaged; 1 000 test pairs, greedy**\n\n"
+    f"{setup['keep_last']} averaged; {len(splits['test']):,} test pairs, greedy**\n\n"
     "| seed | steps averaged | PPL final | PPL average | exact final | exact average | BLEU final | BLEU average |\n"
     "|---:|---|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
     "| | the paper (§6.1) | here |\n|---|---|---|\n"
