@@ -353,8 +353,9 @@ TRAIN_OPTIONS = {
     "setup": {"--task", "--data", "--level", "--bpe-merges", "--header", "--max-length", "--preset", "--set", "--seed",
               "--out",
               "--overwrite", "--resume", "--backend", "--debug", "--help"},
-    "training": {"--steps", "--batch-size", "--max-tokens", "--lr-factor", "--warmup", "--clip-norm",
-                 "--valid-every", "--checkpoint-every", "--keep-last", "--no-progress", "--progress-every"},
+    "training": {"--steps", "--batch-size", "--max-tokens", "--accumulate", "--lr-factor", "--warmup", "--clip-norm",
+                 "--valid-every", "--checkpoint-every", "--keep-last", "--check-sync-every", "--no-progress",
+                 "--progress-every"},
     "end": {"--eval"},
 }
 

@@ -56,7 +56,7 @@ def test_resume_differs_with_other_dropout_masks(tmp_path, monkeypatch):
     resumed = Trainer(ckpt.model, ckpt.vocab, encode_pairs(task.vocab, task.train[:400]), [],
                       TrainSettings(**{**first.settings.__dict__, "steps": 8}))
     resumed.restore(ckpt)
-    monkeypatch.setattr(resumed, "dropout_seed", lambda step: 123 + step)   # other masks
+    monkeypatch.setattr(resumed, "dropout_seed", lambda step, *rank_micro: 123 + step)   # other masks
     resumed.run(progress=False)
     assert not all(np.array_equal(p.data, q.data)
                    for p, q in zip(full.model.parameters(), resumed.model.parameters()))
