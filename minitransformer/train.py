@@ -398,7 +398,7 @@ class Trainer:
             self._progress = None
         if writer:
             try:
-                plot_loss_curve(history, os.path.join(writer, "loss.png"))
+                plot_loss_curve(history, os.path.join(writer, "loss.png"), self.model.cfg.eps_ls)
             except Exception as exc:  # noqa: BLE001 - a picture is not worth losing the run's report
                 self._warn(f"could not draw the loss curve ({type(exc).__name__}: {exc}); the checkpoint and "
                            "metrics.jsonl are saved")
