@@ -47,7 +47,7 @@ import tempfile
 import time
 
 from minitransformer.average import average_checkpoints
-from minitransformer.backend import machine_summary
+from minitransformer.machine import machine_summary
 from minitransformer.checkpoint import load_checkpoint
 from minitransformer.data.batching import batch_iterator
 from minitransformer.data.registry import load_task

@@ -481,7 +481,8 @@ name = "E"                                                    # the shared embed
 mean = np.mean([dict(c.model.named_parameters())[name].data.astype(np.float64) for c in ckpts], axis=0)
 print(f"{name}: the average is the element-wise mean, largest difference "
       f"{np.abs(dict(avg.model.named_parameters())[name].data - mean).max():.1e}")
-print("marked as an average:", avg.extra["average"], " optimizer state:", avg.optimizer_state)
+print(f"marked as an average of {len(avg.extra['average']['sources'])} checkpoints (steps "
+      f"{', '.join(map(str, avg.extra['average']['steps']))}); optimizer state: {avg.optimizer_state}")
 early = {"final (step 100)": experiment.perplexity(ckpts[-1].model, task200.vocab, task200.test),
          f"average of steps {', '.join(str(k) for k, _ in kept)}": experiment.perplexity(avg.model, task200.vocab,
                                                                                           task200.test)}
@@ -548,7 +549,8 @@ display(Markdown(
 # ## Exercises
 #
 # Each checking cell prints *not attempted yet* until you fill in the function above it; a wrong answer raises
-# an `AssertionError` that says what is wrong. In the full notebook the solutions follow at the end.
+# `WrongAnswer` (an `AssertionError`) that says what is wrong, with a `hint:` line for the usual slips. In the
+# full notebook the solutions follow at the end.
 #
 # ### Exercise 13.1 — one merge step
 #

@@ -1,16 +1,16 @@
 """Checking cells for the exercises of lesson 13 (byte-pair encoding, §5.1; checkpoint averaging, §6.1).
 
 The checkers follow the contract documented at the top of ``_common``: a stub that
-returns None prints ``NOT_ATTEMPTED`` and returns False; a wrong answer raises
-AssertionError naming the likely mistake; a right one prints ``correct`` and returns
-True. Inputs are fixed and handed over as copies.
+returns None prints ``NOT_ATTEMPTED`` and returns a false Verdict; a wrong answer raises
+WrongAnswer (an AssertionError) naming the likely mistake in a ``hint:`` line; a right one
+prints ``correct`` and returns a true Verdict. Inputs are fixed and handed over as copies.
 
-check_merge_step    one step of learning (Sennrich et al. 2016, Algorithm 1): the most
+check_merge_step    Exercise 13.1, one step of learning (Sennrich et al. 2016, Algorithm 1): the most
                     frequent pair of adjacent symbols, counted with the words' counts,
                     ties to the greatest pair, merged everywhere, left to right
-check_segment       a word's pieces under learned merges: from its characters (the last
+check_segment       Exercise 13.2, a word's pieces under learned merges: from its characters (the last
                     one joined to "</w>"), the pair learned earliest merged, again and again
-check_average_two   the element-wise mean of two checkpoints' parameters, and a refusal
+check_average_two   Exercise 13.3, the element-wise mean of two checkpoints' parameters, and a refusal
                     (ValueError) for two checkpoints of different models
 """
 
@@ -22,7 +22,7 @@ import numpy as np
 
 from ..data.bpe import BPE, END, learn_bpe_by_recounting
 from ..model import PRESETS, Transformer
-from ._common import NOT_ATTEMPTED, check_array, describe, not_attempted
+from ._common import NOT_ATTEMPTED, WrongAnswer, check_array, describe, exercise, not_attempted
 
 __all__ = ["NOT_ATTEMPTED", "check_merge_step", "check_segment", "check_average_two", "reference_merge_step"]
 
@@ -77,6 +77,7 @@ _MERGE_CASES = [
 ]
 
 
+@exercise("13.1")
 def check_merge_step(fn) -> bool:
     """fn(vocab) -> (pair, new_vocab); vocab: {tuple of symbols: count}, e.g. {("l", "o", "w</w>"): 5}."""
     first = fn(dict(_MERGE_CASES[0]))
@@ -86,7 +87,7 @@ def check_merge_step(fn) -> bool:
         got = first if n == 0 else fn(dict(vocab))
         where = f"case {n + 1} ({len(vocab)} words)"
         if not (isinstance(got, (tuple, list)) and len(got) == 2) or all(isinstance(x, str) for x in got):
-            raise AssertionError(f"{where}: expected (pair, new_vocab), got {describe(got)}"
+            raise WrongAnswer(f"{where}: expected (pair, new_vocab), got {describe(got)}"
                                  + ("\n  hint: that looks like the pair alone; return the merged vocabulary too"
                                     if isinstance(got, (tuple, list)) and all(isinstance(x, str) for x in got)
                                     else ""))
@@ -94,9 +95,10 @@ def check_merge_step(fn) -> bool:
         ref_pair, ref_vocab = reference_merge_step(vocab)
         if n == 0:           # the reference is the package's: learn_bpe_by_recounting's first merge
             words = {"".join(s).replace(END, ""): c for s, c in vocab.items()}
-            assert learn_bpe_by_recounting(words, 1) == [ref_pair], "internal: the reference disagrees"
+            if learn_bpe_by_recounting(words, 1) != [ref_pair]:
+                raise RuntimeError("internal: the reference merge step disagrees with learn_bpe_by_recounting")
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-            raise AssertionError(f"{where}: the pair should be two symbols (first, second), got {describe(pair)}")
+            raise WrongAnswer(f"{where}: the pair should be two symbols (first, second), got {describe(pair)}")
         pair = tuple(pair)
         if pair != ref_pair:
             unweighted = _pair_counts(vocab, weighted=False)
@@ -108,9 +110,9 @@ def check_merge_step(fn) -> bool:
             elif counts[pair] == counts[ref_pair]:
                 msg += ("\n  hint: a tie: among pairs of equal frequency take the greatest, comparing "
                         "(first, second) as Python compares tuples of strings (max, not min)")
-            raise AssertionError(msg)
+            raise WrongAnswer(msg)
         if not isinstance(new_vocab, dict):
-            raise AssertionError(f"{where}: new_vocab should be a dict {{tuple of symbols: count}}, got "
+            raise WrongAnswer(f"{where}: new_vocab should be a dict {{tuple of symbols: count}}, got "
                                  f"{describe(new_vocab)}")
         if new_vocab != ref_vocab:
             wrong = {s: c for s, c in ref_vocab.items() if new_vocab.get(s) != c}
@@ -126,7 +128,7 @@ def check_merge_step(fn) -> bool:
                 msg += "\n  hint: the merged symbol is first + second joined with nothing between"
             elif sum(new_vocab.values()) != sum(vocab.values()):
                 msg += "\n  hint: every word keeps its count; only its symbols change"
-            raise AssertionError(msg)
+            raise WrongAnswer(msg)
     print(f"correct: {len(_MERGE_CASES)} vocabularies, the pair and the merged words as learn_bpe chooses them")
     return True
 
@@ -163,6 +165,7 @@ def _without_end(word: str, merges) -> list:
     return symbols
 
 
+@exercise("13.2")
 def check_segment(fn) -> bool:
     """fn(word, merges) -> the word's pieces, a list of strings without markers; merges: [(first, second), ...]."""
     bpe = BPE(_MERGES)
@@ -173,7 +176,7 @@ def check_segment(fn) -> bool:
         got = first if n == 0 else fn(word, list(_MERGES))
         expected = list(bpe.segment(word))
         if not isinstance(got, (list, tuple)) or not all(isinstance(p, str) for p in got):
-            raise AssertionError(f"{word!r}: expected a list of pieces (strings), got {describe(got)}")
+            raise WrongAnswer(f"{word!r}: expected a list of pieces (strings), got {describe(got)}")
         got = list(got)
         if got == expected:
             continue
@@ -188,7 +191,7 @@ def check_segment(fn) -> bool:
                     "wherever it is in the word, not the leftmost pair that is a merge")
         elif "".join(got) != word:
             msg += "\n  hint: the pieces, joined, must give the word back"
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
     print(f"correct: {len(_WORDS)} words, the pieces BPE.segment gives (a character never seen stays alone)")
     return True
 
@@ -199,6 +202,7 @@ def _parameters(cfg, seed: int) -> dict:
     return {name: p.data.copy() for name, p in Transformer(cfg, seed=seed).named_parameters()}
 
 
+@exercise("13.3")
 def check_average_two(fn) -> bool:
     """fn(a, b) -> {name: (a[name] + b[name]) / 2}; a, b: {parameter name: float32 array} of one model.
     For two checkpoints of different models (other names or shapes) it raises ValueError."""
@@ -209,14 +213,14 @@ def check_average_two(fn) -> bool:
     if not_attempted(got):
         return False
     if not isinstance(got, dict):
-        raise AssertionError(f"expected a dict {{name: array}}, got {describe(got)}")
+        raise WrongAnswer(f"expected a dict {{name: array}}, got {describe(got)}")
     if set(got) != set(a):
         missing = sorted(set(a) - set(got))
-        raise AssertionError(f"the names differ from the checkpoints': missing {missing[:3]}, extra "
+        raise WrongAnswer(f"the names differ from the checkpoints': missing {missing[:3]}, extra "
                              f"{sorted(set(got) - set(a))[:3]}\n  hint: average every parameter, by its name")
     for k, v in a.items():
         if not (np.array_equal(copies[0][k], v) and np.array_equal(copies[1][k], b[k])):
-            raise AssertionError(f"{k}: the inputs were changed\n  hint: compute a new array; a checkpoint you "
+            raise WrongAnswer(f"{k}: the inputs were changed\n  hint: compute a new array; a checkpoint you "
                                  "average must stay as it was (+= writes into it)")
     errors = {}
     for name in sorted(a):
@@ -227,7 +231,7 @@ def check_average_two(fn) -> bool:
                   "you averaged over the entries of each array: average each entry across the two checkpoints")]
         errors[name] = check_array(name, got[name], mean.astype(np.float64), hints=hints)
         if np.asarray(got[name]).dtype != a[name].dtype:
-            raise AssertionError(f"{name}: dtype {np.asarray(got[name]).dtype}, the checkpoints' is {a[name].dtype}"
+            raise WrongAnswer(f"{name}: dtype {np.asarray(got[name]).dtype}, the checkpoints' is {a[name].dtype}"
                                  "\n  hint: cast the mean back to the parameters' dtype")
     other = _parameters(PRESETS["tiny"].with_(vocab_size=13), 2)
     try:
@@ -235,11 +239,11 @@ def check_average_two(fn) -> bool:
     except ValueError:
         pass
     except Exception as exc:  # noqa: BLE001 - any other failure is the learner's to see, named
-        raise AssertionError(f"two checkpoints of different models (embedding {a['E'].shape if 'E' in a else ''} vs "
+        raise WrongAnswer(f"two checkpoints of different models (embedding {a['E'].shape if 'E' in a else ''} vs "
                              f"{other.get('E', np.zeros(0)).shape}) raised {type(exc).__name__}: {exc}\n  hint: check "
                              "the names and shapes first and raise ValueError saying which parameter differs") from None
     else:
-        raise AssertionError(f"two checkpoints of different models were averaged (you returned "
+        raise WrongAnswer(f"two checkpoints of different models were averaged (you returned "
                              f"{describe(result)})\n  hint: a vocabulary of 12 and one of 13 tokens give embeddings "
                              "of different shapes; refuse them with ValueError, as average.py does")
     worst = max(errors, key=lambda k: errors[k][0])
