@@ -372,3 +372,14 @@ def test_a_task_may_carry_a_measured_merge_count_for_level_bpe():
     plain = Task("v", "a test task", recipe("tiny", steps=1), lambda seed: pairs)
     with pytest.raises(ValueError, match="level 'bpe' needs the number of merges"):
         plain.load(level="bpe")
+
+
+def test_numbers_en_de_has_a_measured_merge_count_and_tasks_shows_it(tmp_path):
+    code, out, _ = run(["tasks"])
+    assert code == 0
+    (line,) = [line for line in out.splitlines() if line.startswith("numbers-en-de ")]
+    assert "--level bpe: 200 merges" in line
+    code, stdout, err = run(["train", "--task", "numbers-en-de", "--level", "bpe", "--out", tmp_path / "run",
+                             "--preset", "tiny", "--steps", "1", "--valid-every", "1", "--no-progress"])
+    assert code == 0, err
+    assert "byte-pair encoding, 200 merges learned on the training split" in stdout

@@ -104,7 +104,7 @@ TASKS: dict[str, TranslationTask] = {t.name: t for t in [
         "('twenty-one' -> 'einundzwanzig'). English word level, German character "
         "level: German writes each number as one long compound word.",
         _src("num2words"), _NUM2WORDS_LICENSE, "word", "char", "char",
-        translation_recipe(steps=3000, batch_size=64)),
+        translation_recipe(steps=3000, batch_size=64), bpe_merges=200),
     TranslationTask(
         "dates-en-de",
         "Full English dates to German, every day of 1950..2049 "
