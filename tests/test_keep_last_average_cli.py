@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import io
 import os
 
@@ -64,6 +65,29 @@ def test_keep_last_keeps_the_last_k_interval_checkpoints(tmp_path, tsv):
     assert os.path.basename(kept[-1][1]) == "checkpoint.step000022.npz"
     with open(out / "checkpoint.npz", "rb") as f, open(kept[-1][1], "rb") as g:
         assert f.read() == g.read()                             # the last step's checkpoint, the same bytes
+    for step, path in kept:
+        assert load_checkpoint(path).step == step
+
+
+@pytest.mark.slow
+def test_keep_last_under_mpiexec_keeps_the_same_steps_written_by_rank_0(tmp_path, tsv):
+    """Two ranks (the [mpi] extra): rank 0 alone writes, so the kept steps are those of one process."""
+    import shutil
+    import subprocess
+    import sys
+
+    mpiexec = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shutil.which("mpiexec")
+    if mpiexec is None or importlib.util.find_spec("mpi4py") is None:
+        pytest.skip("the [mpi] extra (mpi4py, mpich) is not installed: pip install -e '.[mpi]'")
+    out = tmp_path / "run"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run([mpiexec, "-n", "2", sys.executable, "-m", "minitransformer", "train", "--data", str(tsv),
+                           "--out", str(out), "--steps", "22", "--keep-last", "3", *TRAIN],
+                          capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, PYTHONPATH=root, OPENBLAS_NUM_THREADS="1"))
+    assert done.returncode == 0, done.stderr
+    kept = kept_checkpoints(str(out))
+    assert [k for k, _ in kept] == [15, 20, 22]
     for step, path in kept:
         assert load_checkpoint(path).step == step
 
