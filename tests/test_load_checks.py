@@ -354,7 +354,8 @@ TRAIN_OPTIONS = {
               "--out",
               "--overwrite", "--resume", "--backend", "--debug", "--help"},
     "training": {"--steps", "--batch-size", "--max-tokens", "--accumulate", "--lr-factor", "--warmup", "--clip-norm",
-                 "--valid-every", "--checkpoint-every", "--keep-last", "--check-sync-every", "--no-progress",
+                 "--valid-every", "--checkpoint-every", "--keep-last", "--stop-when-solved", "--check-sync-every",
+                 "--no-progress",
                  "--progress-every"},
     "end": {"--eval"},
 }
