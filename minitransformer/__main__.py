@@ -169,24 +169,39 @@ def _load_checkpoint(path: str, option: str):
 
 
 def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None) -> dict:
-    """Decode ``pairs`` (token lists), print samples and scores; return the scores."""
+    """Decode ``pairs`` (token lists), print samples and scores; return the scores.
+
+    A task with its own hooks (``loading.Task``: render, scores, max_output_len)
+    prints its samples through ``render`` and its own scores instead of BLEU and chrF.
+    """
     from .data.vocab import detokenize  # noqa: PLC0415
     from .translate import score_translations  # noqa: PLC0415
 
     stream = stream or sys.stdout   # looked up now: a default of sys.stdout would miss redirections
+    entry = task.entry
+    render = entry.render if entry is not None and entry.render is not None else None
     results = {}
     for beam in beam_sizes:
-        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, beam_size=beam)
+        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, beam_size=beam,
+                               max_len=entry.max_output_len if entry is not None else None,
+                               scores=entry.scores if entry is not None else None, src_level=task.src_level)
         name = "greedy" if beam == 1 else f"beam {beam}"
         if beam == beam_sizes[0] and n_samples > 0:
             print("sample decodes:", file=stream)
             for (src, _), hyp, ref in list(zip(pairs, r["hyps"], r["refs"]))[:n_samples]:
                 mark = "✓" if hyp == ref else "✗"
-                print(f"  {mark} {detokenize(src, task.src_level)!r} -> {hyp!r}"
-                      + ("" if hyp == ref else f"  (expected {ref!r})"), file=stream)
+                text = detokenize(src, task.src_level)
+                shown, expected = (render(text, hyp), render(text, ref)) if render else (hyp, ref)
+                print(f"  {mark} {text!r} -> {shown!r}" + ("" if hyp == ref else f"  (expected {expected!r})"),
+                      file=stream)
         results[name] = {k: r[k] for k in ("exact_match", "bleu", "chrf", "seconds")}
-        print(f"{name:>7}: exact match {100 * r['exact_match']:.2f}% ({len(pairs)} sentences), "
-              f"BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}  [{r['seconds']:.1f}s]", file=stream)
+        if "scores" in r:
+            results[name]["scores"] = r["scores"]
+            shown = ", ".join(f"{label} {value:.2f}" for label, value in r["scores"].items())
+            print(f"{name:>7}: {shown} ({len(pairs)} sentences)  [{r['seconds']:.1f}s]", file=stream)
+        else:
+            print(f"{name:>7}: exact match {100 * r['exact_match']:.2f}% ({len(pairs)} sentences), "
+                  f"BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}  [{r['seconds']:.1f}s]", file=stream)
     return results
 
 
@@ -370,6 +385,7 @@ def _read_sentences(args) -> list[tuple[str, str]]:
 
 
 def cmd_translate(args) -> int:
+    from .data.registry import saved_task  # noqa: PLC0415
     from .data.vocab import detokenize, tokenize  # noqa: PLC0415
     from .files import check_writable_dir  # noqa: PLC0415
     from .translate import translate_tokens  # noqa: PLC0415
@@ -401,8 +417,12 @@ def cmd_translate(args) -> int:
     unknown = sorted({t for src in sources for t in src if t not in ckpt.vocab})
     if unknown:
         print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
-    for hyp in translate_tokens(model, ckpt.vocab, sources, beam_size=args.beam):
-        print(detokenize(hyp, tgt_level))
+    # A task whose outputs mean more than text (a parser's trees) prints them its own way.
+    entry = saved_task(ckpt.extra)
+    max_len = entry.max_output_len if entry is not None else None
+    for src, hyp in zip(sources, translate_tokens(model, ckpt.vocab, sources, beam_size=args.beam, max_len=max_len)):
+        output = detokenize(hyp, tgt_level)
+        print(entry.render(detokenize(src, src_level), output) if entry is not None and entry.render else output)
     if args.attention:
         from .translate import save_attention_maps  # noqa: PLC0415
         paths = save_attention_maps(model, ckpt.vocab, sources[0], args.attention, src_level, tgt_level,
@@ -416,7 +436,7 @@ def cmd_translate(args) -> int:
 
 def cmd_evaluate(args) -> int:
     from .data.loading import TaskData, read_pairs  # noqa: PLC0415
-    from .data.registry import load_task  # noqa: PLC0415
+    from .data.registry import load_task, saved_task  # noqa: PLC0415
 
     _set_backend(args)
     if (args.task is None) == (args.data is None):
@@ -435,7 +455,8 @@ def cmd_evaluate(args) -> int:
         if levels.get("src_lowercase"):      # as translate does: the model saw lower-case sources only
             pairs = [([token.lower() for token in src], tgt) for src, tgt in pairs]
         task = TaskData(os.path.basename(args.data), ckpt.vocab, [], [], pairs, src_level, tgt_level,
-                        levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"))
+                        levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"),
+                        entry=saved_task(ckpt.extra))       # the trained task's scores, if it has its own
     else:
         saved_seed = ckpt.extra.get("settings", {}).get("seed", 0)
         seed = args.seed if args.seed is not None else saved_seed if isinstance(saved_seed, int) else 0
@@ -534,7 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split")
+    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split "
+                                        "(a parser: bracket F1, exact trees, ill-formed outputs)")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (all of it is evaluated)")
     p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")

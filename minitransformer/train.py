@@ -142,6 +142,7 @@ class Trainer:
         self.model, self.vocab, self.settings, self.out_dir = model, vocab, settings, out_dir
         self.levels = levels or {}
         self.preset: str | None = None         # the model preset's name, saved for a resume to check
+        self.task: str | None = None           # the registered task's name, saved so translate finds its hooks
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
         self.criterion = LabelSmoothedCrossEntropy(vocab.pad_id, model.cfg.eps_ls)
         self.schedule = NoamSchedule(model.cfg.d_model, settings.warmup_steps, settings.lr_factor)
@@ -168,7 +169,8 @@ class Trainer:
         if path is None:
             raise ValueError("Trainer.save: no path given and the trainer has no out_dir")
         extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
-                 "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset}
+                 "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset,
+                 "task": self.task}
         save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
         self.last_saved = (path, self.step)
         return path
@@ -447,6 +449,7 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
     trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
                       settings, out_dir, levels=task.levels)
     trainer.preset = preset
+    trainer.task = task.entry.name if task.entry is not None else None
     if resume is not None:
         trainer.restore(resume)
     return trainer

@@ -9,6 +9,7 @@ These helpers sit in between, on top of the search of decoding.py:
     attention_maps(model, src_ids, tgt_in_ids) every layer's and head's weights
     save_attention_maps(model, vocab, tokens, out_dir)   translate + draw heatmaps
     score_translations(model, vocab, pairs, ...)  translate a test set, exact match / BLEU / chrF
+                                               (and a task's own scores, a parser's bracket F1)
 
 Training, evaluation and the command line all use these, so a sentence is
 encoded the same way everywhere.
@@ -43,41 +44,52 @@ def source_ids(vocab: Vocab, tokens) -> list[int]:
 
 
 def translate_ids(model: Transformer, vocab: Vocab, sources: list[list[int]], beam_size: int = 1,
-                  batch_size: int = 100, alpha: float = 0.6) -> list[list[int]]:
+                  batch_size: int = 100, alpha: float = 0.6, max_len: int | None = None) -> list[list[int]]:
     """Decode source id lists (each from ``source_ids``) in batches of ``batch_size``,
-    greedy (beam_size 1) or beam search (§6.1). Returns output id lists (no <bos>/<eos>)."""
+    greedy (beam_size 1) or beam search (§6.1). ``max_len``: the most output tokens per
+    sentence, <eos> included (None: its input length + 50, §6.1; a task may set its own,
+    ``loading.Task.max_output_len``). Returns output id lists (no <bos>/<eos>)."""
     out: list[list[int]] = []
     for i in range(0, len(sources), batch_size):
         src, _ = make_source_batch(sources[i: i + batch_size], vocab.pad_id, model.xp)
         if beam_size == 1:
-            out.extend(greedy_decode(model, src, vocab.bos_id, vocab.eos_id))
+            out.extend(greedy_decode(model, src, vocab.bos_id, vocab.eos_id, max_len=max_len))
         else:
-            out.extend(beam_search(model, src, vocab.bos_id, vocab.eos_id, beam_size=beam_size, alpha=alpha))
+            out.extend(beam_search(model, src, vocab.bos_id, vocab.eos_id, beam_size=beam_size, alpha=alpha,
+                                   max_len=max_len))
     return out
 
 
 def translate_tokens(model: Transformer, vocab: Vocab, sources: list[list[str]], beam_size: int = 1,
-                     batch_size: int = 100, alpha: float = 0.6) -> list[list[str]]:
+                     batch_size: int = 100, alpha: float = 0.6, max_len: int | None = None) -> list[list[str]]:
     """Translate tokenized sentences; returns token lists (special tokens stripped)."""
-    ids = translate_ids(model, vocab, [source_ids(vocab, s) for s in sources], beam_size, batch_size, alpha)
+    ids = translate_ids(model, vocab, [source_ids(vocab, s) for s in sources], beam_size, batch_size, alpha, max_len)
     return [vocab.decode(seq) for seq in ids]
 
 
 def score_translations(model: Transformer, vocab: Vocab, pairs, tgt_level: str = "word",
-                       bleu_tokenize: str = "13a", beam_size: int = 1) -> dict:
+                       bleu_tokenize: str = "13a", beam_size: int = 1, alpha: float = 0.6,
+                       max_len: int | None = None, scores=None, src_level: str = "word") -> dict:
     """Translate the sources of ``pairs`` (source tokens, target tokens) and score them.
 
     Returns {"hyps", "refs": detokenized strings; "exact_match": fraction;
     "bleu", "chrf": corpus scores (0-100); "seconds": decoding time}.
     ``bleu_tokenize``: sacrebleu's tokenizer name ("13a", "char", "none", ...).
+    ``scores``: a task's own scores (``loading.Task.scores``), called with the
+    source, output and reference texts; what it returns is added as "scores".
+    ``max_len``: as in ``translate_ids``.
     """
     refs = [detokenize(t, tgt_level) for _, t in pairs]
     t0 = time.perf_counter()
-    hyps = [detokenize(h, tgt_level) for h in translate_tokens(model, vocab, [s for s, _ in pairs], beam_size)]
+    hyps = [detokenize(h, tgt_level)
+            for h in translate_tokens(model, vocab, [s for s, _ in pairs], beam_size, alpha=alpha, max_len=max_len)]
     seconds = time.perf_counter() - t0
-    return {"hyps": hyps, "refs": refs, "exact_match": exact_match(hyps, refs),
-            "bleu": corpus_bleu(hyps, refs, tokenize=bleu_tokenize).score, "chrf": corpus_chrf(hyps, refs),
-            "seconds": seconds}
+    result = {"hyps": hyps, "refs": refs, "exact_match": exact_match(hyps, refs),
+              "bleu": corpus_bleu(hyps, refs, tokenize=bleu_tokenize).score, "chrf": corpus_chrf(hyps, refs),
+              "seconds": seconds}
+    if scores is not None:
+        result["scores"] = scores([detokenize(s, src_level) for s, _ in pairs], hyps, refs)
+    return result
 
 
 def attention_maps(model: Transformer, src_ids, tgt_in_ids) -> dict[str, numpy.ndarray]:
