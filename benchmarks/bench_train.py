@@ -55,14 +55,17 @@ How it measures (docs/performance.md has the details):
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import math
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -341,6 +344,35 @@ TORCH_MATMUL_OPS = {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm",
                     "aten::_scaled_dot_product_flash_attention_for_cpu_backward"}
 
 
+# libkineto, torch.profiler's engine, writes two lines to the process's stderr each time a
+# profile starts and stops ("USDT:<date> <time> <pid>:<tid> SyncActivityProfilerHandler.cpp:52]
+# profiler_start", then "profiler_stop"): 36 lines through the report of a full run. Its own
+# log level cannot drop them without dropping its errors too (KINETO_LOG_LEVEL: USDT ranks above
+# ERROR), so they are caught at the file descriptor (C++ writes past sys.stderr) and only those
+# lines are dropped; anything else kineto or torch writes there is passed on.
+KINETO_NOISE = re.compile(r"(?:USDT|STAGE):\S+ \S+ \d+:\d+ \S+\] (?:profiler_start|profiler_stop|Completed Stage: .*)")
+
+
+@contextlib.contextmanager
+def without_kineto_noise():
+    """Run the body with fd 2 caught; then write what it caught to stderr, less KINETO_NOISE."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            kept = [line for line in caught.read().decode(errors="replace").splitlines()
+                    if not KINETO_NOISE.fullmatch(line)]
+            if kept:
+                print("\n".join(kept), file=sys.stderr, flush=True)
+
+
 def torch_matmul_share(step, n_steps: int) -> dict:
     """Profile ``n_steps`` torch steps, one at a time; seconds in its matrix-product kernels
     (self time) per step, the least over the steps, and their share of the profiled time."""
@@ -348,7 +380,7 @@ def torch_matmul_share(step, n_steps: int) -> dict:
 
     per_step, total = [], 0.0
     for _ in range(n_steps):
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with without_kineto_noise(), profile(activities=[ProfilerActivity.CPU]) as prof:
             t0 = time.perf_counter()
             step()
             total += time.perf_counter() - t0

@@ -33,16 +33,17 @@ extensions = [
     "myst_nb",                    # Markdown (MyST) pages and Jupyter notebooks
     "sphinx.ext.autodoc",         # the API reference, from the docstrings
     "sphinx.ext.autosummary",     # one API page per module, found by walking the package
-    "sphinx.ext.mathjax",
+    "sphinx.ext.mathjax",         # with the MathJax shipped in docs/_static/mathjax (below)
     "sphinx.ext.viewcode",        # highlighted source pages, linked from the API reference
     "plain_docstrings",           # docs/_ext: the plain-text docstrings as reST, warning-free
+    "dotted_titles",              # docs/_ext: module names in the navigation wrap after a dot
 ]
 
 # -- which files are pages --------------------------------------------------------------
 root_doc = "docs/index"
 # Every numbered lesson notebook is a page, so lessons added later appear with no edit here.
 include_patterns = ["docs/**", "lessons/[0-9][0-9]_*.ipynb"]
-exclude_patterns = ["docs/_build", "**/.ipynb_checkpoints"]
+exclude_patterns = ["docs/_build", "docs/_static", "**/.ipynb_checkpoints"]
 templates_path = ["docs/_templates"]   # autosummary reads it from the source directory (the repository root)
 
 # -- MyST and notebooks -----------------------------------------------------------------
@@ -76,8 +77,19 @@ html_theme_options = {
     "use_download_button": True,
     "show_navbar_depth": 1,
 }
+html_static_path = ["_static"]          # docs/_static, copied to _static/ in the site
 html_last_updated_fmt = None
 html_show_sourcelink = False
+
+
+# -- math -------------------------------------------------------------------------------
+# The formulas are typeset in the reader's browser by MathJax 3, which ships with the site
+# (docs/_static/mathjax: the npm package's TeX-to-HTML component, its fonts and its Apache-2.0
+# license; SOURCE.md there says where it comes from), so a local build renders its math with
+# no network. Sphinx's default would load MathJax from a CDN. tests/test_docs_browser.py opens
+# pages in a headless browser with the network off and checks every formula is typeset.
+# MathJax finds its fonts beside the script (output/chtml/fonts/woff-v2), so no fontURL is set.
+mathjax_path = "mathjax/tex-chtml-full.js"      # relative to _static; "full": every TeX package, none fetched later
 
 
 # -- checks and small fixes -------------------------------------------------------------

@@ -4,8 +4,14 @@ Errors reach the user as one line, ``error: <what> (<which option, file or varia
 with exit code 2 for bad input (options, files, data, environment variables) and 1
 for failures at run time (a diverged run, a full disk). No traceback is printed
 unless ``--debug`` is given or MINITRANSFORMER_DEBUG=1 is set. An interrupted
-``train`` saves a checkpoint, prints how to resume, and exits with 130 (Ctrl-C,
-SIGINT) or 143 (SIGTERM).
+``train`` saves a checkpoint, prints how to resume, and exits with 128 + the
+signal: 130 (Ctrl-C, SIGINT), 143 (SIGTERM), 129 (SIGHUP: the terminal was
+closed). A standard output whose reader went away (``train … | head -3``) is
+treated like SIGTERM: the step finishes, a checkpoint is saved, the messages go
+to standard error, and the exit code is 141 (128 + SIGPIPE, what a shell shows
+for a program a closed pipe stopped); ``translate`` and ``evaluate`` exit with
+141 too, quietly. Characters the output's encoding cannot show are written as
+backslash escapes (``\\u03b5``), with ``PYTHONIOENCODING=latin-1`` say.
 """
 
 from __future__ import annotations
@@ -46,7 +52,16 @@ class CliError(Exception):
 
 
 class _Terminated(BaseException):
-    """SIGTERM outside the training loop (which handles it itself): exit 143 without a traceback."""
+    """SIGTERM or SIGHUP outside the training loop (which handles them itself): exit 128 + signal,
+    without a traceback."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+# The exit code of a command whose standard output was closed before it finished: 128 + SIGPIPE.
+OUTPUT_CLOSED = 141
 
 
 def _message(exc: BaseException, which: str | None = None) -> str:
@@ -73,6 +88,46 @@ def _about(which: str):
         raise
     except BAD_INPUT as exc:
         raise CliError(_message(exc, which), which, 2) from exc
+
+
+@contextmanager
+def _memory_for(what: str, which: str | None, hint: str = ""):
+    """An out-of-memory error inside the block, reported as ``out of memory <what>`` from ``which``
+    (the option or file that asked for the memory), with ``hint`` (what to make smaller)."""
+    try:
+        yield
+    except MemoryError as exc:
+        raise CliError(f"out of memory {what}{'; ' + hint if hint else ''}", which, 1) from exc
+
+
+@contextmanager
+def _quiet_numpy():
+    """No NumPy overflow / invalid-value warnings inside the block.
+
+    A diverging step makes NumPy warn at each line it reaches; the package reports
+    such a state once, by name (a skipped step names the tensor, decoding raises on
+    NaN scores, a diverged checkpoint is refused at load), so the warnings only repeat
+    it, in the middle of the output.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) encountered", RuntimeWarning)
+        yield
+
+
+def _check_output_dir(path: str, option: str) -> None:
+    """``files.check_writable_dir`` for the folder an option names: a folder that is not one, or
+    cannot be written (permissions, a read-only mount), is a usage error (2); a full disk is a
+    run-time failure (1); both name the option."""
+    from .files import check_writable_dir  # noqa: PLC0415
+
+    which = f"{option} {path}"
+    with _about(which):
+        try:
+            check_writable_dir(path)
+        except OSError as exc:
+            if isinstance(exc, BAD_INPUT):
+                raise
+            raise CliError(_message(exc, which), which, 1) from exc
 
 
 def _debug_requested(argv: list[str]) -> bool:
@@ -124,6 +179,37 @@ def positive_float(text: str) -> float:
     return value
 
 
+def probability(text: str) -> float:
+    """A number p with 0 < p ≤ 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:            # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text}")
+    return value
+
+
+def beam_size(text: str) -> int:
+    """A beam size: a whole number in 1..decoding.MAX_BEAM_SIZE (checked here, before anything runs)."""
+    from .decoding import MAX_BEAM_SIZE  # noqa: PLC0415
+
+    value = positive_int(text)
+    if value > MAX_BEAM_SIZE:
+        raise argparse.ArgumentTypeError(f"must be at most {MAX_BEAM_SIZE} (§6.1 uses 4), got {text}")
+    return value
+
+
+def strategy_spec(text: str):
+    """A decoding strategy by name: greedy, beam4, sample:temperature=0.7,top_k=10 (decoding.parse_strategy)."""
+    from .decoding import parse_strategy  # noqa: PLC0415
+
+    try:
+        return parse_strategy(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse, with its errors in the package's one format: ``error: <what> (<option>)``, exit 2."""
 
@@ -168,8 +254,129 @@ def _load_checkpoint(path: str, option: str):
         return load_checkpoint(path)
 
 
-def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None) -> dict:
-    """Decode ``pairs`` (token lists), print samples and scores; return the scores.
+def _warn_unknown_tokens(vocab, sources, targets=()) -> None:
+    """The warning ``translate`` and ``evaluate`` give for tokens the model has never seen."""
+    unknown = sorted({t for src in sources for t in src if t not in vocab})
+    if unknown:
+        print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
+    unreachable = sorted({t for tgt in targets for t in tgt if t not in vocab})
+    if unreachable:
+        print(f"warning: reference tokens not in the vocabulary (the model can never produce them): "
+              f"{unreachable[:10]}", file=sys.stderr)
+
+
+def _check_levels(ckpt, src_level: str, tgt_level: str | None, which: str) -> None:
+    """Refuse to feed a model tokens of another level than it was trained on: a char-level model
+    scored on word-level data (or the other way round) gives 0% with no hint why."""
+    levels = ckpt.extra.get("levels", {})
+    for side, level in (("source", src_level), ("target", tgt_level)):
+        saved = levels.get("src" if side == "source" else "tgt")
+        if level is not None and saved is not None and level != saved:
+            raise CliError(f"level mismatch: the checkpoint's model was trained on {saved}-level {side}s, not "
+                           f"{level}-level ones", which)
+
+
+def _check_source_lengths(model, sources, level: str, where, noun: str = "source") -> None:
+    """Every source fits the model's positions (with its <eos>); ``where(i)`` names sentence i."""
+    for i, src in enumerate(sources):
+        if len(src) + 1 > model.cfg.max_len:
+            raise CliError(f"the {noun} has {len(src)} {level} tokens; with <eos> that is more than the model's "
+                           f"max_len of {model.cfg.max_len} positions", where(i))
+
+
+# -- decoding strategies: one set of options for translate and evaluate, --eval for train ---
+
+_SAMPLING_OPTIONS = (("temperature", "--temperature"), ("top_k", "--top-k"), ("top_p", "--top-p"),
+                     ("sample_seed", "--sample-seed"))
+
+
+def _add_strategy_options(p: argparse.ArgumentParser, default_beam: int = 4) -> None:
+    """--beam, or --sample with --temperature / --top-k / --top-p / --sample-seed (read by _strategy_from_args)."""
+    p.add_argument("--beam", type=beam_size, default=None, metavar="K",
+                   help=f"beam size (1 = greedy; default {default_beam}, as in §6.1)")
+    p.set_defaults(default_beam=default_beam)
+    p.add_argument("--sample", action="store_true",
+                   help="sample each token from the model's distribution instead of searching (not with --beam)")
+    p.add_argument("--temperature", type=positive_float, metavar="T",
+                   help="with --sample: divide the logits by T (< 1 sharper, > 1 flatter; default 1)")
+    p.add_argument("--top-k", type=positive_int, metavar="K", help="with --sample: only the K most probable tokens")
+    p.add_argument("--top-p", type=probability, metavar="P",
+                   help="with --sample: only the most probable tokens holding probability P (nucleus, 0 < P ≤ 1)")
+    p.add_argument("--sample-seed", type=non_negative_int, metavar="N",
+                   help="with --sample: seed of the draws (default 0; the same seed gives the same outputs)")
+
+
+def _strategy_from_args(args):
+    """The decoding strategy the options of ``_add_strategy_options`` ask for (CliError if they conflict)."""
+    from .decoding import GREEDY, Beam, Sample  # noqa: PLC0415
+
+    given = [(name, option) for name, option in _SAMPLING_OPTIONS if getattr(args, name) is not None]
+    if not args.sample:
+        if given:
+            raise CliError(f"{given[0][1]} applies only to sampling; add --sample", given[0][1])
+        size = args.beam if args.beam is not None else args.default_beam
+        return GREEDY if size == 1 else Beam(size)
+    if args.beam is not None:
+        raise CliError(f"--sample and --beam {args.beam} ask for two different decoders; give one of them",
+                       "--sample/--beam")
+    settings = {name: getattr(args, name) for name, _ in given}
+    settings["seed"] = settings.pop("sample_seed", 0)
+    with _about("--sample-seed"):
+        return Sample(**settings)
+
+
+def _strategy_option(args) -> str:
+    """The option that chose the decoder, for a message: "--sample" or "--beam K"."""
+    return "--sample" if args.sample else f"--beam {args.beam if args.beam is not None else args.default_beam}"
+
+
+def _after_greedy(strategy) -> list:
+    """evaluate's list: greedy first, as the baseline, then ``strategy`` unless it is greedy."""
+    from .decoding import GREEDY  # noqa: PLC0415
+
+    return [GREEDY] if strategy == GREEDY else [GREEDY, strategy]
+
+
+def _add_eval_option(p: argparse.ArgumentParser) -> None:
+    """train --eval: the strategies the test set is decoded with at the end, checked when the options are parsed."""
+    p.add_argument("--eval", type=strategy_spec, nargs="+", default=None, metavar="STRATEGY",
+                   help="decode the test set at the end with each of these: greedy, beamK (e.g. beam4), "
+                        "beam:size=K,alpha=A, sample, sample:temperature=T,top_k=K,top_p=P,seed=N "
+                        "(default: greedy)")
+
+
+def _eval_strategies(args) -> list:
+    """The strategies of train --eval, duplicates dropped (default: greedy)."""
+    from .decoding import GREEDY  # noqa: PLC0415
+
+    return list(dict.fromkeys(args.eval or [GREEDY]))
+
+
+def _check_decoding_fits(model, sources, strategies, which: str, when: str = "", max_len: int | None = None) -> None:
+    """Refuse, before decoding starts (for ``train``: before the first step), strategies whose
+    decoding cannot fit in memory (``translate.decoding_bytes``); ``which`` names the option;
+    ``max_len``: the task's longest output (``loading.Task.max_output_len``), if it has one."""
+    from . import backend  # noqa: PLC0415
+    from .model import count_parameters  # noqa: PLC0415
+    from .translate import decoding_bytes  # noqa: PLC0415
+
+    limit = backend.memory_limit(model.xp)
+    if limit is None or not sources:
+        return
+    longest = max(len(src) for src in sources)
+    # The model itself holds its parameters, their gradients and Adam's two moments.
+    available = limit - 4 * count_parameters(model.cfg) * model.E.data.dtype.itemsize
+    for strategy in strategies:
+        needed = decoding_bytes(model, len(sources), longest, strategy, max_len=max_len)
+        if needed > available:
+            raise CliError(f"decoding {len(sources):,} sentences with {strategy}{when} would need about "
+                           f"{backend.format_bytes(needed)} of memory, more than the "
+                           f"{backend.format_bytes(max(available, 0))} this machine has beside the model; choose a "
+                           "smaller beam", which, 2)
+
+
+def _report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> dict:
+    """Decode ``pairs`` (token lists) with each strategy, print samples and scores; return the scores.
 
     A task with its own hooks (``loading.Task``: render, scores, max_output_len)
     prints its samples through ``render`` and its own scores instead of BLEU and chrF.
@@ -181,12 +388,12 @@ def _report(model, task, vocab, pairs, beam_sizes=(1,), n_samples=5, stream=None
     entry = task.entry
     render = entry.render if entry is not None and entry.render is not None else None
     results = {}
-    for beam in beam_sizes:
-        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, beam_size=beam,
+    for i, strategy in enumerate(strategies):
+        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, strategy=strategy,
                                max_len=entry.max_output_len if entry is not None else None,
                                scores=entry.scores if entry is not None else None, src_level=task.src_level)
-        name = "greedy" if beam == 1 else f"beam {beam}"
-        if beam == beam_sizes[0] and n_samples > 0:
+        name = str(strategy)
+        if i == 0 and n_samples > 0:
             print("sample decodes:", file=stream)
             for (src, _), hyp, ref in list(zip(pairs, r["hyps"], r["refs"]))[:n_samples]:
                 mark = "✓" if hyp == ref else "✗"
@@ -261,15 +468,12 @@ def _check_resumed_model(ckpt, preset: str | None, changes: dict, path: str) -> 
 
 
 def cmd_train(args) -> int:
-    from . import backend  # noqa: PLC0415
     from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
     from .data.registry import load_task  # noqa: PLC0415
-    from .errors import NonFiniteError  # noqa: PLC0415
-    from .files import check_writable_dir  # noqa: PLC0415
-    from .model import describe  # noqa: PLC0415
-    from .train import TrainingInterrupted, TrainSettings, make_trainer, settings_for  # noqa: PLC0415
+    from .train import TrainSettings  # noqa: PLC0415
 
     _set_backend(args)
+    strategies = _eval_strategies(args)        # checked when parsed; used after the last step
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --task NAME or --data pairs.tsv", "--task/--data")
     if args.task is not None:
@@ -282,8 +486,13 @@ def cmd_train(args) -> int:
     changes = _model_changes(args)
     # Everything that can be checked is checked before the first step.
     ckpt, saved = None, None
+    if args.resume is not None and not args.resume.strip():
+        # An empty --resume would otherwise be "no --resume": a fresh run where a resumed one was asked for.
+        raise CliError("the checkpoint to resume from is empty; name a checkpoint.npz, or leave --resume out",
+                       "--resume")
     if args.resume:
-        ckpt = _load_checkpoint(args.resume, "--resume")
+        with _memory_for("loading the checkpoint", f"--resume {args.resume}"):
+            ckpt = _load_checkpoint(args.resume, "--resume")
         with _about(f"--resume {args.resume}"):
             saved = TrainSettings.from_dict(ckpt.extra.get("settings", {}), "the checkpoint's training settings")
         _check_resumed_model(ckpt, args.preset, changes, args.resume)
@@ -292,7 +501,8 @@ def cmd_train(args) -> int:
     if saved is not None and seed != saved.seed:
         raise CliError(f"the checkpoint was trained with seed {saved.seed}; another seed would split the data and "
                        "order the batches differently (leave --seed out when resuming)", f"--seed {args.seed}")
-    with _about(f"--task {args.task}" if args.task else f"--data {args.data}"):
+    source = f"--task {args.task}" if args.task else f"--data {args.data}"
+    with _about(source), _memory_for("reading the data", source):
         task = load_task(args.task, args.data, level=args.level or "char", seed=seed, header=args.header,
                          max_length=args.max_length if args.max_length is not None else MAX_DATA_LENGTH)
     for note in task.notes:
@@ -300,8 +510,18 @@ def cmd_train(args) -> int:
     if args.out is not None and not args.out.strip():
         raise CliError("the output folder is empty; leave --out out for runs/TASK, or name a folder", "--out")
     out_dir = args.out if args.out is not None else os.path.join("runs", task.name)
-    with _about(f"--out {out_dir}"):
-        check_writable_dir(out_dir)
+    _check_output_dir(out_dir, "--out")
+    with _run_lock(out_dir):
+        return _train_locked(args, task, out_dir, ckpt, saved, seed, changes, strategies)
+
+
+def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dict, strategies: list) -> int:
+    """The rest of ``train``, holding ``out_dir``'s run lock: no other run can start into the folder
+    between the check for an earlier run below and this run's last save."""
+    from . import backend  # noqa: PLC0415
+    from .model import describe  # noqa: PLC0415
+    from .train import TrainSettings, make_trainer, settings_for  # noqa: PLC0415
+
     earlier = os.path.join(out_dir, "checkpoint.npz")
     continuing = args.resume is not None and os.path.exists(earlier) and os.path.samefile(args.resume, earlier)
     if os.path.exists(earlier) and not continuing and not args.overwrite:
@@ -318,10 +538,13 @@ def cmd_train(args) -> int:
         with _about(f"--resume {args.resume}"):
             given = {k: v for k, v in overrides.items() if v is not None}
             settings = TrainSettings(**{**vars(saved), **given})
-    with _about(f"--resume {args.resume}" if args.resume else
-                " ".join([f"--preset {preset}", *(f"--set {t}" for t in args.set or [])])):
+    model_options = " ".join([f"--preset {preset}", *(f"--set {t}" for t in args.set or [])])
+    with _about(f"--resume {args.resume}" if args.resume else model_options), \
+            _memory_for("building the model", model_options, "choose a smaller --preset or --set smaller sizes"):
         trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes)
     model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
+    _check_decoding_fits(model, [src for src, _ in task.test], strategies, "--eval", " at the end (the test set)",
+                         max_len=task.entry.max_output_len if task.entry is not None else None)
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
           f"vocabulary {len(vocab)}")
     changed = "".join(f" --set {name}={value}" for name, value in changes.items())
@@ -329,25 +552,52 @@ def cmd_train(args) -> int:
     print(f"  config: {describe(cfg)}")
     if ckpt is not None:
         print(f"resuming from {args.resume} at step {trainer.step}")
+    return _train_and_report(args, task, trainer, settings, out_dir, strategies)
+
+
+@contextmanager
+def _run_lock(out_dir: str):
+    """Hold ``out_dir``'s run lock (``runlock``); another run holding it is a one-line error naming its PID."""
+    from .runlock import FolderInUseError, hold  # noqa: PLC0415
+
+    try:
+        with hold(out_dir):
+            yield
+    except FolderInUseError as exc:
+        raise CliError(str(exc), f"--out {out_dir}", 2) from exc
+
+
+def _train_and_report(args, task, trainer, settings, out_dir: str, strategies: list) -> int:
+    """The training loop, then the test-set report (decoded with ``strategies``, train --eval):
+    what ``train`` does once everything is checked."""
+    from . import streams  # noqa: PLC0415
+    from .data.fingerprint import proves_held_out  # noqa: PLC0415
+    from .errors import NonFiniteError  # noqa: PLC0415
+    from .train import OutputWriteError, TrainingInterrupted  # noqa: PLC0415
+
+    model, vocab = trainer.model, trainer.vocab
+    source = f"--task {task.name}" if args.task else f"--data {shlex.quote(args.data)}"
     first_step = trainer.step
     t0 = time.perf_counter()
     try:
-        with warnings.catch_warnings():
-            # A diverging step makes NumPy warn about overflow at each line it reaches; the
-            # non-finite policy (optim.Adam) already reports such a step once, naming the tensor.
-            warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) encountered", RuntimeWarning)
+        with _quiet_numpy(), _memory_for("while training", None,
+                                         "try a smaller --batch-size or --max-tokens, or a smaller model"):
             trainer.run(progress=not args.no_progress, progress_every=args.progress_every)
     except TrainingInterrupted as stop:
         print(f"{stop}", file=sys.stderr)
         if stop.checkpoint and stop.step >= settings.steps:
             # The signal came during the last step: training is complete, only the report was skipped.
-            source = f"--task {task.name}" if args.task else f"--data {shlex.quote(args.data)}"
             print(f"training is complete ({stop.step} of {settings.steps} steps); the test-set report was skipped. "
                   f"Score the checkpoint with: python -m minitransformer evaluate --checkpoint "
                   f"{shlex.quote(stop.checkpoint)} {source}", file=sys.stderr)
         elif stop.checkpoint:
             print(f"resume with: {_resume_command(args.argv, stop.checkpoint)}", file=sys.stderr)
         return stop.exit_code
+    except OutputWriteError as exc:
+        how = (f"; make room (or fix the folder's permissions) and resume with: "
+               f"{_resume_command(args.argv, exc.intact[0])}" if exc.intact else
+               "; make room (or fix the folder's permissions) and start the run again")
+        raise CliError(f"{exc}{how}", None, 1) from exc
     except NonFiniteError as exc:
         raise CliError(str(exc), None, 1) from exc
     checkpoint = trainer.checkpoint_path
@@ -356,12 +606,57 @@ def cmd_train(args) -> int:
     print(f"trained {trained} steps{resumed} in {time.perf_counter() - t0:.1f}s; checkpoint: "
           f"{checkpoint}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
           f"curve: {os.path.join(out_dir, 'loss.png')}")
-    print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
-    _report(model.eval(), task, vocab, task.test, beam_sizes=tuple(args.eval_beams))
+    if proves_held_out(trainer.data_fingerprint):
+        print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
+    else:
+        since = trainer.data_fingerprint.get("since_step") if trainer.data_fingerprint else None
+        print(f"test set ({task.name}: {len(task.test)} pairs; the checkpoint this run resumed from does not record "
+              f"the data it was trained on{f' in its first {since} steps' if since else ''}, so that these pairs "
+              "were held out cannot be checked):")
+    with _quiet_numpy(), _memory_for("scoring the test set", "--eval",
+                                     f"the checkpoint is saved ({checkpoint}): score it with a smaller beam, "
+                                     f"python -m minitransformer evaluate --checkpoint {shlex.quote(checkpoint)} "
+                                     f"{source} --beam 1"):
+        _report(model.eval(), task, vocab, task.test, strategies)
+    if streams.output_lost() == "stdout":
+        print(f"standard output was closed: the test-set report was cut short; the checkpoint is saved ({checkpoint}). "
+              f"Score it with: python -m minitransformer evaluate --checkpoint {shlex.quote(checkpoint)} {source}",
+              file=sys.stderr)
+        return OUTPUT_CLOSED
     return 0
 
 
 # -- translate ---------------------------------------------------------------------------
+
+
+def _stdin_lines() -> list[str]:
+    """The lines of standard input, split on "\\n" only (a trailing "\\r" of Windows line ends dropped).
+
+    ``str.splitlines`` would also split on "\\v", "\\f", "\\x1c"-"\\x1e", "\\x85",
+    U+2028, U+2029 and a lone "\\r": one input line could then give two output lines,
+    and every later output would be misaligned with its input. Bytes that are not
+    valid in the stream's encoding are an error naming the line.
+    """
+    stream = sys.stdin
+    if stream is None:
+        return []
+    buffer = getattr(stream, "buffer", None)
+    if buffer is None:                       # a text stream without bytes underneath (a test's StringIO)
+        text = stream.read()
+    else:
+        data = buffer.read()
+        encoding, errors = stream.encoding or "utf-8", stream.errors or "strict"
+        try:
+            text = data.decode(encoding, errors)
+        except UnicodeDecodeError as exc:
+            line_start = data.rfind(b"\n", 0, exc.start) + 1
+            lineno = data.count(b"\n", 0, exc.start) + 1
+            raise CliError(f"not valid {encoding} text ({exc.reason} at byte {exc.start - line_start + 1} of the "
+                           "line)", f"standard input, line {lineno}") from None
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()                          # the newline that ends the last line starts no new one
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _read_sentences(args) -> list[tuple[str, str]]:
@@ -374,8 +669,7 @@ def _read_sentences(args) -> list[tuple[str, str]]:
     if args.text:
         sentences = [(text, f"argument {i}") for i, text in enumerate(args.text, start=1)]
     else:
-        sentences = [(line, f"standard input, line {i}")
-                     for i, line in enumerate(sys.stdin.read().splitlines(), start=1)]
+        sentences = [(line, f"standard input, line {i}") for i, line in enumerate(_stdin_lines(), start=1)]
         if not sentences:
             raise CliError("no sentences: give them as arguments or on standard input", "standard input")
     for text, where in sentences:
@@ -387,16 +681,21 @@ def _read_sentences(args) -> list[tuple[str, str]]:
 def cmd_translate(args) -> int:
     from .data.registry import saved_task  # noqa: PLC0415
     from .data.vocab import detokenize, tokenize  # noqa: PLC0415
-    from .files import check_writable_dir  # noqa: PLC0415
     from .translate import translate_tokens  # noqa: PLC0415
 
     _set_backend(args)
+    strategy = _strategy_from_args(args)
+    if args.attention is not None:
+        if not args.attention.strip():
+            raise CliError("the folder for the heatmaps is empty; name a folder, or leave --attention out",
+                           "--attention")
+        _check_output_dir(args.attention, "--attention")
     sentences = _read_sentences(args)
-    if args.attention:
-        with _about(f"--attention {args.attention}"):
-            check_writable_dir(args.attention)
-    ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
+    with _memory_for("loading the checkpoint", f"--checkpoint {args.checkpoint}"):
+        ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
     levels = ckpt.extra.get("levels", {})
+    if args.level is not None:
+        _check_levels(ckpt, args.level, None, f"--level {args.level}")
     src_level = args.level or levels.get("src", "word")
     tgt_level = levels.get("tgt", src_level)
     model = ckpt.model.eval()
@@ -411,45 +710,96 @@ def cmd_translate(args) -> int:
     for text, where in sentences:
         with _about(where):
             sources.append(tokenize(text, src_level))
-        if len(sources[-1]) + 1 > model.cfg.max_len:          # + 1: the <eos> the source ends with
-            raise CliError(f"the sentence has {len(sources[-1])} {src_level} tokens; with <eos> that is more "
-                           f"than the model's max_len of {model.cfg.max_len} positions", where)
-    unknown = sorted({t for src in sources for t in src if t not in ckpt.vocab})
-    if unknown:
-        print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
+    _check_source_lengths(model, sources, src_level, lambda i: sentences[i][1], "sentence")
+    _warn_unknown_tokens(ckpt.vocab, sources)
     # A task whose outputs mean more than text (a parser's trees) prints them its own way.
     entry = saved_task(ckpt.extra)
     max_len = entry.max_output_len if entry is not None else None
-    for src, hyp in zip(sources, translate_tokens(model, ckpt.vocab, sources, beam_size=args.beam, max_len=max_len)):
-        output = detokenize(hyp, tgt_level)
-        print(entry.render(detokenize(src, src_level), output) if entry is not None and entry.render else output)
-    if args.attention:
-        from .translate import save_attention_maps  # noqa: PLC0415
-        paths = save_attention_maps(model, ckpt.vocab, sources[0], args.attention, src_level, tgt_level,
-                                    beam_size=args.beam)
-        print(f"wrote {len(paths)} attention heatmaps to {args.attention}", file=sys.stderr)
+    _check_decoding_fits(model, sources, [strategy], _strategy_option(args), max_len=max_len)
+    with _quiet_numpy(), _memory_for(f"translating {len(sources)} sentence(s)", _strategy_option(args),
+                                     "a smaller --beam, or fewer sentences at a time"):
+        for src, hyp in zip(sources, translate_tokens(model, ckpt.vocab, sources, strategy, max_len=max_len)):
+            output = detokenize(hyp, tgt_level)
+            print(entry.render(detokenize(src, src_level), output) if entry is not None and entry.render
+                  else output)
+        if args.attention is not None:
+            from .translate import save_attention_maps  # noqa: PLC0415
+            paths = save_attention_maps(model, ckpt.vocab, sources[0], args.attention, src_level, tgt_level,
+                                        strategy=strategy)
+            print(f"wrote {len(paths)} attention heatmaps to {args.attention}", file=sys.stderr)
     return 0
 
 
 # -- evaluate ----------------------------------------------------------------------------
 
 
+def _trained_on(ckpt, task, split: str, seed: int, trained_seed) -> None:
+    """Say loudly when the pairs about to be scored are not known to be held out from training.
+
+    ``evaluate --task T --seed S`` with another seed than the checkpoint's splits the task
+    differently: most of that "test set" may be training data. The pairs are counted
+    against the training split of the checkpoint's own seed (whose fingerprint, where the
+    checkpoint records one, must match, or nothing can be said).
+    """
+    from .data.registry import load_task  # noqa: PLC0415
+
+    saved = ckpt.extra.get("data")
+    if saved is not None and saved.get("task") != task.name:
+        print(f"warning: the checkpoint was trained on {saved.get('task')!r}, not {task.name!r}", file=sys.stderr)
+        return
+    if split == "train":
+        return
+    if seed == trained_seed and (saved is None or task.fingerprint()["split"] == saved["split"]):
+        return                                        # the split the model was trained with
+    if not isinstance(trained_seed, int):
+        print(f"warning: the checkpoint does not record its seed, so whether these {split} pairs were held out "
+              "from its training cannot be checked", file=sys.stderr)
+        return
+    trained = task if seed == trained_seed else load_task(task.name, seed=trained_seed)
+    if saved is not None and trained.fingerprint()["split"] != saved["split"]:
+        print(f"warning: task {task.name!r} with seed {trained_seed} no longer gives the split the checkpoint was "
+              f"trained on (another version of its data?), so whether these {split} pairs were held out cannot be "
+              "checked", file=sys.stderr)
+        return
+    seen = {tuple(src) for src, _ in trained.train}
+    pairs = getattr(task, split)
+    overlap = sum(tuple(src) in seen for src, _ in pairs)
+    if overlap:
+        print(f"warning: {overlap:,} of the {len(pairs):,} {split} pairs of --seed {seed} were in the checkpoint's "
+              f"training data (it was trained with seed {trained_seed}): these scores are not held out; leave "
+              "--seed out to score the pairs it never saw", file=sys.stderr)
+
+
 def cmd_evaluate(args) -> int:
+    from .data import fingerprint  # noqa: PLC0415
     from .data.loading import TaskData, read_pairs  # noqa: PLC0415
     from .data.registry import load_task, saved_task  # noqa: PLC0415
 
     _set_backend(args)
+    strategy = _strategy_from_args(args)
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --data pairs.tsv or --task NAME", "--task/--data")
     if args.data and args.split is not None:
         raise CliError("--split chooses a split of --task; with --data the whole file is evaluated", "--split")
-    ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
+    if args.data and args.seed is not None:
+        raise CliError("--seed chooses how --task is split; with --data the whole file is evaluated", "--seed")
+    if args.task:
+        for option, given in (("--level", args.level is not None), ("--header", args.header)):
+            if given:
+                raise CliError(f"{option} applies to --data files only; task {args.task!r} fixes its own "
+                               "tokenization", option)
+    with _memory_for("loading the checkpoint", f"--checkpoint {args.checkpoint}"):
+        ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
     levels = ckpt.extra.get("levels", {})
+    model = ckpt.model.eval()
     if args.data:
+        if args.level is not None:
+            _check_levels(ckpt, args.level, args.level, f"--level {args.level}")
         src_level = args.level or levels.get("src", "word")
         tgt_level = levels.get("tgt", src_level)
-        with _about(f"--data {args.data}"):
-            pairs, notes = read_pairs(args.data, src_level, tgt_level, header=args.header, max_length=None)
+        with _about(f"--data {args.data}"), _memory_for("reading the data", f"--data {args.data}"):
+            pairs, notes = read_pairs(args.data, src_level, tgt_level, header=args.header, max_length=None,
+                                      max_source_length=model.cfg.max_len - 1)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         if levels.get("src_lowercase"):      # as translate does: the model saw lower-case sources only
@@ -457,16 +807,31 @@ def cmd_evaluate(args) -> int:
         task = TaskData(os.path.basename(args.data), ckpt.vocab, [], [], pairs, src_level, tgt_level,
                         levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"),
                         entry=saved_task(ckpt.extra))       # the trained task's scores, if it has its own
+        saved = ckpt.extra.get("data")
+        if saved is not None and fingerprint.digest(pairs) == saved["corpus"]:
+            print(f"warning: {args.data} holds the pairs the checkpoint was trained on (its train, valid and test "
+                  "splits together): these scores are not held out", file=sys.stderr)
+        where = f"--data {args.data}"
     else:
         saved_seed = ckpt.extra.get("settings", {}).get("seed", 0)
         seed = args.seed if args.seed is not None else saved_seed if isinstance(saved_seed, int) else 0
         with _about(f"--task {args.task}"):
             task = load_task(args.task, seed=seed)
-        pairs = getattr(task, args.split or "test")
+        _check_levels(ckpt, task.src_level, task.tgt_level, f"--task {args.task}")
+        split = args.split or "test"
+        pairs = getattr(task, split)
+        _trained_on(ckpt, task, split, seed, saved_seed)
+        _check_source_lengths(model, [src for src, _ in pairs], task.src_level,
+                              lambda i: f"--task {args.task}, {split} pair {i + 1}")
+        where = f"--task {args.task}"
     if args.limit is not None:
         pairs = pairs[: args.limit]
-    beams = (1,) if args.beam == 1 else (1, args.beam)
-    _report(ckpt.model.eval(), task, ckpt.vocab, pairs, beam_sizes=beams, n_samples=args.samples)
+    _warn_unknown_tokens(ckpt.vocab, [src for src, _ in pairs], [tgt for _, tgt in pairs])
+    _check_decoding_fits(model, [src for src, _ in pairs], _after_greedy(strategy), _strategy_option(args),
+                         max_len=task.entry.max_output_len if task.entry is not None else None)
+    with _quiet_numpy(), _memory_for(f"scoring {len(pairs)} pairs", _strategy_option(args),
+                                     f"a smaller --beam, or --limit to score fewer pairs of {where}"):
+        _report(model, task, ckpt.vocab, pairs, _after_greedy(strategy), n_samples=args.samples)
     return 0
 
 
@@ -502,7 +867,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description=f"Train a Transformer on a named task ({_task_names_help()}; "
                                    "`python -m minitransformer tasks` describes them) or a TSV file. A checkpoint "
                                    "is saved at every validation and at the end (the one replaced is kept as "
-                                   "checkpoint.prev.npz); Ctrl-C or SIGTERM save one and print how to resume.")
+                                   "checkpoint.prev.npz); Ctrl-C, SIGTERM, SIGHUP or a closed output pipe save "
+                                   "one and print how to resume.")
     p.add_argument("--task", help=f"a named task: {_task_names_help()} (see the 'tasks' command)")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task); duplicate pairs "
                                   "are removed and the rest split into train / valid / test")
@@ -526,8 +892,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validate (and save a checkpoint) every this many steps")
     p.add_argument("--checkpoint-every", type=positive_int,
                    help="also save a checkpoint every this many steps")
-    p.add_argument("--eval-beams", type=positive_int, nargs="+", default=[1],
-                   help="beam sizes to evaluate the test set with at the end (default: 1 = greedy)")
+    _add_eval_option(p)
     p.add_argument("--seed", type=non_negative_int, default=None,
                    help="seed of the data split, the initial weights and dropout (default 0; when resuming, "
                         "the checkpoint's)")
@@ -548,7 +913,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "first, with a note; words still unknown after that are named in a warning.")
     p.add_argument("text", nargs="*", help="sentences (default: read lines from standard input)")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
-    p.add_argument("--beam", type=positive_int, default=4, help="beam size (1 = greedy; default 4, as in §6.1)")
+    _add_strategy_options(p)
     p.add_argument("--level", choices=["char", "word"], help="source tokenization (default: the checkpoint's)")
     p.add_argument("--attention", metavar="OUT_DIR",
                    help="also save attention heatmaps (every layer and head) for the first sentence")
@@ -556,7 +921,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_translate)
 
     p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split "
-                                        "(a parser: bracket F1, exact trees, ill-formed outputs)")
+                                        "(a parser: bracket F1, exact trees, ill-formed outputs)",
+                       description="Score a checkpoint: greedy decoding first, then the decoder chosen with "
+                                   "--beam K (default 4) or --sample.")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (all of it is evaluated)")
     p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")
@@ -564,8 +931,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", choices=["train", "valid", "test"], default=None,
                    help="which split of --task to evaluate (default: test)")
     p.add_argument("--level", choices=["char", "word"], help="tokenization of --data (default: the checkpoint's)")
-    p.add_argument("--beam", type=positive_int, default=4,
-                   help="also evaluate beam search of this size (1: greedy only)")
+    _add_strategy_options(p)      # scored after greedy (--beam 1: greedy only)
     p.add_argument("--limit", type=positive_int, help="evaluate only the first N pairs")
     p.add_argument("--samples", type=non_negative_int, default=5, help="sample decodes to print (0: none)")
     p.add_argument("--seed", type=non_negative_int, default=None,
@@ -594,14 +960,29 @@ def _run(argv: list[str]) -> int:
         raise CliError(str(exc), None, 1) from exc
 
 
+# Signals that end a command outside the training loop (which saves first): exit 128 + signal.
+_TERMINATING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 def main(argv=None) -> int:
-    """Run the command line; returns the exit code (0 success, 2 bad input, 1 failure, 130/143 signals)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    previous_term = None
+    """Run the command line; returns the exit code (0 success, 2 bad input, 1 failure, 128 + signal for
+    a signal: 130 SIGINT, 143 SIGTERM, 129 SIGHUP, 141 a closed standard output)."""
+    from . import streams  # noqa: PLC0415  (standard library only)
+
+    with streams.guard_standard_streams():
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+        if code == 0 and streams.output_lost() == "stdout":
+            code = OUTPUT_CLOSED            # the output was cut short: say so in the exit code, quietly
+    return code
+
+
+def _main(argv: list[str]) -> int:
+    previous: dict = {}
     if threading.current_thread() is threading.main_thread():
         def on_term(signum, frame):
-            raise _Terminated()
-        previous_term = signal.signal(signal.SIGTERM, on_term)
+            raise _Terminated(signum)
+        for sig in _TERMINATING:
+            previous[sig] = signal.signal(sig, on_term)
     debug = False
 
     def fail(line: str, code: int, exc: BaseException | None = None) -> int:
@@ -618,20 +999,21 @@ def main(argv=None) -> int:
         return fail(str(exc), exc.code, exc.__cause__)
     except KeyboardInterrupt as exc:
         return fail("interrupted (Ctrl-C)", 130, exc)
-    except _Terminated:
-        return fail("terminated (SIGTERM)", 143)
+    except _Terminated as exc:
+        return fail(f"terminated ({signal.Signals(exc.signum).name})", 128 + int(exc.signum))
     except BAD_INPUT as exc:
         return fail(_message(exc), 2, exc)
     except MemoryError as exc:
-        return fail("out of memory (try a smaller --batch-size or --max-tokens, or a smaller --preset)", 1, exc)
+        # The commands name what ran out of memory (_memory_for); this is anything else.
+        return fail(f"out of memory ({exc})" if str(exc) else "out of memory", 1, exc)
     except OSError as exc:
         return fail(_message(exc), 1, exc)
     except Exception as exc:  # noqa: BLE001 - the one place every other error is turned into a line
         hint = "" if debug else f" (run with --debug or {DEBUG_VARIABLE}=1 for the traceback)"
         return fail(f"internal error: {type(exc).__name__}: {exc}{hint}", 1, exc)
     finally:
-        if previous_term is not None:
-            signal.signal(signal.SIGTERM, previous_term)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 if __name__ == "__main__":

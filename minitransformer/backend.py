@@ -368,6 +368,44 @@ def seeded_rng(seed, xp=None):
     return xp.random.default_rng(seed)
 
 
+def format_bytes(n: float) -> str:
+    """A size for a message, in decimal units: "3.0 GB", "12.5 kB", "512 bytes"."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} bytes"
+
+
+def memory_limit(xp=None) -> int | None:
+    """Bytes of memory arrays of ``xp`` (default: the current backend) can use at most, or None if unknown.
+
+    NumPy: the machine's physical memory, or the container's limit (cgroup
+    ``memory.max``) if that is smaller. CuPy: the device's total memory. This is
+    the most there could ever be, not what is free now: a size above it can
+    never fit, which is what a check before allocating needs to know.
+    """
+    xp = xp or xp_default()
+    if xp is not numpy:
+        try:
+            return int(xp.cuda.Device().mem_info[1])
+        except Exception:  # noqa: BLE001 - no device, no answer
+            return None
+    limits = []
+    try:
+        limits.append(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    except (ValueError, OSError, AttributeError):
+        pass
+    for name in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            with open(name, encoding="ascii") as f:
+                text = f.read().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            limits.append(int(text))
+    return min(limits) if limits else None
+
+
 # -- the machine a figure comes from -----------------------------------------------------
 
 def machine_info() -> dict:
@@ -394,3 +432,17 @@ def machine_summary() -> str:
     load = "" if info["load_average"] is None else f", load {info['load_average']:.1f}"
     return (f"{info['cpu']}, {info['cores']} logical CPUs, Python {info['python']}, "
             f"NumPy {info['numpy']}{load}")
+
+
+# -- the one question decoding asks the device ---------------------------------------------
+
+def host_flag(flag) -> bool:
+    """A yes/no answer computed on the device, as a Python bool: ``bool(flag)`` for a 0-d bool array.
+
+    On a GPU the CPU must wait for the device to finish everything queued before the answer
+    exists (a host sync), so a search that asked per token or per layer would run at the
+    speed of the round trips. The decoding loops ask exactly one question per output
+    position ("may the search stop?"), and only through this function: a reader finds every
+    such wait by its name, and the tests count them (tests/fake_cupy.py).
+    """
+    return bool(flag)

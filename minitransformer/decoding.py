@@ -1,4 +1,4 @@
-"""Search: greedy decoding and beam search (§6.1), on the model's public decode step.
+"""Search (§6.1): choosing output tokens, one position at a time, on the model's public decode step.
 
 The decoder is auto-regressive (§3.1): output token t is predicted from the
 source and the tokens 0..t-1 already produced, so decoding runs one position
@@ -9,11 +9,28 @@ which token to feed next. ``use_cache=False`` re-runs ``Transformer.decode``
 on the whole prefix instead: simple and obviously right, O(T^2) layer work for
 T tokens; the tests check that both give the same numbers.
 
-Greedy decoding takes the most probable token at every step. Beam search
-(§6.1 uses 4 beams and a length penalty with α = 0.6) keeps the k best
-partial hypotheses instead, and ranks finished ones with the
-length penalty of Wu et al. (2016, "Google's Neural Machine Translation
-System", Eq. 14):
+How the next token is chosen is a *strategy*, a small frozen object:
+
+    Greedy()                                   the most probable token at every step
+    Sample(temperature=1.0, top_k=None, top_p=None, seed=0)
+                                               a random token from softmax(logits / T),
+                                               optionally only among the k most probable
+                                               (top-k) and then the smallest set holding
+                                               probability ≥ p (top-p, "nucleus")
+    Beam(size=4, alpha=0.6)                    beam search with a length penalty (§6.1)
+
+``decode(model, src, bos_id, eos_id, strategy)`` runs any of them. Greedy and
+Sample share one loop (:func:`_one_token_per_step`): at every position it asks
+the strategy's ``choose(logp, rng)`` for one token per sentence, and nothing
+else differs. A new strategy of that kind is a class with ``choose`` and
+``make_rng`` (and an entry in ``STRATEGIES`` to be named on the command line).
+Beam search keeps k hypotheses per sentence and reorders them at every step,
+so it has its own loop (:func:`beam_search`). ``greedy_decode`` and
+``beam_search`` remain the plain entry points lesson 10 uses.
+
+Beam search (§6.1 uses 4 beams and a length penalty with α = 0.6) ranks
+finished hypotheses with the length penalty of Wu et al. (2016, "Google's
+Neural Machine Translation System", Eq. 14):
 
     lp(Y) = ((5 + |Y|) / 6) ** α,        score(Y) = log P(Y | X) / lp(Y)
 
@@ -24,7 +41,11 @@ table (``model.cfg.max_len``); decoding stops early once it can.
 Everything is batched over sentences: B sentences (B·k hypotheses for beam
 search) advance together, one Python iteration per output position. The
 array module comes from the model's parameters, so the same code runs on
-NumPy and on CuPy.
+NumPy and on CuPy. On a GPU a question whose answer the CPU needs ("has every
+sentence finished?") makes the CPU wait for the device; each loop asks exactly
+one such question per position, through ``backend.host_flag`` (the stand-in
+CuPy of the tests counts them). Sampling draws its random numbers on the
+device, so it asks no more than greedy does.
 
 Conventions: token ids in and out are plain ints; returned sequences hold the
 generated tokens *without* <bos> and *without* <eos>. The pad id and the bos
@@ -42,6 +63,10 @@ layers' forward caches (the backward would then refuse the gradient's shape).
 
 from __future__ import annotations
 
+import math
+import numbers
+from dataclasses import dataclass, fields
+
 from . import backend
 from .errors import NonFiniteError, ShapeError
 from .layers.loss import log_softmax
@@ -51,12 +76,251 @@ from .model import KVCache, Transformer
 
 NEG_INF = float("-inf")
 
+# §6.1: at inference the output may be at most 50 tokens longer than the input.
+EXTRA_OUTPUT_LEN = 50
+
+# The largest beam accepted. §6.1 uses 4; the search's memory grows with k·V per sentence
+# and its top-k selection with k², so a mistyped 100000 is refused before anything is allocated.
+MAX_BEAM_SIZE = 64
+
 
 class NonFiniteOutputError(NonFiniteError):
     """The model produced NaN (or +inf) scores while decoding: its parameters are probably not finite."""
 
-# §6.1: at inference the output may be at most 50 tokens longer than the input.
-EXTRA_OUTPUT_LEN = 50
+
+# -- checking arguments (before anything is allocated) ---------------------------------------
+
+def _whole(value, name: str, where: str, lo: int | None = None, hi: int | None = None) -> int:
+    """``value`` as a Python int, refusing floats, bools and anything out of lo..hi (named errors)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(f"{where}: {name} must be a whole number, got {value!r} ({type(value).__name__})")
+    value = int(value)
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        span = f"≥ {lo}" if hi is None else f"in {lo}..{hi}"
+        raise ValueError(f"{where}: {name} must be {span}, got {value}")
+    return value
+
+
+def _real(value, name: str, where: str) -> float:
+    """``value`` as a finite Python float (no bools, no nan, no inf)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{where}: {name} must be a number, got {value!r} ({type(value).__name__})")
+    try:
+        value = float(value)
+    except OverflowError:                      # an int too large for a float, e.g. 10**400
+        value = math.inf
+    if not math.isfinite(value):
+        raise ValueError(f"{where}: {name} must be a finite number, got {value}")
+    return value
+
+
+def _flag(value, name: str, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{where}: {name} must be True or False, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def _check_call(model, where: str, bos_id, eos_id, max_len, use_cache):
+    """The arguments every search takes; returns (bos_id, eos_id, max_len) as plain ints (or None)."""
+    V = model.cfg.vocab_size
+    bos_id = _whole(bos_id, "bos_id", where, 0, V - 1)
+    if eos_id is not None:
+        eos_id = _whole(eos_id, "eos_id", where, 0, V - 1)
+    if max_len is not None:
+        max_len = _whole(max_len, "max_len", where, 1)
+    _flag(use_cache, "use_cache", where)
+    return bos_id, eos_id, max_len
+
+
+def _check_beam(size, alpha, where: str, size_name: str) -> tuple[int, float]:
+    """A beam size in 1..MAX_BEAM_SIZE and a length-penalty α ≥ 0, as (int, float)."""
+    size = _whole(size, size_name, where, 1)
+    if size > MAX_BEAM_SIZE:
+        raise ValueError(f"{where}: {size_name} must be at most {MAX_BEAM_SIZE} (decoding.MAX_BEAM_SIZE; "
+                         f"§6.1 uses 4), got {size}")
+    alpha = _real(alpha, "alpha", where)
+    if alpha < 0:
+        raise ValueError(f"{where}: alpha must be ≥ 0 (0: no length penalty), got {alpha}")
+    return size, alpha
+
+
+def _set(obj, name: str, value) -> None:
+    """Store a checked value (a plain int or float) on a frozen dataclass, from its __post_init__."""
+    object.__setattr__(obj, name, value)
+
+
+# -- strategies -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Greedy:
+    """The most probable token at every step (argmax; ties go to the lowest id)."""
+
+    def make_rng(self, xp):
+        return None                            # nothing random
+
+    def choose(self, logp, rng):
+        """logp: (R, V) log-probabilities, banned ids at -inf -> (R,) token ids."""
+        return logp.argmax(axis=1)
+
+    def __str__(self) -> str:
+        return "greedy"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A random token from the model's distribution, sharpened or flattened by a temperature.
+
+    At every step, for every sentence: z = log P / T (the same distribution as
+    softmax(logits / T): log P differs from the logits by a constant per row);
+    then, if ``top_k`` is set, only the k most probable tokens stay; then, if
+    ``top_p`` is set, only the smallest set of the most probable remaining tokens
+    whose (renormalised) probability adds up to at least p (the "nucleus"). One
+    token is drawn from what is left, renormalised. Ties at a cut go to the
+    lowest id, exactly as greedy's argmax, so ``top_k=1`` is greedy decoding.
+
+    The draw is the Gumbel-max trick: argmax(z + g) with g = -log(-log u), u
+    uniform, is a sample of softmax(z). The u are drawn on the device, so no
+    token is looked at on the host. ``seed`` makes a run repeatable: the same
+    seed, inputs and batches give the same outputs (a CuPy run gives other
+    numbers than a NumPy run of the same seed: the generators differ).
+    """
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    seed: int = 0
+
+    def __post_init__(self):
+        where = "Sample"
+        t = _real(self.temperature, "temperature", where)
+        if t <= 0:
+            raise ValueError(f"{where}: temperature must be > 0, got {t}")
+        _set(self, "temperature", t)
+        if self.top_k is not None:
+            _set(self, "top_k", _whole(self.top_k, "top_k", where, 1))
+        if self.top_p is not None:
+            p = _real(self.top_p, "top_p", where)
+            if not 0 < p <= 1:
+                raise ValueError(f"{where}: top_p must be in (0, 1], got {p}")
+            _set(self, "top_p", p)
+        _set(self, "seed", _whole(self.seed, "seed", where, 0, 2 ** 63 - 1))
+
+    def make_rng(self, xp):
+        return backend.seeded_rng(self.seed, xp)
+
+    def choose(self, logp, rng):
+        """logp: (R, V) log-probabilities, banned ids at -inf -> (R,) sampled token ids."""
+        xp = backend.get_array_module(logp)
+        # z = log P / T, shifted so that the best token is at exactly 0: however small T is,
+        # the best token stays finite (a tiny T sends the others towards -inf, never all of them).
+        z = logp.astype(xp.float64)
+        z = (z - z.max(axis=1, keepdims=True)) / self.temperature    # (R, V)
+        V = z.shape[1]
+        if self.top_k is not None and self.top_k < V:
+            z = keep_largest(z, xp.full((z.shape[0], 1), self.top_k, dtype=xp.int64))
+        if self.top_p is not None and self.top_p < 1:
+            desc = xp.sort(z, axis=1)[:, ::-1]                        # (R, V), largest first
+            p = xp.exp(desc - desc[:, :1])
+            p /= p.sum(axis=1, keepdims=True)
+            before = xp.cumsum(p, axis=1) - p                         # probability of the tokens ranked above
+            n = (before < self.top_p).sum(axis=1, keepdims=True)      # (R, 1), ≥ 1: the nucleus' size
+            z = keep_largest(z, n)
+        # Gumbel-max. u in [2^-60, 1): -log u > 0, so g is finite and no log(0) warning appears.
+        u = xp.maximum(rng.random(z.shape, dtype=xp.float64), 2.0 ** -60)
+        g = -xp.log(-xp.log(u))
+        return xp.where(z > NEG_INF, z + g, NEG_INF).argmax(axis=1)
+
+    def __str__(self) -> str:
+        parts = [f"T={self.temperature:g}"]
+        if self.top_k is not None:
+            parts.append(f"top-k {self.top_k}")
+        if self.top_p is not None:
+            parts.append(f"top-p {self.top_p:g}")
+        return "sample (" + ", ".join(parts + [f"seed {self.seed}"]) + ")"
+
+
+@dataclass(frozen=True)
+class Beam:
+    """Beam search with ``size`` hypotheses per sentence and length penalty α (§6.1: 4 and 0.6).
+
+    size is at most MAX_BEAM_SIZE; α ≥ 0 (0: rank by raw log P). Size 1 is greedy decoding.
+    """
+
+    size: int = 4
+    alpha: float = 0.6
+
+    def __post_init__(self):
+        size, alpha = _check_beam(self.size, self.alpha, "Beam", "size")
+        _set(self, "size", size)
+        _set(self, "alpha", alpha)
+
+    def make_rng(self, xp):
+        return None                            # nothing random
+
+    def __str__(self) -> str:
+        return f"beam {self.size}" + ("" if self.alpha == 0.6 else f" (α={self.alpha:g})")
+
+
+GREEDY = Greedy()
+PAPER_BEAM = Beam(size=4, alpha=0.6)           # §6.1's setting
+
+# The names the command line knows (``parse_strategy``).
+STRATEGIES = {"greedy": Greedy, "sample": Sample, "beam": Beam}
+
+
+def parse_strategy(text: str):
+    """A strategy from its name, as ``train --eval`` takes it. Raises ValueError naming the problem.
+
+        greedy                       Greedy()
+        beam4, beam                  Beam(size=4), Beam() (a number after the name is the first field)
+        beam:size=8,alpha=1.0        Beam(size=8, alpha=1.0)
+        sample:temperature=0.7,top_k=10,top_p=0.9,seed=3
+    """
+    name, _, options = text.strip().partition(":")
+    digits = len(name) - len(name.rstrip("0123456789"))
+    base, number = (name[:-digits], name[-digits:]) if digits else (name, "")
+    if base not in STRATEGIES:
+        raise ValueError(f"unknown decoding strategy {text!r}; expected one of {', '.join(STRATEGIES)} "
+                         "(e.g. greedy, beam4, sample:temperature=0.7,top_k=10)")
+    cls = STRATEGIES[base]
+    types = {f.name: f.type for f in fields(cls)}
+    kwargs: dict = {}
+    if number:
+        if not types:
+            raise ValueError(f"{base} takes no number ({text!r})")
+        kwargs[next(iter(types))] = number
+    for item in filter(None, options.split(",")):
+        key, eq, value = item.partition("=")
+        key = key.strip()
+        if not eq or key not in types:
+            raise ValueError(f"{text!r}: expected {base}:FIELD=VALUE with FIELD one of "
+                             f"{', '.join(types) or '(none)'}, got {item!r}")
+        kwargs[key] = value.strip()
+    for key, value in kwargs.items():
+        whole = "int" in str(types[key])       # the field's annotation, e.g. "int | None" or "float"
+        try:
+            kwargs[key] = int(value) if whole else float(value)
+        except ValueError:
+            raise ValueError(f"{text!r}: {key}={value!r} is not a {'whole number' if whole else 'number'}") from None
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{text!r}: {exc}") from None
+
+
+def keep_largest(z, n):
+    """z with all but the n largest entries of each row set to -inf (ties to the lowest index).
+
+    z: (R, V) scores; n: (R, 1) integer counts, 1 ≤ n ≤ V. Exactly n entries stay
+    (among them any -inf ones when fewer are finite), found without leaving the device.
+    """
+    xp = backend.get_array_module(z)
+    threshold = xp.take_along_axis(xp.sort(z, axis=1), z.shape[1] - n, axis=1)   # (R, 1): the n-th largest
+    above = z > threshold
+    tied = z == threshold
+    room = n - above.sum(axis=1, keepdims=True)                  # how many tied entries still fit
+    keep = above | (tied & (xp.cumsum(tied, axis=1) <= room))
+    return xp.where(keep, z, NEG_INF)
 
 
 # -- small helpers -------------------------------------------------------------------------
@@ -88,17 +352,16 @@ def _length_limits(model, src, max_len):
     the number of decoder positions the positional encoding covers.
     """
     cap = model.cfg.max_len
-    if max_len is not None:
-        if max_len < 1:
-            raise ValueError(f"decoding: max_len must be ≥ 1, got {max_len}")
-        return [min(int(max_len), cap)] * int(src.shape[0])
+    if max_len is not None:                                  # already checked: an int ≥ 1
+        return [min(max_len, cap)] * int(src.shape[0])
     lengths = backend.to_numpy((src != model.cfg.pad_id).sum(axis=1)).tolist()
     return [min(int(n) + EXTRA_OUTPUT_LEN, cap) for n in lengths]
 
 
 def _banned_ids(model, bos_id, eos_id):
-    """Ids never chosen as an output token: pad and bos (unless one is also eos)."""
-    return sorted({model.cfg.pad_id, bos_id} - {eos_id})
+    """Ids never chosen as an output token: pad and bos (unless one is also eos), on the device
+    (copied once, not at every position)."""
+    return model.xp.asarray(sorted({model.cfg.pad_id, bos_id} - {eos_id}), dtype=model.xp.int64)
 
 
 def length_penalty(length, alpha: float):
@@ -160,19 +423,52 @@ def _check_finite(nan_rows, t: int) -> None:
         )
 
 
-# -- greedy decoding ---------------------------------------------------------------------------
 
-def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | None = None,
-                  use_cache: bool = True) -> list[list[int]]:
-    """Most probable token at every step, for B sentences at once.
+# -- one loop for every strategy that picks one token per sentence ------------------------------
+
+def decode(model, src, bos_id: int, eos_id: int | None, strategy=GREEDY, max_len: int | None = None,
+           use_cache: bool = True, rng=None) -> list[list[int]]:
+    """Decode B sentences with ``strategy`` (Greedy(), Sample(...) or Beam(...)).
 
     src: (B, S) ids padded with cfg.pad_id. max_len: the most tokens to
     generate per sentence, <eos> included (default: that sentence's length + 50,
     §6.1); always capped by cfg.max_len. eos_id=None: never stop early.
-    Returns B lists of output ids, without <bos> and <eos>. A sentence that has
-    finished keeps being computed (the batch stays rectangular) but its tokens
-    are ignored; the loop ends once every sentence has finished.
+    rng: the generator a Sample draws from (default: a fresh one from its seed;
+    ``translate_ids`` passes one on from batch to batch so batches get new numbers).
+    Returns B lists of output ids, without <bos> and <eos>.
     """
+    check_strategy(strategy, "decode")
+    if isinstance(strategy, Beam):
+        return beam_search(model, src, bos_id, eos_id, beam_size=strategy.size, alpha=strategy.alpha,
+                           max_len=max_len, use_cache=use_cache)
+    return _one_token_per_step(model, src, bos_id, eos_id, strategy, max_len, use_cache, rng=rng)
+
+
+def check_strategy(strategy, where: str = "decode") -> None:
+    """Raise TypeError unless ``strategy`` is Beam(...) or has ``choose`` and ``make_rng`` (Greedy, Sample)."""
+    if isinstance(strategy, Beam):
+        return
+    if not (callable(getattr(strategy, "choose", None)) and callable(getattr(strategy, "make_rng", None))):
+        hint = (f" (beam_size={strategy} is now strategy=Beam({strategy}))"
+                if isinstance(strategy, int) and not isinstance(strategy, bool) else "")
+        raise TypeError(f"{where}: strategy must be a decoding strategy such as Greedy(), Beam(size=4) or "
+                        f"Sample(temperature=1.0), got {strategy!r}{hint}")
+
+
+def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | None = None,
+                  use_cache: bool = True) -> list[list[int]]:
+    """Most probable token at every step, for B sentences at once: ``decode`` with Greedy()."""
+    return _one_token_per_step(model, src, bos_id, eos_id, GREEDY, max_len, use_cache, where="greedy_decode")
+
+
+def _one_token_per_step(model, src, bos_id, eos_id, strategy, max_len, use_cache, where="decode", rng=None):
+    """The shared loop: at every position, ``strategy.choose`` picks one token per sentence.
+
+    A sentence that has finished keeps being computed (the batch stays
+    rectangular) but its tokens are ignored; the loop ends once every sentence
+    has finished.
+    """
+    bos_id, eos_id, max_len = _check_call(model, where, bos_id, eos_id, max_len, use_cache)
     src = _as_ids(model, src)
     xp = model.xp
     B = int(src.shape[0])
@@ -183,6 +479,8 @@ def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | No
     src_mask = padding_mask(src, model.cfg.pad_id)
     banned = _banned_ids(model, bos_id, eos_id)
     pad = model.cfg.pad_id
+    if rng is None:
+        rng = strategy.make_rng(xp)
     with eval_mode(model):
         memory = model.encode(src, src_mask)
         cache = KVCache(model, memory, src_mask, T) if use_cache else None
@@ -196,7 +494,7 @@ def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | No
             logp = _next_log_probs(model, tokens, t, cache, memory, src_mask)
             nan_rows = xp.isnan(logp).any(axis=1)
             logp[:, banned] = NEG_INF
-            y = logp.argmax(axis=1)                              # (B,)
+            y = strategy.choose(logp, rng)                       # (B,): the only line a strategy changes
             y = xp.where(done, pad, y)                           # finished sentences emit pad
             tokens[:, t + 1] = y
             if eos_id is not None:
@@ -204,7 +502,7 @@ def greedy_decode(model, src, bos_id: int, eos_id: int | None, max_len: int | No
                 out_len = xp.where(hit, t, out_len)              # tokens before <eos>
                 done |= hit
             done |= limit <= t + 1                               # reached its maximum length
-            if bool(done.all() | nan_rows.any()):                # the one wait for the device per position
+            if backend.host_flag(done.all() | nan_rows.any()):   # the one wait for the device per position
                 break
         _check_finite(nan_rows, t)
     tokens, out_len = backend.to_numpy(tokens), backend.to_numpy(out_len)
@@ -221,6 +519,7 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     src: (B, S) ids padded with cfg.pad_id. The B sentences are searched
     together: their B·k hypotheses are the rows of one batch (row b·k + j is
     slot j of sentence b), and the cache is reordered after every step.
+    beam_size: 1..MAX_BEAM_SIZE; alpha: ≥ 0 (see :class:`Beam`).
 
     At step t every live hypothesis (length t) is extended by every token; of
     these candidates the k most probable (all have length t+1, so log P ranks
@@ -244,13 +543,15 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     up to m tuples (ids, score), best first. Beam size 1 gives exactly the
     output of :func:`greedy_decode`.
     """
-    if beam_size < 1:
-        raise ValueError(f"beam_search: beam_size must be ≥ 1, got {beam_size}")
-    if n_best is not None and not 1 <= n_best <= beam_size:
-        raise ValueError(f"beam_search: n_best must be in 1..beam_size={beam_size}, got {n_best}")
+    where = "beam_search"
+    k, alpha = _check_beam(beam_size, alpha, where, "beam_size")
+    bos_id, eos_id, max_len = _check_call(model, where, bos_id, eos_id, max_len, use_cache)
+    _flag(return_scores, "return_scores", where)
+    if n_best is not None:
+        n_best = _whole(n_best, "n_best", where, 1, k)
     src = _as_ids(model, src)
     xp = model.xp
-    B, k = int(src.shape[0]), int(beam_size)
+    B = int(src.shape[0])
     if B == 0:
         return []
     V = model.cfg.vocab_size
@@ -297,18 +598,19 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
             finishing = is_eos | (valid & at_limit)
             parent_rows = (sent_rows + parent).reshape(-1)     # (B·k,) rows of the parents
 
-            if bool(finishing.any()):
-                # Move finished hypotheses to the finished set (Wu et al. 2016 scoring):
-                # |Y| = t + 1 generated tokens, <eos> included when there is one.
-                new_score = xp.where(finishing, top_logp / length_penalty(t + 1, alpha), NEG_INF)
-                new_tokens = tokens[parent_rows, 1:].reshape(B, k, T)     # a copy (fancy index)
-                new_tokens[:, :, t] = tok
-                new_len = (t + 1) - is_eos.astype(xp.int64)           # <eos> not returned
-                all_score = xp.concatenate([fin_score, new_score], axis=1)   # (B, 2k)
-                keep, fin_score = _topk(all_score.copy(), k)                  # old ones win ties
-                all_tokens = xp.concatenate([fin_tokens, new_tokens], axis=1)
-                fin_tokens = xp.take_along_axis(all_tokens, keep[:, :, None], axis=1)
-                fin_len = xp.take_along_axis(xp.concatenate([fin_len, new_len], axis=1), keep, axis=1)
+            # Move finished hypotheses to the finished set (Wu et al. 2016 scoring):
+            # |Y| = t + 1 generated tokens, <eos> included when there is one. Done at every
+            # step, also when nothing finished (then the old set wins every tie and stays as
+            # it was): asking the device "did anything finish?" would be a second wait per step.
+            new_score = xp.where(finishing, top_logp / length_penalty(t + 1, alpha), NEG_INF)
+            new_tokens = tokens[parent_rows, 1:].reshape(B, k, T)     # a copy (fancy index)
+            new_tokens[:, :, t] = tok
+            new_len = (t + 1) - is_eos.astype(xp.int64)           # <eos> not returned
+            all_score = xp.concatenate([fin_score, new_score], axis=1)   # (B, 2k)
+            keep, fin_score = _topk(all_score, k)                         # old ones win ties
+            all_tokens = xp.concatenate([fin_tokens, new_tokens], axis=1)
+            fin_tokens = xp.take_along_axis(all_tokens, keep[:, :, None], axis=1)
+            fin_len = xp.take_along_axis(xp.concatenate([fin_len, new_len], axis=1), keep, axis=1)
 
             live = xp.where(valid & ~finishing, top_logp, NEG_INF)
             # Stop test, per sentence. A live hypothesis (log P ≤ 0, length t+1)
@@ -322,7 +624,7 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
             # xp.where, not live[done] = NEG_INF: a boolean-mask assignment counts the True
             # entries on the host first, which on a GPU waits for the device at every step.
             live = xp.where(done[:, None], NEG_INF, live)
-            if bool(done.all() | nan_rows.any()) or t + 1 == T:   # the stop test's wait for the device
+            if backend.host_flag(done.all() | nan_rows.any()) or t + 1 == T:   # the one wait per position
                 break
             # The new beam: copy each parent's history (and cache rows) to its slot.
             tokens = tokens[parent_rows]
@@ -345,4 +647,6 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     return results
 
 
-__all__ = ["greedy_decode", "beam_search", "length_penalty", "NonFiniteOutputError"]
+__all__ = ["Greedy", "Sample", "Beam", "GREEDY", "PAPER_BEAM", "STRATEGIES", "MAX_BEAM_SIZE", "parse_strategy",
+           "check_strategy", "decode", "greedy_decode", "beam_search", "keep_largest", "length_penalty",
+           "NonFiniteOutputError"]

@@ -7,12 +7,14 @@ file is then renamed over the target with ``os.replace``, which is atomic.
 A reader, or a crash at any moment, sees the old file or the new one, never
 half of one. Same directory, because a rename across file systems is not atomic.
 
-The temporary file has a fixed name per target, ``.<name>.partial``: a save
-killed half-way (``kill -9``, a power cut) leaves at most one such file, and
-the next save of the same target simply overwrites it. A training run also
-removes such leftovers from its output directory when it starts
-(:func:`remove_stale_partials`), including the ``.tmp-…<name>`` files that
-older versions of the package left behind.
+The temporary file's name is unique to its writer, ``.<name>.<pid>-<random>.partial``,
+so two processes saving the same target at once never write into each
+other's temporary file (the last rename wins, and each file is whole). A save
+killed half-way (``kill -9``, a power cut) leaves its temporary file behind; a
+training run removes such leftovers from its output directory when it starts
+(:func:`remove_stale_partials`), holding the folder's run lock (``runlock``),
+so no other run is writing there. The cleanup knows the older names too:
+``.<name>.partial`` (one fixed name per target) and ``.tmp-…<name>``.
 
 ``keep_previous``: the file being replaced is kept under a second name
 (``checkpoint.npz`` -> ``checkpoint.prev.npz``), also by renames only, so
@@ -21,17 +23,44 @@ at every moment both names hold a complete file.
 
 from __future__ import annotations
 
+import errno
 import glob
 import os
+import re
+import secrets
 
 PARTIAL_SUFFIX = ".partial"
 LEGACY_TEMP_PREFIX = ".tmp-"     # tempfile.mkstemp(prefix=".tmp-", suffix=name): the old temporary names
 
+# ".checkpoint.npz.4242-9f86d081.partial" (this version) or ".checkpoint.npz.partial" (before it).
+_PARTIAL_NAME = re.compile(r"^\.(?P<target>.+?)(?:\.(?P<pid>\d+)-[0-9a-f]+)?" + re.escape(PARTIAL_SUFFIX) + "$")
+
 
 def partial_path(path: str | os.PathLike) -> str:
-    """The temporary file a save of ``path`` writes first: ``dir/.name.partial``."""
+    """A temporary file for a save of ``path``, unique to this writer: ``dir/.name.<pid>-<random>.partial``."""
     directory, name = os.path.split(os.path.abspath(path))
-    return os.path.join(directory, f".{name}{PARTIAL_SUFFIX}")
+    return os.path.join(directory, f".{name}.{os.getpid()}-{secrets.token_hex(4)}{PARTIAL_SUFFIX}")
+
+
+def partial_target(path: str | os.PathLike) -> str | None:
+    """The name of the file a temporary file ``path`` was for (new and old names), or None if it is not one."""
+    match = _PARTIAL_NAME.match(os.path.basename(os.fspath(path)))
+    return match.group("target") if match else None
+
+
+def _pid_alive(pid: int) -> bool:
+    """True if a process with this PID exists (another user's counts too)."""
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)                  # signal 0: only asks whether the process exists
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except (OSError, OverflowError, ValueError):
+        return False
+    return True
 
 
 def _umask() -> int:
@@ -70,33 +99,41 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes, keep_previous: bool
         if keep_previous and os.path.isfile(path):
             _link_as(path, previous_path(path))
         os.replace(tmp, path)          # atomic on POSIX and Windows
-    except BaseException:
-        if os.path.exists(tmp):
+    except BaseException as exc:
+        if os.path.lexists(tmp):
             os.unlink(tmp)
+        if isinstance(exc, OSError) and exc.errno is not None:
+            # The error names the file being saved, not the hidden temporary one.
+            raise type(exc)(exc.errno, exc.strerror, os.fspath(path)) from exc
         raise
 
 
 def _link_as(path: str | os.PathLike, target: str) -> None:
     """Give the file ``path`` the second name ``target`` atomically, keeping ``path`` as it is."""
     staged = partial_path(target)
-    if os.path.lexists(staged):
-        os.unlink(staged)
     try:
-        os.link(path, staged)          # a second name for the same bytes: no copy
-    except OSError:                    # a file system without hard links: copy the bytes instead
-        with open(path, "rb") as src, open(staged, "wb") as dst:
-            dst.write(src.read())
-            dst.flush()
-            os.fsync(dst.fileno())
-    os.replace(staged, target)
+        try:
+            os.link(path, staged)      # a second name for the same bytes: no copy
+        except OSError:                # a file system without hard links: copy the bytes instead
+            with open(path, "rb") as src, open(staged, "wb") as dst:
+                dst.write(src.read())
+                dst.flush()
+                os.fsync(dst.fileno())
+        os.replace(staged, target)
+    except BaseException:
+        if os.path.lexists(staged):
+            os.unlink(staged)
+        raise
 
 
 def remove_stale_partials(directory: str | os.PathLike) -> list[str]:
     """Delete the temporary files an interrupted save left in ``directory``; return their paths.
 
-    These are ``.<name>.partial`` (this module's fixed temporary names) and
-    ``.tmp-…`` (what earlier versions wrote). Call it when nothing else is
-    writing into the directory, e.g. when a training run starts.
+    These are ``.<name>.<pid>-<random>.partial`` (this module's names),
+    ``.<name>.partial`` and ``.tmp-…`` (what earlier versions wrote). Call it
+    holding the folder's run lock (``runlock.hold``), so that no other run is
+    writing there; a temporary file whose writer (the PID in its name) is still
+    alive, and is not this process, is left alone all the same.
     """
     directory = os.fspath(directory)
     if not os.path.isdir(directory):
@@ -105,6 +142,10 @@ def remove_stale_partials(directory: str | os.PathLike) -> list[str]:
     found += glob.glob(os.path.join(glob.escape(directory), f"{LEGACY_TEMP_PREFIX}*"))
     removed = []
     for path in sorted(set(found)):
+        match = _PARTIAL_NAME.match(os.path.basename(path))
+        pid = match.group("pid") if match else None
+        if pid is not None and int(pid) != os.getpid() and _pid_alive(int(pid)):
+            continue                                  # its writer may still be writing it
         if os.path.isfile(path) and not os.path.islink(path):
             os.unlink(path)
             removed.append(path)
@@ -122,17 +163,24 @@ def check_writable_dir(directory: str | os.PathLike) -> None:
     directory = os.fspath(directory)
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise NotADirectoryError(f"{directory} exists and is not a directory")
+    probe = os.path.join(directory, f".write-test.{os.getpid()}-{secrets.token_hex(4)}{PARTIAL_SUFFIX}")
     try:
         os.makedirs(directory, exist_ok=True)
-        probe = os.path.join(directory, f".write-test{PARTIAL_SUFFIX}")
-        with open(probe, "wb") as f:
-            f.write(b"ok")
-        os.unlink(probe)
+        try:
+            with open(probe, "wb") as f:
+                f.write(b"ok")
+                f.flush()
+                os.fsync(f.fileno())       # a full disk may only say so here
+        finally:
+            if os.path.lexists(probe):     # a probe that could be created but not written is removed too
+                os.unlink(probe)
     except NotADirectoryError:
         raise NotADirectoryError(f"{directory}: a part of the path is a file, not a directory") from None
     except PermissionError:
-        raise PermissionError(f"{directory}: no permission to create or write files there") from None
+        raise PermissionError(errno.EACCES, f"{directory}: no permission to create or write files there") from None
     except OSError as exc:
+        if exc.errno == errno.EROFS:       # a read-only mount is the same mistake as a read-only folder
+            raise PermissionError(errno.EROFS, f"{directory}: the file system is read-only") from None
         raise OSError(exc.errno, f"{directory}: cannot write files there ({exc.strerror})") from None
 
 
@@ -141,5 +189,5 @@ def atomic_write_text(path: str | os.PathLike, text: str, keep_previous: bool = 
     atomic_write_bytes(path, text.encode("utf-8"), keep_previous)
 
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "partial_path", "previous_path", "remove_stale_partials",
-           "check_writable_dir", "PARTIAL_SUFFIX"]
+__all__ = ["atomic_write_bytes", "atomic_write_text", "partial_path", "partial_target", "previous_path",
+           "remove_stale_partials", "check_writable_dir", "PARTIAL_SUFFIX"]

@@ -409,6 +409,7 @@ class Transformer(Layer):
 
     def __init__(self, cfg: TransformerConfig, seed: int = 0):
         super().__init__()
+        check_fits(cfg)                 # before any allocation: a config can ask for terabytes
         self.cfg = cfg
         rng = backend.host_rng(seed)                      # initial weights: same on CPU and GPU
         self.dropout_rng = backend.seeded_rng(seed + 1)   # one generator for every dropout mask
@@ -450,6 +451,9 @@ class Transformer(Layer):
         if getattr(ids, "ndim", None) != 2:
             raise ShapeError(f"Transformer: {name} must be token ids of shape (B, length), got "
                              f"{tuple(getattr(ids, 'shape', ()))}")
+        if ids.shape[1] == 0:
+            raise ShapeError(f"Transformer: {name} has length 0; a sentence has at least one position "
+                             "(a source ends with <eos>, a decoder input starts with <bos>)")
         if ids.shape[1] > self.cfg.max_len:
             raise ShapeError(f"Transformer: {name} has length {ids.shape[1]} > max_len={self.cfg.max_len}")
 
@@ -571,3 +575,68 @@ def count_parameters(cfg: TransformerConfig) -> int:
     final = 2 * 2 * d if cfg.pre_ln else 0
     positional = cfg.max_len * d if cfg.positional == "learned" else 0
     return V * d + enc + dec + final + positional
+
+
+# -- will it fit? A size checked before anything is allocated ----------------------------
+
+class ModelTooLargeError(ValueError):
+    """The model a config describes cannot fit in this machine's memory.
+
+    ``field`` names the config field to make smaller, ``needed`` and ``limit`` are in bytes.
+    """
+
+    def __init__(self, message: str, field: str, needed: int, limit: int):
+        super().__init__(message)
+        self.field, self.needed, self.limit = field, needed, limit
+
+
+# Python's own objects per encoder layer + decoder layer (Parameters, Layers, small arrays),
+# measured with tracemalloc on a model of 2,000 one-number-wide layers: about 19 kB.
+_BYTES_PER_LAYER_PAIR = 20_000
+
+
+def memory_estimate(cfg: TransformerConfig, itemsize: int = 4) -> dict[str, tuple[float, tuple[str, ...]]]:
+    """The bytes building a model of ``cfg`` takes, by part: {part: (bytes, the fields it grows with)}.
+
+    Every parameter is held twice (its value and its gradient); the sinusoidal
+    table is built in float64 before the cast; each pair of layers carries some
+    Python objects besides its arrays. Floats, so that a config of 10^10 never
+    overflows anything while it is being refused.
+    """
+    d, d_ff, N, V = float(cfg.d_model), float(cfg.d_ff), float(cfg.N), float(cfg.vocab_size)
+    per_layer_pair = (3 * 4 * (d * d + d) + 2 * (2 * d * d_ff + d_ff + d) + 5 * 2 * d) * 2 * itemsize
+    table = float(cfg.max_len) * d * (2 * 8 + itemsize) if cfg.positional == "sinusoidal" else \
+        float(cfg.max_len) * d * 2 * itemsize
+    return {
+        "the embedding matrix E (vocab_size × d_model)": (V * d * 2 * itemsize, ("vocab_size", "d_model")),
+        "the positional table (max_len × d_model)": (table, ("max_len", "d_model")),
+        "the N encoder and decoder layers (their attention d_model² and feed-forward d_model × d_ff weights)":
+            (N * (per_layer_pair + _BYTES_PER_LAYER_PAIR), ("N", "d_ff", "d_model")),
+    }
+
+
+def check_fits(cfg: TransformerConfig, dtype=None, limit: int | None = None) -> None:
+    """Raise ModelTooLargeError, naming the field to change, if a model of ``cfg`` cannot fit in memory.
+
+    dtype: the parameters' (default: ``backend.default_dtype()``); limit: bytes
+    (default: ``backend.memory_limit()``, the whole memory of the machine or
+    device; None there skips the check). Called by ``Transformer.__init__`` before
+    it allocates anything, so ``max_len=10**10`` is an error, not a MemoryError
+    (or minutes of swapping) half-way through building the model.
+    """
+    limit = backend.memory_limit() if limit is None else limit
+    if limit is None:
+        return
+    itemsize = (backend.default_dtype() if dtype is None else backend.xp_default().dtype(dtype)).itemsize
+    parts = memory_estimate(cfg, itemsize)
+    needed = sum(size for size, _ in parts.values())
+    if needed <= limit:
+        return
+    part, (size, names) = max(parts.items(), key=lambda item: item[1][0])
+    base = TransformerConfig()
+    field = max(names, key=lambda name: getattr(cfg, name) / getattr(base, name))   # the most unusual value
+    size_of = backend.format_bytes
+    raise ModelTooLargeError(
+        f"TransformerConfig: this model needs about {size_of(needed)} of memory ({size_of(size)} of it for {part}), "
+        f"more than the {size_of(limit)} this machine has; make {field}={getattr(cfg, field)} smaller",
+        field, int(needed), int(limit))

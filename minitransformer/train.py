@@ -18,9 +18,19 @@ Nothing is lost, nothing is silent:
 * the run saves ``checkpoint.npz`` at every validation, every
   ``checkpoint_every`` steps and at the end, keeping the file it replaces as
   ``checkpoint.prev.npz``; a state with NaN or inf is never saved;
-* SIGINT (Ctrl-C) or SIGTERM stop the run at the end of the current step, save
-  a checkpoint and raise :class:`TrainingInterrupted`; a second signal during
-  that save is acknowledged and ignored until the file is written;
+* SIGINT (Ctrl-C), SIGTERM, SIGHUP (the terminal was closed) or SIGPIPE, or a
+  standard output or error whose reader is gone (``train … | head``, see
+  ``streams``), stop the run at the end of the current step, save a checkpoint
+  and raise :class:`TrainingInterrupted`; a second signal during that save is
+  acknowledged and ignored until the file is written;
+* one run per output folder: the folder's lock (``runlock``) is held for the
+  whole run, and a second run into it stops at once naming the first one's PID;
+* a checkpoint (or the log) that cannot be written, for a full disk say, stops
+  the run with :class:`OutputWriteError`, which names the file, the step, and
+  the last checkpoint that is intact;
+* the checkpoint records a fingerprint of the data and of its split
+  (``data.fingerprint``): resuming on other data, or on the same data split
+  differently, is refused (``make_trainer``);
 * a step whose loss or gradient is not finite is skipped (no update) with a
   warning; ``max_consecutive_skips`` of them in a row stop the run with
   :class:`NonFiniteLossError` or ``optim.NonFiniteGradientError``;
@@ -34,20 +44,20 @@ from __future__ import annotations
 import json
 import math
 import os
-import signal
 import sys
-import threading
 import time
 from dataclasses import asdict, replace
 
 import numpy
 
+from . import runlock
 from .checkpoint import save_checkpoint
 from .data.batching import batch_iterator
+from .data.fingerprint import for_resume
 from .data.loading import TaskData
 from .data.registry import recipe_for
 from .data.vocab import Vocab
-from .decoding import EXTRA_OUTPUT_LEN
+from .decoding import EXTRA_OUTPUT_LEN, NonFiniteOutputError
 from .errors import NonFiniteError
 from .files import atomic_write_text, check_writable_dir, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
@@ -56,26 +66,12 @@ from .optim import Adam, NoamSchedule, NonFiniteGradientError
 from .plot import plot_loss_curve
 from .progress import Progress
 from .settings import Recipe, TrainSettings
+from .stops import OutputWriteError, StopSignals, TrainingInterrupted
 from .translate import source_ids, translate_ids
 
 
 class NonFiniteLossError(NonFiniteError):
     """The loss was NaN or infinite for ``max_consecutive_skips`` steps in a row; training stops."""
-
-
-class TrainingInterrupted(Exception):
-    """SIGINT or SIGTERM stopped the run; a checkpoint of the current step was saved first.
-
-    signum: the signal (signal.SIGINT or signal.SIGTERM); step: the step saved;
-    checkpoint: the file written (None when the trainer has no out_dir).
-    ``exit_code`` is the shell's convention, 128 + signum (130 for Ctrl-C, 143 for SIGTERM).
-    """
-
-    def __init__(self, signum: int, step: int, checkpoint: str | None):
-        self.signum, self.step, self.checkpoint = signum, step, checkpoint
-        self.exit_code = 128 + int(signum)
-        where = f"; checkpoint saved: {checkpoint}" if checkpoint else ""
-        super().__init__(f"interrupted by {signal.Signals(signum).name} at step {step}{where}")
 
 
 def encode_pairs(vocab: Vocab, pairs) -> list[tuple[list[int], list[int]]]:
@@ -84,45 +80,6 @@ def encode_pairs(vocab: Vocab, pairs) -> list[tuple[list[int], list[int]]]:
 
 
 # -- the loop ------------------------------------------------------------------------
-
-
-class _StopSignals:
-    """While active, SIGINT (Ctrl-C) and SIGTERM ask the loop to stop instead of killing it.
-
-    The handler only records the signal: the step in progress finishes, then the
-    loop saves a checkpoint and stops. A second signal while that happens is
-    acknowledged and changes nothing (a checkpoint half-written by a second
-    Ctrl-C is what this avoids). Signal handlers can only be installed from the
-    main thread; elsewhere this does nothing and signals behave as usual.
-    """
-
-    SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-    def __init__(self):
-        self.signum: int | None = None
-        self._previous: dict = {}
-
-    def __enter__(self) -> _StopSignals:
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
-        return self
-
-    def _handle(self, signum, frame) -> None:
-        # os.write, not print: a handler may run in the middle of a print, and
-        # Python's buffered streams refuse to be re-entered.
-        name = signal.Signals(signum).name
-        if self.signum is None:
-            self.signum = signum
-            os.write(2, f"\n{name} received: finishing this step, then saving a checkpoint...\n".encode())
-        else:
-            os.write(2, f"\n{name} received again: still saving the checkpoint; stopping as soon as it is "
-                        "written\n".encode())
-
-    def __exit__(self, *exc) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-        self._previous.clear()
 
 
 def _json_safe(record: dict) -> dict:
@@ -155,6 +112,9 @@ class Trainer:
         self.xp = model.xp
         self.skipped_steps, self.consecutive_skips = 0, 0
         self.last_saved: tuple[str, int] | None = None     # (path, step) of the last checkpoint written
+        self.resumed_from: tuple[str, int] | None = None   # (path, step) of the checkpoint restored, if any
+        # What the run trains on (data.fingerprint), saved in every checkpoint; None: not known.
+        self.data_fingerprint: dict | None = None
         self._progress: Progress | None = None
 
     # -- state for checkpoints --------------------------------------------------
@@ -164,21 +124,34 @@ class Trainer:
 
     def save(self, path: str | None = None) -> str:
         """Save a checkpoint (default: ``out_dir/checkpoint.npz``), keeping the one it replaces
-        as ``checkpoint.prev.npz``. Never saves a non-finite state (checkpoint.NonFiniteStateError)."""
+        as ``checkpoint.prev.npz``. Never saves a non-finite state (checkpoint.NonFiniteStateError);
+        a file that cannot be written (a full disk) is an OutputWriteError naming the intact one."""
         path = path or self.checkpoint_path
         if path is None:
             raise ValueError("Trainer.save: no path given and the trainer has no out_dir")
         extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
                  "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset,
                  "task": self.task}
-        save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
+        if self.data_fingerprint is not None:
+            extra["data"] = self.data_fingerprint
+        try:
+            save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
+        except OSError as exc:
+            raise OutputWriteError(path, self.step, exc.strerror or str(exc), self.intact_checkpoint) from exc
         self.last_saved = (path, self.step)
         return path
+
+    @property
+    def intact_checkpoint(self) -> tuple[str, int] | None:
+        """(path, step) of the newest checkpoint a resume can start from: the last one this run
+        saved, else the one it was resumed from; None if there is none."""
+        return self.last_saved or self.resumed_from
 
     def restore(self, ckpt) -> None:
         """Continue from a loaded Checkpoint (its model must be this trainer's model)."""
         self.optimizer.load_state_dict(ckpt.optimizer_state)
         self.step = ckpt.step
+        self.resumed_from = (ckpt.path, ckpt.step) if getattr(ckpt, "path", None) else None
         self.epoch = ckpt.extra.get("epoch", 0)
         self.batch_in_epoch = ckpt.extra.get("batch_in_epoch", 0)
 
@@ -249,6 +222,14 @@ class Trainer:
             )
         self._warn(f"step {self.step}: skipped, no update: {problem} ({k} in a row; the run stops at {limit})")
 
+    def _diverged(self, problem: str) -> None:
+        """Stop the run: the parameters after this step are finite but their forward is not."""
+        saved = (f"the last checkpoint, {self.last_saved[0]}, is from step {self.last_saved[1]}"
+                 if self.last_saved else "no checkpoint was saved in this run")
+        raise NonFiniteLossError(
+            f"training stopped at step {self.step}: {problem}; the parameters after this step overflow in the "
+            f"forward pass (the run has diverged); {saved}. Try a smaller --lr-factor, or --clip-norm 1.0")
+
     def _warn(self, text: str) -> None:
         if self._progress is not None:
             self._progress.warn(text)
@@ -265,8 +246,15 @@ class Trainer:
             logits = model.forward(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
             total += self.criterion.forward(logits, batch.tgt_out) * batch.n_tokens
             n += batch.n_tokens
+        if not math.isfinite(total):
+            # The last update left weights whose forward overflows: the run has diverged, and
+            # decoding (or saving) such a model would only fail later with a less useful message.
+            self._diverged(f"the validation loss is {total / max(1, n)}")
         pairs = self.valid_pairs[: self.settings.valid_decode]
-        hyps = translate_ids(model, v, [s for s, _ in pairs]) if pairs else []
+        try:
+            hyps = translate_ids(model, v, [s for s, _ in pairs]) if pairs else []
+        except NonFiniteOutputError as exc:
+            self._diverged(f"decoding the validation set gave NaN scores ({exc})")
         acc = sum(h == t for h, (_, t) in zip(hyps, pairs)) / max(1, len(pairs))
         model.train()
         return {"valid_loss": total / max(1, n), "valid_exact_match": acc}
@@ -283,20 +271,35 @@ class Trainer:
         return kept
 
     def _prepare_out_dir(self) -> None:
-        """Before the first step: the directory is writable, and leftovers of a killed save are gone."""
-        check_writable_dir(self.out_dir)
+        """Before the first step (holding the folder's lock): leftovers of a killed save are gone."""
         for path in remove_stale_partials(self.out_dir):
             self._warn(f"removed {path}, a temporary file left by an interrupted save")
+
+    def _append_log(self, log_path: str, record: dict) -> None:
+        try:
+            with open(log_path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record, allow_nan=False) + "\n")
+        except OSError as exc:
+            raise OutputWriteError(log_path, self.step, exc.strerror or str(exc), self.intact_checkpoint) from exc
 
     def run(self, progress: bool | str = True, progress_every: float = 30.0) -> list[dict]:
         """Train up to ``settings.steps``; returns the metrics records (also in out_dir/metrics.jsonl).
 
         progress: True or "auto" (a live bar on a terminal, plain lines every
         ``progress_every`` seconds elsewhere), "bar", "lines", or False / "off".
-        Raises TrainingInterrupted after saving a checkpoint if SIGINT or
-        SIGTERM arrive, NonFiniteLossError / NonFiniteGradientError after
-        ``max_consecutive_skips`` non-finite steps in a row.
+        Raises TrainingInterrupted after saving a checkpoint if a stop signal
+        arrives (see ``stops.StopSignals``), NonFiniteLossError / NonFiniteGradientError
+        after ``max_consecutive_skips`` non-finite steps in a row (or a validation
+        whose forward overflows), OutputWriteError if a file cannot be written, and
+        runlock.FolderInUseError if another process is training into ``out_dir``.
         """
+        if not self.out_dir:
+            return self._run(progress, progress_every)
+        check_writable_dir(self.out_dir)
+        with runlock.hold(self.out_dir):
+            return self._run(progress, progress_every)
+
+    def _run(self, progress, progress_every) -> list[dict]:
         s = self.settings
         mode = "auto" if progress is True else "off" if progress is False else progress
         log_path = os.path.join(self.out_dir, "metrics.jsonl") if self.out_dir else None
@@ -307,8 +310,8 @@ class Trainer:
         tokens, t0, losses, window_skips = 0, time.perf_counter(), [], 0
         batches = self.batches()
         try:
-            with _StopSignals() as stop:
-                while self.step < s.steps and stop.signum is None:
+            with StopSignals() as stop:
+                while self.step < s.steps and not stop.requested():
                     batch = next(batches)
                     skips_before = self.skipped_steps
                     loss = self.train_step(batch)
@@ -336,8 +339,7 @@ class Trainer:
                         record = _json_safe(record)
                         history.append(record)
                         if log_path:
-                            with open(log_path, "a", encoding="utf-8") as f:
-                                f.write(json.dumps(record, allow_nan=False) + "\n")
+                            self._append_log(log_path, record)
                     # Saved by default at every validation (and every checkpoint_every steps),
                     # so a crash or a kill loses at most valid_every steps.
                     periodic = validating or (s.checkpoint_every and self.step % s.checkpoint_every == 0)
@@ -345,7 +347,7 @@ class Trainer:
                         self.save()
                 if self.out_dir and (self.last_saved is None or self.last_saved[1] != self.step):
                     self.save()                    # the end, or the step an interruption stopped at
-                if stop.signum is not None:
+                if stop.requested():
                     raise TrainingInterrupted(stop.signum, self.step, self.checkpoint_path)
         finally:
             bar.close()
@@ -435,6 +437,8 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
     """
     if resume is not None:
         where = getattr(resume, "path", None) or "the checkpoint"
+        # First the data (its fingerprint says how it differs), then what follows from it (the vocabulary).
+        data = for_resume(resume.extra.get("data"), task.fingerprint(), resume.step, where)
         if resume.vocab != task.vocab:
             raise ValueError(f"{where}: the checkpoint was trained with a different vocabulary than task "
                              f"{task.name!r}")
@@ -446,14 +450,16 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
         model, vocab = resume.model, resume.vocab
     else:
         model, vocab = build_model(task, preset, seed=settings.seed, **(config or {})), task.vocab
+        data = task.fingerprint()
     trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
                       settings, out_dir, levels=task.levels)
     trainer.preset = preset
     trainer.task = task.entry.name if task.entry is not None else None
+    trainer.data_fingerprint = data
     if resume is not None:
         trainer.restore(resume)
     return trainer
 
 
-__all__ = ["NonFiniteLossError", "TrainingInterrupted", "TrainSettings", "Trainer", "encode_pairs", "build_model",
-           "read_metrics", "settings_for", "make_trainer"]
+__all__ = ["NonFiniteLossError", "TrainingInterrupted", "OutputWriteError", "TrainSettings", "Trainer",
+           "encode_pairs", "build_model", "read_metrics", "settings_for", "make_trainer"]

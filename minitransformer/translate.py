@@ -4,7 +4,8 @@ The layers below this module speak in id arrays; people speak in sentences.
 These helpers sit in between, on top of the search of decoding.py:
 
     source_ids(vocab, tokens)                  one source sentence as ids, + <eos>
-    translate_ids(model, vocab, id_lists)      id lists in, id lists out (batched)
+    translate_ids(model, vocab, id_lists, strategy)   id lists in, id lists out (batched;
+                                               strategy: decoding.Greedy(), Beam(...), Sample(...))
     translate_tokens(model, vocab, token_lists) token lists in, token lists out
     attention_maps(model, src_ids, tgt_in_ids) every layer's and head's weights
     save_attention_maps(model, vocab, tokens, out_dir)   translate + draw heatmaps
@@ -25,7 +26,7 @@ import numpy
 from . import backend
 from .data.batching import make_source_batch
 from .data.vocab import BOS, SPACE, Vocab, detokenize
-from .decoding import beam_search, greedy_decode
+from .decoding import EXTRA_OUTPUT_LEN, GREEDY, PAPER_BEAM, Beam, check_strategy, decode
 from .layers.parameter import eval_mode
 from .metrics import corpus_bleu, corpus_chrf, exact_match
 from .model import Transformer
@@ -43,34 +44,59 @@ def source_ids(vocab: Vocab, tokens) -> list[int]:
     return vocab.encode(tokens, add_eos=True)
 
 
-def translate_ids(model: Transformer, vocab: Vocab, sources: list[list[int]], beam_size: int = 1,
-                  batch_size: int = 100, alpha: float = 0.6, max_len: int | None = None) -> list[list[int]]:
-    """Decode source id lists (each from ``source_ids``) in batches of ``batch_size``,
-    greedy (beam_size 1) or beam search (§6.1). ``max_len``: the most output tokens per
-    sentence, <eos> included (None: its input length + 50, §6.1; a task may set its own,
-    ``loading.Task.max_output_len``). Returns output id lists (no <bos>/<eos>)."""
+def translate_ids(model: Transformer, vocab: Vocab, sources: list[list[int]], strategy=GREEDY,
+                  batch_size: int = 100, max_len: int | None = None) -> list[list[int]]:
+    """Decode source id lists (each from ``source_ids``) in batches of ``batch_size`` with
+    ``strategy``: ``decoding.Greedy()`` (the default), ``Beam(size=4, alpha=0.6)`` (§6.1) or
+    ``Sample(...)``. Returns output id lists (no <bos>/<eos>). ``max_len``: the most output
+    tokens per sentence, <eos> included (None: its input length + 50, §6.1; a task may set its
+    own, ``loading.Task.max_output_len``).
+
+    A Sample draws from one generator, seeded once, through all the batches: the same
+    seed and sources give the same outputs, and no two batches reuse the same numbers."""
+    check_strategy(strategy, "translate_ids")
+    rng = strategy.make_rng(model.xp)
     out: list[list[int]] = []
     for i in range(0, len(sources), batch_size):
         src, _ = make_source_batch(sources[i: i + batch_size], vocab.pad_id, model.xp)
-        if beam_size == 1:
-            out.extend(greedy_decode(model, src, vocab.bos_id, vocab.eos_id, max_len=max_len))
-        else:
-            out.extend(beam_search(model, src, vocab.bos_id, vocab.eos_id, beam_size=beam_size, alpha=alpha,
-                                   max_len=max_len))
+        out.extend(decode(model, src, vocab.bos_id, vocab.eos_id, strategy, max_len=max_len, rng=rng))
     return out
 
 
-def translate_tokens(model: Transformer, vocab: Vocab, sources: list[list[str]], beam_size: int = 1,
-                     batch_size: int = 100, alpha: float = 0.6, max_len: int | None = None) -> list[list[str]]:
-    """Translate tokenized sentences; returns token lists (special tokens stripped)."""
-    ids = translate_ids(model, vocab, [source_ids(vocab, s) for s in sources], beam_size, batch_size, alpha, max_len)
+def decoding_bytes(model: Transformer, n_sentences: int, longest: int, strategy=GREEDY,
+                   batch_size: int = 100, max_len: int | None = None) -> int:
+    """About how many bytes ``translate_ids`` needs, on top of the model, to decode ``n_sentences``
+    sources of up to ``longest`` tokens (without <eos>) with ``strategy``, in batches of ``batch_size``.
+
+    A batch decodes R = batch × beam rows at once. Each row keeps, in every one of
+    the N decoder layers, self-attention keys and values for up to T = longest + 50
+    positions (or ``max_len``, as translate_ids; capped at cfg.max_len) and the encoder-decoder keys and values of its
+    S = longest + 1 source positions (model.KVCache), plus the encoder's output; at
+    each position R rows of V scores are ranked in float64. Known before anything
+    runs, so that ``train --eval beam64`` is refused before the first step instead
+    of running out of memory after the last one.
+    """
+    cfg = model.cfg
+    itemsize = model.E.data.dtype.itemsize
+    rows = min(batch_size, max(1, n_sentences)) * (strategy.size if isinstance(strategy, Beam) else 1)
+    S, T = longest + 1, min(cfg.max_len, max_len if max_len is not None else longest + EXTRA_OUTPUT_LEN)
+    caches = 2 * cfg.N * rows * (T + S) * cfg.d_model * itemsize          # self and cross K, V: (R, h, ·, d_k)
+    encoder = 2 * rows * S * cfg.d_model * itemsize                       # the memory, and its copy per row
+    scores = 3 * rows * cfg.vocab_size * 8                                # logits -> log-probs -> ranked
+    return int(caches + encoder + scores)
+
+
+def translate_tokens(model: Transformer, vocab: Vocab, sources: list[list[str]], strategy=GREEDY,
+                     batch_size: int = 100, max_len: int | None = None) -> list[list[str]]:
+    """Translate tokenized sentences with ``strategy``; returns token lists (special tokens stripped)."""
+    ids = translate_ids(model, vocab, [source_ids(vocab, s) for s in sources], strategy, batch_size, max_len)
     return [vocab.decode(seq) for seq in ids]
 
 
 def score_translations(model: Transformer, vocab: Vocab, pairs, tgt_level: str = "word",
-                       bleu_tokenize: str = "13a", beam_size: int = 1, alpha: float = 0.6,
-                       max_len: int | None = None, scores=None, src_level: str = "word") -> dict:
-    """Translate the sources of ``pairs`` (source tokens, target tokens) and score them.
+                       bleu_tokenize: str = "13a", strategy=GREEDY, max_len: int | None = None,
+                       scores=None, src_level: str = "word") -> dict:
+    """Translate the sources of ``pairs`` (source tokens, target tokens) with ``strategy`` and score them.
 
     Returns {"hyps", "refs": detokenized strings; "exact_match": fraction;
     "bleu", "chrf": corpus scores (0-100); "seconds": decoding time}.
@@ -82,7 +108,7 @@ def score_translations(model: Transformer, vocab: Vocab, pairs, tgt_level: str =
     refs = [detokenize(t, tgt_level) for _, t in pairs]
     t0 = time.perf_counter()
     hyps = [detokenize(h, tgt_level)
-            for h in translate_tokens(model, vocab, [s for s, _ in pairs], beam_size, alpha=alpha, max_len=max_len)]
+            for h in translate_tokens(model, vocab, [s for s, _ in pairs], strategy, max_len=max_len)]
     seconds = time.perf_counter() - t0
     result = {"hyps": hyps, "refs": refs, "exact_match": exact_match(hyps, refs),
               "bleu": corpus_bleu(hyps, refs, tokenize=bleu_tokenize).score, "chrf": corpus_chrf(hyps, refs),
@@ -144,11 +170,11 @@ _ATTENTION_TITLES = {
 
 
 def save_attention_maps(model: Transformer, vocab: Vocab, src_tokens, out_dir: str, src_level: str = "word",
-                        tgt_level: str = "word", beam_size: int = 4) -> list[str]:
+                        tgt_level: str = "word", strategy=PAPER_BEAM) -> list[str]:
     """Translate one sentence and save its attention weights as three heatmap PNGs.
 
     src_tokens: the tokenized source sentence (``data.vocab.tokenize(text, src_level)``).
-    The sentence is decoded (greedy for beam_size 1, else beam search), then
+    The sentence is decoded with ``strategy`` (default: beam 4, §6.1), then
     the model is run once more, teacher-forced on its own output, and every
     layer's and head's weights are drawn: ``encoder_self.png`` (S × S),
     ``decoder_self.png`` (T × T) and ``encoder_decoder.png`` (T × S), each a
@@ -160,7 +186,7 @@ def save_attention_maps(model: Transformer, vocab: Vocab, src_tokens, out_dir: s
     src_tokens = list(src_tokens)
     if not src_tokens:
         raise ValueError("save_attention_maps: the source sentence is empty")
-    output = translate_tokens(model, vocab, [src_tokens], beam_size=beam_size)[0]
+    output = translate_tokens(model, vocab, [src_tokens], strategy)[0]
     # The decoder input is <bos> + output. An output that ran to the length cap
     # (cfg.max_len tokens, no <eos>) has one token more than the positional
     # table covers; its last token was never a decoder input, so drop it here.
@@ -174,8 +200,7 @@ def save_attention_maps(model: Transformer, vocab: Vocab, src_tokens, out_dir: s
         "decoder_self": (dec_labels, dec_labels),
         "encoder_decoder": (dec_labels, src_labels),
     }
-    decoder = "greedy" if beam_size == 1 else f"beam {beam_size}"
-    sentence = f"{detokenize(src_tokens, src_level)!r} → {detokenize(output, tgt_level)!r} ({decoder})"
+    sentence = f"{detokenize(src_tokens, src_level)!r} → {detokenize(output, tgt_level)!r} ({strategy})"
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for kind in ATTENTION_KINDS:
@@ -186,5 +211,5 @@ def save_attention_maps(model: Transformer, vocab: Vocab, src_tokens, out_dir: s
     return paths
 
 
-__all__ = ["source_ids", "translate_ids", "translate_tokens", "score_translations", "attention_maps",
-           "display_token", "save_attention_maps"]
+__all__ = ["source_ids", "translate_ids", "translate_tokens", "decoding_bytes", "score_translations",
+           "attention_maps", "display_token", "save_attention_maps"]

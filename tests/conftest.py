@@ -1,4 +1,11 @@
-"""Shared fixtures: float64 parameters for gradient checks, seeded generators."""
+"""Shared fixtures: float64 parameters for gradient checks, seeded generators; the header line
+that says which PyTorch build the parity tests found."""
+
+import ast
+import importlib.metadata
+import importlib.util
+import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -50,3 +57,21 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.path.suffix == ".ipynb":
             item.add_marker(pytest.mark.slow)
+
+
+def torch_build() -> str:
+    """Which PyTorch the parity tests use, read from its files (importing torch takes seconds):
+    'torch 2.13.0+cpu, CPU-only build (torch.version.cuda is None)', or 'torch is not installed'."""
+    spec = importlib.util.find_spec("torch")
+    if spec is None or not spec.submodule_search_locations:
+        return "torch is not installed: the parity tests skip"
+    version = importlib.metadata.version("torch")
+    text = (Path(next(iter(spec.submodule_search_locations))) / "version.py").read_text(encoding="utf-8")
+    found = re.search(r"^cuda\b[^=\n]*=\s*(.+)$", text, re.MULTILINE)
+    cuda = ast.literal_eval(found.group(1).strip()) if found else None
+    kind = "CPU-only build (torch.version.cuda is None)" if cuda is None else f"CUDA {cuda} build"
+    return f"torch {version}, {kind}, from {spec.submodule_search_locations[0]}"
+
+
+def pytest_report_header(config):
+    return f"parity tests: {torch_build()}"

@@ -48,6 +48,7 @@ import types
 import numpy
 
 _THIS_FILE = os.path.abspath(__file__)
+_ROOT = os.path.dirname(os.path.dirname(_THIS_FILE))     # the checkout: tests/ sits in it
 _NOT_THERE = ("is not provided by the CuPy stand-in (tests/fake_cupy.py). Real CuPy may not have it "
               "either: check CuPy's documentation, then use another call or add it to the stand-in.")
 
@@ -67,12 +68,15 @@ def _call_site() -> str:
         return "?"
 
     def name(f):
-        path = f.f_code.co_filename.replace(os.sep, "/")
-        for root in ("minitransformer/", "tests/"):
-            if root in path:
-                path = root + path.rsplit(root, 1)[1]
-                break
-        return f"{path}:{f.f_lineno} ({f.f_code.co_name})"
+        # Relative to the checkout, whatever its folder is called (a clone named "minitransformer"
+        # has that word twice in its paths). A file of an installed copy of the package (in
+        # site-packages) is named from its package folder on: minitransformer/decoding.py.
+        path = os.path.abspath(f.f_code.co_filename)
+        if os.path.commonpath([path, _ROOT]) == _ROOT:
+            path = os.path.relpath(path, _ROOT)
+        elif f"{os.sep}minitransformer{os.sep}" in path:
+            path = "minitransformer" + os.sep + path.rsplit(f"{os.sep}minitransformer{os.sep}", 1)[1]
+        return f"{path.replace(os.sep, '/')}:{f.f_lineno} ({f.f_code.co_name})"
 
     site = name(frame)
     if frame.f_code.co_filename.replace(os.sep, "/").endswith("minitransformer/backend.py") and frame.f_back:

@@ -9,6 +9,7 @@ import pytest
 from minitransformer.__main__ import main
 from minitransformer.checkpoint import save_checkpoint
 from minitransformer.data.vocab import SPACE, Vocab, tokenize
+from minitransformer.decoding import GREEDY, Beam, Sample
 from minitransformer.model import PRESETS, Transformer
 from minitransformer.plot import ATTENTION_KINDS
 from minitransformer.translate import attention_maps, display_token, save_attention_maps
@@ -123,12 +124,12 @@ def _check_pngs(paths, out_dir):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("beam", [1, 3])
-def test_save_attention_maps_word_level(tmp_path, beam):
+@pytest.mark.parametrize("strategy", [GREEDY, Beam(3), Sample(top_k=3, seed=1)], ids=str)
+def test_save_attention_maps_word_level(tmp_path, strategy):
     vocab = Vocab.build([WORDS])
     model = _model(len(vocab))
     paths = save_attention_maps(model, vocab, "four thousand three hundred".split(), str(tmp_path / "maps"),
-                                "word", "word", beam_size=beam)
+                                "word", "word", strategy=strategy)
     _check_pngs(paths, tmp_path / "maps")
 
 
@@ -141,7 +142,7 @@ def test_save_attention_maps_char_level_with_hangul(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")           # no missing-glyph warnings escape
         paths = save_attention_maps(model, vocab, tokenize(text, "char"), str(tmp_path), "char", "char",
-                                    beam_size=1)
+                                    strategy=GREEDY)
     _check_pngs(paths, tmp_path)
 
 
@@ -159,7 +160,7 @@ def test_missing_cjk_font_falls_back_and_says_so(tmp_path, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         paths = save_attention_maps(_model(len(vocab), N=1), vocab, ["고양이", "얼굴"], str(tmp_path),
-                                    beam_size=1)
+                                    strategy=GREEDY)
     _check_pngs(paths, tmp_path)
     assert titles and all("no CJK font found" in t for t in titles[:1])
     # With a CJK font, or with no CJK text, no such note.

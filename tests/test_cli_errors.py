@@ -58,7 +58,7 @@ BAD = [
     (TRAIN + ["--max-tokens", "0"], 2, "must be a whole number ≥ 1", "(--max-tokens)"),
     (TRAIN + ["--valid-every", "-1"], 2, "must be a whole number ≥ 1, got -1", "(--valid-every)"),
     (TRAIN + ["--checkpoint-every", "-1"], 2, "must be a whole number ≥ 1, got -1", "(--checkpoint-every)"),
-    (TRAIN + ["--eval-beams", "1", "0"], 2, "must be a whole number ≥ 1, got 0", "(--eval-beams)"),
+    (TRAIN + ["--eval", "greedy", "beam0"], 2, "'beam0': Beam: size must be ≥ 1, got 0", "(--eval)"),
     (TRAIN + ["--warmup", "0"], 2, "must be a whole number ≥ 1", "(--warmup)"),
     (TRAIN + ["--lr-factor", "nan"], 2, "must be a finite number > 0, got nan", "(--lr-factor)"),
     (TRAIN + ["--lr-factor", "-1"], 2, "must be a finite number > 0", "(--lr-factor)"),
@@ -86,7 +86,7 @@ BAD = [
     (TRAIN + ["--resume", "{ckpt}", "--steps", "9", "--seed", "3"], 2, "the checkpoint was trained with seed 0; "
      "another seed would split the data", "(--seed 3)"),
     (["train", "--data", "{other}", "--no-progress", "--out", "{dir}/o", "--resume", "{ckpt}", "--steps", "9"], 2,
-     "different vocabulary", "(--resume {ckpt})"),
+     "cannot resume: the data differs from what the checkpoint was trained on", "(--resume {ckpt})"),
     (["translate", "--checkpoint", "{ckpt}", ""], 2, "the sentence is empty", "(argument 1)"),
     (["translate", "--checkpoint", "{ckpt}", "one two", "   "], 2, "the sentence is empty", "(argument 2)"),
     (["translate", "--checkpoint", "{ckpt}", "one <eos> two"], 2, "word-level text may not contain '<eos>'",
@@ -195,7 +195,7 @@ def test_an_interrupt_prints_a_command_that_works(files, capsys, monkeypatch, tm
 
 def test_overwrite_replaces_an_earlier_run_only_when_asked(files, capsys, tmp_path):
     out = tmp_path / "again"
-    argv = _fill(TRAIN[:-1], files) + [str(out), "--steps", "2", "--eval-beams", "1"]
+    argv = _fill(TRAIN[:-1], files) + [str(out), "--steps", "2", "--eval", "greedy"]
     assert main(argv) == 0
     first = (out / "checkpoint.npz").read_bytes()
     assert main(argv) == 2 and "holds an earlier run" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""Greedy decoding, beam search (§6.1) and the key/value cache.
+"""Greedy decoding, sampling, beam search (§6.1), the strategies that name them, and the key/value cache.
 
 One small model is trained for a few dozen SGD steps on reversing short
 sequences, so that its outputs depend on the input and <eos> comes at varied
@@ -17,11 +17,24 @@ import pytest
 
 from minitransformer import backend, decoding
 from minitransformer.data.batching import make_batch, make_source_batch
-from minitransformer.decoding import beam_search, greedy_decode, length_penalty
+from minitransformer.decoding import (
+    GREEDY,
+    MAX_BEAM_SIZE,
+    Beam,
+    Greedy,
+    Sample,
+    beam_search,
+    decode,
+    greedy_decode,
+    keep_largest,
+    length_penalty,
+    parse_strategy,
+)
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy, log_softmax
 from minitransformer.layers.masks import causal_mask
 from minitransformer.layers.parameter import eval_mode
 from minitransformer.model import KVCache, Transformer, TransformerConfig
+from minitransformer.translate import translate_ids
 
 PAD, BOS, EOS = 0, 1, 2
 CFG = TransformerConfig(vocab_size=12, d_model=32, h=4, N=2, d_ff=64, P_drop=0.1, max_len=64)
@@ -426,3 +439,348 @@ def test_decoding_uses_only_the_models_public_api():
 def test_cupy_matches_numpy_on_the_stand_in(model32, sources, fake_cupy_installed):
     """The check above through the CPU stand-in for CuPy (tests/fake_cupy.py): it runs without a GPU."""
     test_cupy_matches_numpy(model32, sources)
+
+
+# -- strategies: named, frozen, checked when made ------------------------------------------------
+
+def test_strategies_are_small_frozen_values():
+    assert Greedy() == GREEDY and Beam() == Beam(4, 0.6) and Sample() == Sample(1.0, None, None, 0)
+    assert len({Greedy(), Beam(4), Beam(4, 0.6), Sample(seed=1), Sample(seed=1)}) == 3    # hashable values
+    with pytest.raises(AttributeError):
+        Beam().size = 8                                         # frozen: a strategy never changes under you
+    assert repr(Sample(temperature=0.5, top_k=3)) == "Sample(temperature=0.5, top_k=3, top_p=None, seed=0)"
+    assert [str(s) for s in (GREEDY, Beam(4), Beam(2, 1.0), Sample(0.7, 10, 0.9, 3))] == [
+        "greedy", "beam 4", "beam 2 (α=1)", "sample (T=0.7, top-k 10, top-p 0.9, seed 3)"]
+    assert type(Sample(temperature=2, seed=np.int64(4)).temperature) is float       # stored as plain numbers
+    assert type(Sample(seed=np.int64(4)).seed) is int and type(Beam(np.int32(3)).size) is int
+
+
+@pytest.mark.parametrize("make, error, message", [
+    (lambda: Beam(2.5), TypeError, "Beam: size must be a whole number, got 2.5"),
+    (lambda: Beam(True), TypeError, "Beam: size must be a whole number, got True"),
+    (lambda: Beam(0), ValueError, "Beam: size must be ≥ 1, got 0"),
+    (lambda: Beam(MAX_BEAM_SIZE + 1), ValueError, f"Beam: size must be at most {MAX_BEAM_SIZE}"),
+    (lambda: Beam(2 ** 63), ValueError, f"got {2 ** 63}"),
+    (lambda: Beam(4, float("nan")), ValueError, "Beam: alpha must be a finite number, got nan"),
+    (lambda: Beam(4, -0.1), ValueError, "Beam: alpha must be ≥ 0"),
+    (lambda: Beam(4, 10 ** 400), ValueError, "Beam: alpha must be a finite number, got inf"),
+    (lambda: Beam(4, "0.6"), TypeError, "Beam: alpha must be a number"),
+    (lambda: Sample(temperature=0), ValueError, "Sample: temperature must be > 0, got 0.0"),
+    (lambda: Sample(temperature=float("inf")), ValueError, "temperature must be a finite number"),
+    (lambda: Sample(temperature=True), TypeError, "temperature must be a number"),
+    (lambda: Sample(top_k=0), ValueError, "Sample: top_k must be ≥ 1, got 0"),
+    (lambda: Sample(top_k=2.0), TypeError, "Sample: top_k must be a whole number"),
+    (lambda: Sample(top_p=0), ValueError, "Sample: top_p must be in (0, 1], got 0.0"),
+    (lambda: Sample(top_p=1.5), ValueError, "top_p must be in (0, 1]"),
+    (lambda: Sample(top_p=float("nan")), ValueError, "top_p must be a finite number"),
+    (lambda: Sample(seed=-1), ValueError, "Sample: seed must be in 0.."),
+    (lambda: Sample(seed=2 ** 63), ValueError, "Sample: seed must be in 0.."),
+    (lambda: Sample(seed=1.5), TypeError, "Sample: seed must be a whole number"),
+])
+def test_a_bad_strategy_is_refused_when_made(make, error, message):
+    with pytest.raises(error) as info:
+        make()
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize("text, want", [
+    ("greedy", Greedy()), ("beam", Beam()), ("beam4", Beam(4)), ("beam12", Beam(12)),
+    ("beam:size=8,alpha=1.0", Beam(8, 1.0)), ("beam2:alpha=0", Beam(2, 0.0)), ("sample", Sample()),
+    ("sample:temperature=0.7,top_k=10,top_p=0.9,seed=3", Sample(0.7, 10, 0.9, 3)),
+])
+def test_parse_strategy(text, want):
+    assert parse_strategy(text) == want
+
+
+@pytest.mark.parametrize("text, message", [
+    ("topk", "unknown decoding strategy 'topk'; expected one of greedy, sample, beam"),
+    ("greedy3", "greedy takes no number"),
+    ("beam0", "'beam0': Beam: size must be ≥ 1, got 0"),
+    ("beam100000", f"must be at most {MAX_BEAM_SIZE}"),
+    ("beam9223372036854775808", f"must be at most {MAX_BEAM_SIZE}"),
+    ("sample:temp=2", "FIELD one of temperature, top_k, top_p, seed, got 'temp=2'"),
+    ("sample:top_k=2.5", "top_k='2.5' is not a whole number"),
+    ("sample:temperature=hot", "temperature='hot' is not a number"),
+    ("sample:top_p=nan", "top_p must be a finite number"),
+    ("sample:seed", "got 'seed'"),
+])
+def test_parse_strategy_names_the_problem(text, message):
+    with pytest.raises(ValueError) as info:
+        parse_strategy(text)
+    assert message in str(info.value)
+
+
+# -- the decoding API checks its arguments before it allocates (issue 19, items 9 and 10) ------
+
+def _refuses_before_encoding(monkeypatch, model, call, error, message):
+    """``call`` raises ``error`` with ``message``, and the model was never run (nothing allocated for it)."""
+    def never(*args, **kwargs):
+        raise AssertionError("the model ran before the arguments were checked")
+    monkeypatch.setattr(model, "encode", never)
+    with pytest.raises(error) as info:
+        call()
+    assert message in str(info.value)
+    monkeypatch.undo()
+
+
+@pytest.mark.parametrize("call, error, message", [
+    (lambda m, s: beam_search(m, s, BOS, EOS, beam_size=2.5), TypeError, "beam_search: beam_size must be a whole "
+     "number, got 2.5"),
+    (lambda m, s: beam_search(m, s, BOS, EOS, beam_size=True), TypeError, "beam_size must be a whole number, got True"),
+    (lambda m, s: beam_search(m, s, BOS, EOS, beam_size=100000), ValueError, f"beam_search: beam_size must be at "
+     f"most {MAX_BEAM_SIZE}"),
+    (lambda m, s: beam_search(m, s, BOS, EOS, beam_size=2 ** 63), ValueError, "beam_size must be at most"),
+    (lambda m, s: beam_search(m, s, BOS, EOS, beam_size=2 ** 64 + 1), ValueError, "beam_size must be at most"),
+    (lambda m, s: beam_search(m, s, BOS, EOS, alpha=float("nan")), ValueError, "beam_search: alpha must be a "
+     "finite number, got nan"),
+    (lambda m, s: beam_search(m, s, BOS, EOS, beam_size=2, n_best=3), ValueError, "n_best must be in 1..2, got 3"),
+    (lambda m, s: beam_search(m, s, BOS, EOS, n_best=1.0), TypeError, "n_best must be a whole number"),
+    (lambda m, s: beam_search(m, s, BOS, EOS, return_scores=1), TypeError, "return_scores must be True or False"),
+    (lambda m, s: beam_search(m, s, BOS, -1), ValueError, "beam_search: eos_id must be in 0..11, got -1"),
+    (lambda m, s: greedy_decode(m, s, BOS, EOS, max_len=2.5), TypeError, "greedy_decode: max_len must be a whole "
+     "number, got 2.5"),
+    (lambda m, s: greedy_decode(m, s, BOS, EOS, max_len=True), TypeError, "max_len must be a whole number"),
+    (lambda m, s: greedy_decode(m, s, BOS, EOS, max_len=0), ValueError, "greedy_decode: max_len must be ≥ 1, got 0"),
+    (lambda m, s: greedy_decode(m, s, BOS, -1), ValueError, "greedy_decode: eos_id must be in 0..11, got -1"),
+    (lambda m, s: greedy_decode(m, s, BOS, 12), ValueError, "eos_id must be in 0..11, got 12"),
+    (lambda m, s: greedy_decode(m, s, BOS, 2.0), TypeError, "eos_id must be a whole number, got 2.0"),
+    (lambda m, s: greedy_decode(m, s, -3, EOS), ValueError, "bos_id must be in 0..11, got -3"),
+    (lambda m, s: greedy_decode(m, s, BOS, EOS, use_cache="no"), TypeError, "use_cache must be True or False"),
+    (lambda m, s: decode(m, s, BOS, EOS, 4), TypeError, "strategy must be a decoding strategy such as Greedy(), "
+     "Beam(size=4) or Sample(temperature=1.0), got 4 (beam_size=4 is now strategy=Beam(4))"),
+    (lambda m, s: decode(m, s, BOS, EOS, "beam4"), TypeError, "got 'beam4'"),
+    (lambda m, s: decode(m, s, BOS, EOS, Sample(), max_len=2.5), TypeError, "decode: max_len must be a whole number"),
+])
+def test_the_decoding_api_refuses_bad_arguments_by_name(model64, sources, monkeypatch, call, error, message):
+    _, src = sources
+    _refuses_before_encoding(monkeypatch, model64, lambda: call(model64, src), error, message)
+
+
+def test_translate_ids_refuses_a_beam_size_integer(model64):
+    with pytest.raises(TypeError, match="is now strategy=Beam"):
+        translate_ids(model64, None, [], 4)
+
+
+# -- sampling -------------------------------------------------------------------------------------
+
+def chi2_sf(x: float, df: int) -> float:
+    """P(X > x) for X ~ chi-square with df (a whole number ≥ 1) degrees of freedom, in closed form.
+
+    Even df: exp(-x/2) · sum_{i<df/2} (x/2)^i / i!. Odd df: erfc(sqrt(x/2)) + 2 φ(sqrt x) ·
+    sum_{r=1}^{(df-1)/2} x^{r-1/2} / (1·3·…·(2r-1)), φ the standard normal density.
+    """
+    if df % 2 == 0:
+        term = total = 1.0
+        for i in range(1, df // 2):
+            term *= (x / 2) / i
+            total += term
+        return math.exp(-x / 2) * total
+    total, term = 0.0, math.sqrt(x)
+    for r in range(1, (df - 1) // 2 + 1):
+        if r > 1:
+            term *= x / (2 * r - 1)
+        total += term
+    return math.erfc(math.sqrt(x / 2)) + 2 * math.exp(-x / 2) / math.sqrt(2 * math.pi) * total
+
+
+def test_chi2_sf_matches_the_tables():
+    # The 5% and 1% critical values of the chi-square table.
+    for x, df, p in [(3.841, 1, 0.05), (5.991, 2, 0.05), (7.815, 3, 0.05), (9.488, 4, 0.05), (11.070, 5, 0.05),
+                     (21.666, 9, 0.01), (23.209, 10, 0.01)]:
+        assert chi2_sf(x, df) == pytest.approx(p, rel=2e-3)
+
+
+def sampling_reference(logits, temperature=1.0, top_k=None, top_p=None, extra=0):
+    """What Sample should draw from, written the slow, obvious way: softmax(logits / T), the
+    top_k most probable kept and renormalised, then the nucleus (most probable first, until
+    their mass reaches top_p; ``extra`` more tokens, to build a wrong answer) kept and renormalised."""
+    z = np.asarray(logits, dtype=np.float64) / temperature
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    order = sorted(range(len(p)), key=lambda i: -p[i])
+    if top_k is not None:
+        for i in order[top_k:]:
+            p[i] = 0.0
+        p /= p.sum()
+    if top_p is not None:
+        kept, mass = [], 0.0
+        for i in order:
+            if mass < top_p or len(kept) < extra:
+                kept.append(i)
+                mass += p[i]
+        kept += [i for i in order if i not in kept and p[i] > 0][:extra]
+        q = np.zeros_like(p)
+        q[kept] = p[kept]
+        p = q / q.sum()
+    return p
+
+
+def chi2_pvalue(counts, p) -> float:
+    """Pearson's test of counts against probabilities p; 0 if any count falls where p is 0."""
+    if (counts[p == 0] > 0).any():
+        return 0.0
+    support = p > 0
+    expected = counts.sum() * p[support]
+    stat = float(((counts[support] - expected) ** 2 / expected).sum())
+    return chi2_sf(stat, int(support.sum()) - 1)
+
+
+# Logits of a 10-token vocabulary; ids 0 and 1 are banned (pad, bos), as decoding sets them.
+LOGITS = np.array([-np.inf, -np.inf, 1.0, 0.3, -0.5, 2.0, 0.0, -1.2, 1.5, -0.2])
+
+
+@pytest.mark.parametrize("settings", [
+    {}, {"temperature": 0.5}, {"temperature": 2.0, "top_k": 4}, {"top_p": 0.8},
+    {"temperature": 1.5, "top_k": 6, "top_p": 0.7}, {"top_k": 1},
+], ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()) or "plain")
+def test_sampled_frequencies_match_the_restricted_softmax(settings):
+    """100,000 draws from one distribution, in one call on (100000, 10) rows: the counts pass
+    Pearson's test against softmax(logits / T) restricted to top-k, then top-p (p > 1e-4), never
+    land outside that set, and the same counts *fail* the test against the nearest wrong
+    answers (T off by 10%, no restriction, a nucleus one token too big): p < 1e-6. So the test
+    can tell a correct sampler from an almost-correct one; its outcome is fixed by the seed."""
+    n = 100_000
+    logp = LOGITS - np.log(np.exp(LOGITS[2:]).sum())
+    strategy = Sample(seed=1, **settings)
+    y = strategy.choose(np.tile(logp, (n, 1)), strategy.make_rng(np))
+    counts = np.bincount(backend.to_numpy(y), minlength=len(LOGITS))
+    T, k, top_p = settings.get("temperature", 1.0), settings.get("top_k"), settings.get("top_p")
+    right = sampling_reference(LOGITS[2:], T, k, top_p)
+    assert (counts[:2] == 0).all()                                   # banned ids: never
+    assert ((counts[2:] > 0) == (right > 0)).all()                   # exactly the restricted set
+    assert chi2_pvalue(counts[2:], right) > 1e-4
+    if k == 1:
+        assert counts.argmax() == LOGITS.argmax() and counts.max() == n    # top-k 1 is greedy
+        return
+    wrong = [sampling_reference(LOGITS[2:], 1.1 * T, k, top_p)]
+    if k or top_p:
+        wrong.append(sampling_reference(LOGITS[2:], T))
+    if top_p:
+        wrong.append(sampling_reference(LOGITS[2:], T, k, top_p, extra=1))
+    for p in wrong:
+        assert chi2_pvalue(counts[2:], p) < 1e-6
+
+
+def test_keep_largest_keeps_exactly_n_with_ties_to_the_lowest_index():
+    z = np.array([[1.0, 3.0, 3.0, 2.0, 3.0], [0.0, -np.inf, 5.0, -np.inf, -np.inf], [1.0, 1.0, 1.0, 1.0, 1.0]])
+    kept = keep_largest(z, np.array([[2], [3], [4]]))
+    assert np.isfinite(kept).tolist() == [[False, True, True, False, False],   # two of the three 3.0s: the first two
+                                          [True, False, True, False, False],   # n = 3 > the 2 finite: both stay
+                                          [True, True, True, True, False]]
+    assert (kept[np.isfinite(kept)] == z[np.isfinite(kept)]).all()
+
+
+def test_sampling_from_the_model_matches_its_distribution(model64):
+    """The whole loop: 10,000 copies of one source, one token each. The first tokens follow the
+    model's own softmax(logits / T) at position 0 (pad and bos removed), restricted to top-k,
+    and not the same with T off by 20%."""
+    n, T, k = 10_000, 0.7, 6
+    src = np.asarray([[5, 7, 4, 9]] * n)
+    y = np.array(decode(model64, src, BOS, None, Sample(temperature=T, top_k=k, seed=7), max_len=1))[:, 0]
+    with eval_mode(model64):
+        memory = model64.encode(src[:1], (src[:1] != PAD)[:, None, None, :])
+        logits = model64.decode(np.asarray([[BOS]]), memory, (src[:1] != PAD)[:, None, None, :])[0, -1]
+    logits = logits.copy()
+    logits[[PAD, BOS]] = -np.inf
+    right = sampling_reference(logits, T, k)
+    counts = np.bincount(y, minlength=CFG.vocab_size)
+    assert (right > 0).sum() == k and ((counts > 0) == (right > 0)).all()
+    assert chi2_pvalue(counts, right) > 1e-4
+    assert chi2_pvalue(counts, sampling_reference(logits, 1.2 * T, k)) < 1e-6
+
+
+def test_sampling_is_repeatable_and_the_seed_matters(model64, sources):
+    _, src = sources
+    hot = Sample(temperature=2.0, seed=3)
+    first = decode(model64, src, BOS, EOS, hot)
+    assert decode(model64, src, BOS, EOS, hot) == first                  # same seed, same outputs
+    assert decode(model64, src, BOS, EOS, Sample(temperature=2.0, seed=3), use_cache=False) == first
+    assert decode(model64, src, BOS, EOS, Sample(temperature=2.0, seed=4)) != first
+    assert first != greedy_decode(model64, src, BOS, EOS)                  # it really samples
+    assert all(PAD not in y and BOS not in y and EOS not in y for y in first)
+
+
+@pytest.mark.parametrize("name", ["model64", "model32", "untrained"])
+def test_top_k_one_and_a_tiny_nucleus_are_greedy(name, request):
+    if name == "untrained":
+        model = _build("float32", seed=5)
+        for p in model.parameters():
+            if p.data.ndim == 2:
+                p.data *= 2.0
+    else:
+        model = request.getfixturevalue(name)
+    seqs = _random_sources(np.random.default_rng(9), 60, 1, 10)
+    src, _ = make_source_batch(seqs, PAD, np)
+    greedy = greedy_decode(model, src, BOS, EOS)
+    for strategy in (Sample(top_k=1), Sample(temperature=5.0, top_k=1, seed=11), Sample(top_p=1e-9, seed=2),
+                     Sample(temperature=1e-300, seed=8)):
+        assert decode(model, src, BOS, EOS, strategy) == greedy, strategy
+
+
+def test_a_small_temperature_approaches_greedy(model64):
+    """This lightly trained model is unsure (at T = 3 almost no output equals greedy's); as T
+    falls, more and more sampled outputs equal the greedy ones, and at T = 1e-3 all do."""
+    seqs = _random_sources(np.random.default_rng(10), 80, 1, 10)
+    src, _ = make_source_batch(seqs, PAD, np)
+    greedy = greedy_decode(model64, src, BOS, EOS)
+    temperatures = (3.0, 0.3, 0.03, 1e-3)
+    agree = [np.mean([a == b for a, b in zip(decode(model64, src, BOS, EOS, Sample(temperature=T)), greedy)])
+             for T in temperatures]
+    assert agree[0] < 0.1 and agree[-1] == 1.0, dict(zip(temperatures, agree))
+    assert agree == sorted(agree) and len(set(agree)) == len(agree), dict(zip(temperatures, agree))
+
+
+def test_no_restriction_is_the_same_as_no_option(model64, sources):
+    """top_p = 1 and top_k ≥ V change nothing: the same seed gives the same outputs."""
+    _, src = sources
+    plain = decode(model64, src, BOS, EOS, Sample(temperature=1.5, seed=6))
+    assert decode(model64, src, BOS, EOS, Sample(temperature=1.5, top_p=1.0, seed=6)) == plain
+    assert decode(model64, src, BOS, EOS, Sample(temperature=1.5, top_k=10 ** 30, seed=6)) == plain
+
+
+def test_translate_ids_samples_each_batch_with_new_numbers(model64):
+    from minitransformer.data.vocab import Vocab
+
+    vocab = Vocab.build([[str(i) for i in range(4, CFG.vocab_size)]])      # + pad, bos, eos, unk
+    assert (vocab.pad_id, vocab.bos_id, vocab.eos_id, len(vocab)) == (PAD, BOS, EOS, CFG.vocab_size)
+    sources = [[5, 6, 7, 8, EOS]] * 20
+    hot = Sample(temperature=3.0, seed=2)
+    out = translate_ids(model64, vocab, sources, hot, batch_size=5)
+    assert translate_ids(model64, vocab, sources, hot, batch_size=5) == out          # repeatable
+    batches = [tuple(map(tuple, out[i: i + 5])) for i in range(0, 20, 5)]
+    assert len(set(batches)) == 4                                   # no batch repeats another's draws
+    assert translate_ids(model64, vocab, sources, Beam(1), batch_size=5) == translate_ids(model64, vocab, sources)
+
+
+def test_sampling_on_the_stand_in_is_repeatable(model32, sources, fake_cupy_installed):
+    """On the CuPy stand-in the draws come from the device generator: repeatable per seed, and
+    top-k 1 is still greedy (the stand-in's numbers differ from NumPy's, as CuPy's do)."""
+    _, src = sources
+    gpu = _build("float32")
+    for pg, pc in zip(gpu.parameters(), model32.parameters()):
+        pg.data[...] = pc.data
+    gpu.to("cupy")
+    src_gpu = fake_cupy_installed.asarray(src)
+    hot = Sample(temperature=2.0, top_k=5, top_p=0.95, seed=3)
+    first = decode(gpu, src_gpu, BOS, EOS, hot)
+    assert decode(gpu, src_gpu, BOS, EOS, hot) == first
+    assert decode(gpu, src_gpu, BOS, EOS, Sample(temperature=2.0, top_k=5, top_p=0.95, seed=4)) != first
+    assert decode(gpu, src_gpu, BOS, EOS, Sample(top_k=1, seed=9)) == greedy_decode(gpu, src_gpu, BOS, EOS)
+
+
+# -- the one wait per position, read from the source ------------------------------------------
+
+def test_position_loops_wait_for_the_device_only_through_host_flag():
+    """Inside every loop over output positions (``for t in range(T)``), decoding.py converts no
+    device value to a host value (bool/int/float, .item/.tolist/.get, to_numpy) except through
+    exactly one ``backend.host_flag`` call. The stand-in test counts the same at run time."""
+    tree = ast.parse(inspect.getsource(decoding))
+    loops = [node for node in ast.walk(tree) if isinstance(node, ast.For)
+             and isinstance(node.target, ast.Name) and node.target.id == "t"]
+    assert len(loops) == 2                                       # the shared loop and beam search's
+    for loop in loops:
+        calls = [node for node in ast.walk(loop) if isinstance(node, ast.Call)]
+        names = [c.func.id if isinstance(c.func, ast.Name) else c.func.attr for c in calls
+                 if isinstance(c.func, (ast.Name, ast.Attribute))]
+        assert names.count("host_flag") == 1, names
+        assert not {"bool", "int", "float", "item", "tolist", "get", "to_numpy", "asnumpy"} & set(names), names

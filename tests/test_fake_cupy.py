@@ -12,13 +12,15 @@ make at most SYNCS_PER_STEP host syncs, and the number may not depend on the mod
     2  the loss: its count of non-pad tokens (int) and its value (float), returned to the caller
     1  the global gradient norm: clip_grad_norm's when clipping, else Adam's (for the log)
 A sync per layer or per parameter, inside the loop, fails test_host_syncs_per_training_step.
-Decoding, per output position (DECODE_SYNCS_PER_POSITION, again the same for every depth):
-    greedy 2: "has every sentence finished?" (bool) and the new tokens' id check (bool)
-    beam   3: the same two, and "did any hypothesis finish at this step?" (bool)
+Decoding, per output position (DECODE_SYNCS_PER_POSITION, again the same for every depth), for
+every strategy (greedy, sampling with and without top-k / top-p, beam search):
+    2  "may the search stop?" (bool, asked through backend.host_flag, the one place decoding asks)
+       and the embedding's check of the new tokens' ids (bool)
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import copy
 import functools
@@ -35,7 +37,7 @@ from minitransformer.__main__ import main
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
 from minitransformer.data.batching import make_source_batch
 from minitransformer.data.registry import load_task
-from minitransformer.decoding import beam_search, greedy_decode
+from minitransformer.decoding import Beam, Greedy, Sample, beam_search, decode, greedy_decode
 from minitransformer.gradcheck import check_layer, gradcheck
 from minitransformer.layers.attention import (
     MultiHeadAttention,
@@ -67,7 +69,7 @@ from minitransformer.translate import attention_maps
 
 SYNCS = fake_cupy.SYNCS
 SYNCS_PER_STEP = 6
-DECODE_SYNCS_PER_POSITION = {"greedy": 2, "beam": 3}
+DECODE_SYNCS_PER_POSITION = 2
 
 
 @contextlib.contextmanager
@@ -181,6 +183,23 @@ def test_host_syncs_are_counted_by_kind_and_call_site(fake_cp):
     sites = {kind: site for kind, site in SYNCS.sites}
     assert sites["float"].startswith("tests/test_fake_cupy.py:") and "test_host_syncs_are_counted" in sites["float"]
     assert "float" in SYNCS.report() and "tests/test_fake_cupy.py" in SYNCS.report()
+
+
+@pytest.mark.parametrize("root, filename, expected", [
+    # a clone named like the package: its name must not be taken for the package folder
+    ("/home/u/minitransformer", "/home/u/minitransformer/tests/test_x.py", "tests/test_x.py:2 (probe)"),
+    ("/home/u/minitransformer", "/home/u/minitransformer/minitransformer/optim.py",
+     "minitransformer/optim.py:2 (probe)"),
+    ("/home/u/mt", "/home/u/mt/tests/test_x.py", "tests/test_x.py:2 (probe)"),
+    # an installed copy of the package, outside the checkout
+    ("/home/u/mt", "/usr/lib/python3/site-packages/minitransformer/decoding.py",
+     "minitransformer/decoding.py:2 (probe)"),
+])
+def test_call_sites_are_named_from_the_checkout(monkeypatch, root, filename, expected):
+    monkeypatch.setattr(fake_cupy, "_ROOT", root)
+    namespace = {"_call_site": fake_cupy._call_site}
+    exec(compile("def probe():\n    return _call_site()\n", filename, "exec"), namespace)
+    assert namespace["probe"]() == expected
 
 
 def test_what_cupy_lacks_raises_attribute_error(fake_cp):
@@ -628,26 +647,34 @@ def test_host_syncs_per_training_step(fake_cp, clip_norm, capsys):
     assert per_step[3] <= SYNCS_PER_STEP, "over the host-sync budget of a training step:\n" + reports[3]
 
 
-@pytest.mark.parametrize("search", ["greedy", "beam"])
-def test_host_syncs_per_decoded_position(fake_cp, search, capsys):
+@pytest.mark.parametrize("strategy", [Greedy(), Sample(), Sample(temperature=0.7, top_k=3, top_p=0.9, seed=5),
+                                      Beam(size=1), Beam(size=3)], ids=str)
+def test_host_syncs_per_decoded_position(fake_cp, strategy, capsys):
     task, _, _ = _copy_data()
     v = task.vocab
-    per_position = {}
+    per_position, growing = {}, {}
     for N in (1, 3):
         with backend_as("numpy"):
             model = build_model(task, "tiny", seed=0, N=N).to("cupy")
         src, _ = make_source_batch([[4, 5, 6, 7]] * 3, v.pad_id, fake_cp)
         runs = {}
+        decode(model, src, v.bos_id, None, strategy, max_len=15)   # first use: tables copied to the device once
         for max_len in (5, 15):                  # no <eos>: every sentence runs to max_len
             SYNCS.reset()
-            if search == "greedy":
-                greedy_decode(model, src, v.bos_id, None, max_len=max_len)
-            else:
-                beam_search(model, src, v.bos_id, None, beam_size=3, max_len=max_len)
-            runs[max_len] = (SYNCS.total, SYNCS.report())
+            out = decode(model, src, v.bos_id, None, strategy, max_len=max_len)
+            assert [len(y) for y in out] == [max_len] * 3
+            runs[max_len] = (SYNCS.total, SYNCS.report(), collections.Counter(SYNCS.sites),
+                             sum(SYNCS.to_device.values()))
         per_position[N] = (runs[15][0] - runs[5][0]) / 10
+        # The call sites whose count grows with the number of positions: the syncs made per position.
+        growing[N] = {site for (kind, site), n in runs[15][2].items() if n > runs[5][2][(kind, site)]}
     with capsys.disabled():
-        print(f"\n[stand-in] host syncs per decoded position ({search}): N=1: {per_position[1]:g}, "
-              f"N=3: {per_position[3]:g} (budget {DECODE_SYNCS_PER_POSITION[search]})")
+        print(f"\n[stand-in] host syncs per decoded position ({strategy}): N=1: {per_position[1]:g}, "
+              f"N=3: {per_position[3]:g} (budget {DECODE_SYNCS_PER_POSITION})")
     assert per_position[1] == per_position[3], "host syncs grow with the number of layers:\n" + runs[15][1]
-    assert per_position[3] <= DECODE_SYNCS_PER_POSITION[search], runs[15][1]
+    assert per_position[3] == DECODE_SYNCS_PER_POSITION, runs[15][1]
+    from_decoding = {site for site in growing[3] if "decoding.py" in site}
+    assert len(from_decoding) == 1 and "(host_flag) <- minitransformer/decoding.py" in from_decoding.pop(), \
+        "decoding waits for the device per position other than through backend.host_flag:\n" + runs[15][1]
+    assert all("decoding.py" in site or "(check_token_ids)" in site for site in growing[3]), runs[15][1]
+    assert runs[15][3] == runs[5][3], "host-to-device copies at every position:\n" + runs[15][1]

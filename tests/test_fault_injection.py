@@ -52,7 +52,8 @@ partial_fds, saves = set(), []
 real_open, real_fsync = os.open, os.fsync
 def traced_open(path, flags, mode=0o777, *args, **kwargs):
     fd = real_open(path, flags, mode, *args, **kwargs)
-    if str(path).endswith(".checkpoint.npz.partial"):
+    name = os.path.basename(str(path))              # .checkpoint.npz.<pid>-<random>.partial
+    if name.startswith(".checkpoint.npz.") and name.endswith(".partial"):
         partial_fds.add(fd)
     return fd
 def traced_fsync(fd):
@@ -213,10 +214,11 @@ def test_kill_9_during_a_save_keeps_the_good_checkpoint_and_resume_cleans_up(cor
     assert proc.returncode == -signal.SIGKILL
     step, _, _ = _params(out / "checkpoint.npz")
     assert step == 10                                                  # the good checkpoint is intact
-    assert _leftovers(out) == [".checkpoint.npz.partial"]              # what the kill left behind
+    left = _leftovers(out)                                             # what the kill left behind:
+    assert len(left) == 1 and left[0].startswith(f".checkpoint.npz.{proc.pid}-"), left   # named by its writer
     resumed = _run(argv + ["--resume", str(out / "checkpoint.npz")])
     assert resumed.returncode == 0, resumed.stderr
-    assert f"removed {out}/.checkpoint.npz.partial" in resumed.stderr
+    assert f"removed {out}/{left[0]}" in resumed.stderr                # its writer is dead: removed
     assert _leftovers(out) == []
     step, params, _ = _params(out / "checkpoint.npz")
     assert step == STEPS

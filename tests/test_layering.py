@@ -1,10 +1,10 @@
 """The package is built in layers, lowest first; a module imports only from its own
 layer or below, and no two modules import each other (directly or in a circle).
 
-    foundation  errors, backend, files
+    foundation  errors, backend, files, runlock, streams
     layers      layers/*, gradcheck
     model       model, settings, data/*, metrics
-    search      decoding, optim, checkpoint, plot, progress
+    search      decoding, optim, checkpoint, average, plot, progress, stops
     translate   translate
     train       train
     lessons     exercises/*
@@ -22,10 +22,10 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "minitransformer"
 
 LAYERS = [
-    ("foundation", ["errors", "backend", "files", "__init__"]),
+    ("foundation", ["errors", "backend", "files", "runlock", "streams", "__init__"]),
     ("layers", ["layers.*", "gradcheck"]),
     ("model", ["model", "settings", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "plot", "progress"]),
+    ("search", ["decoding", "optim", "checkpoint", "average", "plot", "progress", "stops"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("lessons", ["exercises.*"]),

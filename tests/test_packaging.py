@@ -105,3 +105,26 @@ def test_every_option_has_help_text():
                for action in parser._actions
                if not isinstance(action, argparse._SubParsersAction) and not action.help]
     assert not missing, f"options without help text: {missing}"
+
+
+def test_what_the_commands_write_is_ignored_and_the_sources_are_not():
+    """.gitignore: the folders the README's commands write at the top of the checkout (runs/,
+    maps/ from translate --attention, data/ from export) are ignored; the package's and the
+    tests' data folders, which share the names, are not."""
+    import shutil
+    import subprocess
+
+    git = shutil.which("git")
+    if git is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (or git is not installed): .gitignore not checked")
+
+    def ignored(path):
+        result = subprocess.run([git, "check-ignore", "--quiet", "--no-index", path], cwd=ROOT)
+        assert result.returncode in (0, 1), f"git check-ignore failed on {path}"
+        return result.returncode == 0
+
+    for path in ("runs/copy/checkpoint.npz", "maps/layer1_head1.png", "data/numbers-en-fr.train.tsv"):
+        assert ignored(path), f"{path} is not ignored"
+    for path in ("minitransformer/data/tasks.py", "minitransformer/data/new_task.py", "tests/data/case.tsv",
+                 "docs/datasets.md", "lessons/src/maps.py"):
+        assert not ignored(path), f"{path} is ignored, but it is a source file"

@@ -16,6 +16,7 @@ import pytest
 
 from minitransformer.__main__ import _report, main
 from minitransformer.checkpoint import load_checkpoint
+from minitransformer.decoding import GREEDY
 from minitransformer.data import parsing, pcfg
 from minitransformer.data.loading import Task, TaskData
 from minitransformer.data.registry import TASKS, get_task, load_task, saved_task
@@ -161,8 +162,8 @@ def test_report_prints_a_tasks_own_scores_instead_of_bleu_and_renders_its_sample
                                max_output_len=3)
     model = Transformer(PRESETS["tiny"].with_(vocab_size=14), seed=0)
     plain, hooked = io.StringIO(), io.StringIO()
-    _report(model, _toy(None), _toy(None).vocab, _toy(None).test, n_samples=1, stream=plain)
-    results = _report(model, _toy(base), _toy(base).vocab, _toy(base).test, n_samples=1, stream=hooked)
+    _report(model, _toy(None), _toy(None).vocab, _toy(None).test, [GREEDY], n_samples=1, stream=plain)
+    results = _report(model, _toy(base), _toy(base).vocab, _toy(base).test, [GREEDY], n_samples=1, stream=hooked)
     assert "BLEU" in plain.getvalue() and "my score" not in plain.getvalue()
     text = hooked.getvalue()
     assert "greedy: my score 12.50 (2 sentences)" in text and "BLEU" not in text

@@ -213,13 +213,7 @@ def test_adam_same_update_on_any_number_of_threads(rng, monkeypatch, threads):
 def test_benchmark_flop_formula_matches_the_products_run():
     """benchmarks/bench_train.py counts 2·m·n·k per matrix product from the configuration;
     the products minitransformer really runs in one training step must add up to it."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_train.py"
-    spec = importlib.util.spec_from_file_location("bench_train", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = _bench_train()
     tiny = dict(d_model=16, h=2, N=2, d_ff=24, vocab=50, batch=3, seq=5)
     before = (backend.backend_name(), backend.default_dtype())
     try:
@@ -229,6 +223,46 @@ def test_benchmark_flop_formula_matches_the_products_run():
         backend.set_backend(before[0])
         backend.set_default_dtype(before[1])
     assert counted == bench.step_flops(tiny)
+
+
+def _bench_train():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_train.py"
+    spec = importlib.util.spec_from_file_location("bench_train", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    return bench
+
+
+def test_benchmark_drops_the_profilers_start_stop_lines_and_keeps_the_rest(capfd):
+    """bench_train.py's torch split: libkineto's 'profiler_start'/'profiler_stop' lines on fd 2
+    are dropped, any other line written there is passed on."""
+    import os
+
+    bench = _bench_train()
+    with bench.without_kineto_noise():
+        os.write(2, b"USDT:2026-12-01 21:18:22 5774:5774 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
+                    b"a real warning\n"
+                    b"STAGE:2026-12-01 21:18:39 5831:5831 SyncActivityProfilerHandler.cpp:60] Completed Stage: Collection\n"
+                    b"USDT:2026-12-01 21:18:22 5774:5774 SyncActivityProfilerHandler.cpp:59] profiler_stop\n")
+    assert capfd.readouterr().err == "a real warning\n"
+
+
+@pytest.mark.torch
+def test_benchmark_torch_split_prints_nothing(capfd):
+    torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -r requirements-dev.txt)")
+    bench = _bench_train()
+    x = torch.ones(8, 8, requires_grad=True)
+
+    def step():
+        (x @ x).sum().backward()
+
+    share = bench.torch_matmul_share(step, 2)
+    assert share["matmul_s"] >= 0
+    err = capfd.readouterr().err
+    assert "profiler_st" not in err and "USDT" not in err, err
 
 
 # -- blocks of rows, spread over threads -------------------------------------------------

@@ -1,8 +1,10 @@
 """Parity with PyTorch: the same weights in torch.nn modules give the same
 outputs and the same gradients for every parameter, in float64, to 1e-9.
 
-torch is optional (pinned to torch==2.13.0 in requirements.txt); without it
-these tests skip and say why. A failure names the tensor that disagrees.
+torch is optional (torch==2.13.0, in pyproject.toml's [dev] extra); without it these tests
+skip and say why. The test header names the build found (pytest_report_header in
+conftest.py: the CPU-only build, or a CUDA one); a failure names the tensor that disagrees
+and the build it was compared with.
 """
 
 import math
@@ -10,7 +12,9 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install torch==2.13.0) - parity tests skipped")
+torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -r requirements-dev.txt; for the "
+                                           "CPU-only build add --extra-index-url https://download.pytorch.org/whl/cpu)"
+                                           " - parity tests skipped")
 nn = torch.nn
 F = torch.nn.functional
 
@@ -20,6 +24,7 @@ from minitransformer.model import DecoderLayer, EncoderLayer, Transformer, Trans
 
 TOL = 1e-9
 pytestmark = pytest.mark.torch
+TORCH = f"torch {torch.__version__}, " + (f"CUDA {torch.version.cuda} build" if torch.version.cuda else "CPU-only build")
 
 
 def rel(a, b) -> float:
@@ -29,9 +34,9 @@ def rel(a, b) -> float:
 
 def assert_close(name, ours, theirs):
     theirs = theirs.detach().numpy() if isinstance(theirs, torch.Tensor) else theirs
-    assert ours.shape == theirs.shape, f"{name}: shape {ours.shape} (ours) vs {theirs.shape} (torch)"
+    assert ours.shape == theirs.shape, f"{name}: shape {ours.shape} (ours) vs {theirs.shape} ({TORCH})"
     err = rel(ours, theirs)
-    assert err <= TOL, f"{name}: relative error {err:.3e} > {TOL:.0e} against PyTorch"
+    assert err <= TOL, f"{name}: relative error {err:.3e} > {TOL:.0e} against PyTorch ({TORCH})"
 
 
 def t(a):
@@ -278,7 +283,7 @@ def test_whole_model_matches_torch(pre_ln, positional):
     loss_t.backward()
 
     assert_close("logits", logits, logits_t)
-    assert abs(loss - loss_t.item()) <= TOL * abs(loss_t.item()), f"loss: {loss} vs torch {loss_t.item()}"
+    assert abs(loss - loss_t.item()) <= TOL * abs(loss_t.item()), f"loss: {loss} vs {loss_t.item()} ({TORCH})"
     assert_close("E (tied: source, target, output)", ours.E.grad, theirs.E.grad)
     pairs = []
     for i, (o, th) in enumerate(zip(ours.encoder.layers, theirs.enc)):
@@ -293,3 +298,14 @@ def test_whole_model_matches_torch(pre_ln, positional):
     assert len(pairs) + 1 == len(ours.parameters()), "every parameter must be compared"
     for name, g_ours, g_theirs in pairs:
         assert_close(name, g_ours, g_theirs)
+
+
+def test_the_header_names_the_torch_build_in_use():
+    """The test header (conftest.torch_build, read from torch's files) says what torch itself says."""
+    from conftest import torch_build
+
+    header = torch_build()
+    assert header.startswith(f"torch {torch.__version__}, "), header
+    assert ("CPU-only build" in header) == (torch.version.cuda is None), header
+    if torch.version.cuda is not None:
+        assert f"CUDA {torch.version.cuda} build" in header, header

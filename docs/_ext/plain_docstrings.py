@@ -17,14 +17,28 @@ extension rewrites each docstring, block by block, before autodoc parses it:
   literal block too, so a docstring written later in the same style cannot break a
   build that treats warnings as errors.
 
+A NamedTuple field (the layers' caches) has no docstring of its own, only the generated
+"Alias for field number N". Its description is the comment written on the field's line in
+the class body, with any comment lines that continue it::
+
+    class AttentionCache(NamedTuple):
+        Q: object       # (B, h, S_q, d_k)
+
+so the API page shows each field's shape where the source already gives it.
+
 Nothing in the package changes; the docstrings keep reading well in the source and in
 ``help()``.
 """
 
 from __future__ import annotations
 
+import ast
+import importlib
+import inspect
 import io
 import re
+import textwrap
+import tokenize
 
 from docutils import nodes
 from docutils.core import publish_doctree
@@ -149,11 +163,52 @@ def to_rest(lines: list[str]) -> list[str]:
 _FIELD_ALIAS = re.compile(r"Alias for field number \d+")
 
 
+def field_comments(source: str) -> dict[str, str]:
+    """{field: comment} for the annotated fields of the class defined in ``source``.
+
+    The comment is the one ending the field's line; comment-only lines right below it,
+    starting in the same column, continue it.
+    """
+    source = textwrap.dedent(source)
+    classdef = ast.parse(source).body[0]
+    comments: dict[int, tuple[int, str]] = {}         # row -> (column, text) of its comment
+    for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+        if tok.type == tokenize.COMMENT:
+            comments[tok.start[0]] = (tok.start[1], tok.string.lstrip("#:").strip())
+    lines = source.splitlines()
+    found = {}
+    for node in classdef.body:
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        row = node.end_lineno
+        if row not in comments:
+            continue
+        column, text = comments[row]
+        parts = [text]
+        row += 1
+        while row in comments and comments[row][0] == column and lines[row - 1].lstrip().startswith("#"):
+            parts.append(comments[row][1])
+            row += 1
+        found[node.target.id] = " ".join(part for part in parts if part)
+    return found
+
+
+def _field_comment(name: str) -> list[str]:
+    """The comment on the field ``name`` (module.Class.field) in its class's source, as lines."""
+    module, cls, field = name.rsplit(".", 2)
+    try:
+        source = inspect.getsource(getattr(importlib.import_module(module), cls))
+    except (ImportError, AttributeError, OSError, TypeError):
+        return []
+    comment = field_comments(source).get(field)
+    return [comment] if comment else []
+
+
 def _process_docstring(app, what, name, obj, options, lines):
     if [line for line in lines if line.strip()] and all(
             _FIELD_ALIAS.fullmatch(line.strip()) for line in lines if line.strip()):
-        lines[:] = []               # a NamedTuple field: the generated text says nothing
-        return
+        # a NamedTuple field: the generated text says nothing; the comment in the source does
+        lines[:] = _field_comment(name)
     lines[:] = to_rest(list(lines))
 
 

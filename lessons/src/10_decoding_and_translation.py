@@ -41,7 +41,7 @@
 # | the key/value cache | `minitransformer.model.KVCache` |
 # | the teacher-forced decoder, to compare with | `Transformer.decode`, `Transformer.forward` |
 # | dropout off while decoding | `minitransformer.layers.parameter.eval_mode` |
-# | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search` |
+# | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search`; as named strategies `Greedy()`, `Beam(size=4, alpha=0.6)` (and `Sample(...)`) for `decoding.decode` and `translate` |
 # | the length penalty (Wu et al. 2016, Eq. 14) | `minitransformer.decoding.length_penalty` |
 # | BLEU, chrF, exact match | `minitransformer.metrics.corpus_bleu`, `corpus_chrf`, `exact_match` |
 # | a task, its recipe, a training run | `minitransformer.data.registry.load_task`, `minitransformer.train.settings_for`, `make_trainer`, `Trainer.run` |
@@ -368,15 +368,15 @@ plt.show()
 #
 # On the fully trained model they agree almost everywhere (section 5 shows it). The
 # half-trained copy still hesitates, so we decode all 1,000 test sentences with it both ways
-# (`translate.score_translations` translates and scores a test set; beam 4 and
-# $\alpha = 0.6$ are its defaults for beam search) and look at the sentences where the two
-# outputs differ.
+# (`translate.score_translations` translates and scores a test set with the strategy it is
+# given; `decoding.Beam(4)` is beam 4 with $\alpha = 0.6$) and look at the sentences where
+# the two outputs differ.
 
 # %%
 levels = {"tgt_level": task.tgt_level, "bleu_tokenize": task.bleu_tokenize}
 with one_blas_thread(1):
-    half_greedy = translate.score_translations(half, vocab, task.test, beam_size=1, **levels)
-    half_beam = translate.score_translations(half, vocab, task.test, beam_size=4, **levels)
+    half_greedy = translate.score_translations(half, vocab, task.test, strategy=decoding.Greedy(), **levels)
+    half_beam = translate.score_translations(half, vocab, task.test, strategy=decoding.Beam(4), **levels)
 refs = half_greedy["refs"]
 differ = [i for i, (g, b) in enumerate(zip(half_greedy["hyps"], half_beam["hyps"])) if g != b]
 beam_right = [i for i in differ if half_beam["hyps"][i] == refs[i]]
@@ -475,7 +475,7 @@ sweep_ref = [vocab.encode(t) for _, t in task.test[:300]]
 mean_len, shorter, longer, exact = [], [], [], []
 with one_blas_thread(1):
     for a in alphas:
-        outs = translate.translate_ids(half, vocab, sweep_src, beam_size=4, alpha=a)
+        outs = translate.translate_ids(half, vocab, sweep_src, strategy=decoding.Beam(4, alpha=a))
         n_out = np.array([len(o) for o in outs])
         mean_len.append(n_out.mean())
         shorter.append(np.mean(n_out < 4))
@@ -663,8 +663,8 @@ for hyp, ref in (("einundzwanzig", "einunddreißig"), ("dreitausendvierhundertei
 
 # %%
 with one_blas_thread(1):
-    full_greedy = translate.score_translations(model, vocab, task.test, beam_size=1, **levels)
-    full_beam = translate.score_translations(model, vocab, task.test, beam_size=4, **levels)
+    full_greedy = translate.score_translations(model, vocab, task.test, strategy=decoding.Greedy(), **levels)
+    full_beam = translate.score_translations(model, vocab, task.test, strategy=decoding.Beam(4), **levels)
 print(f"{'model':22s}{'decoder':>10s}{'BLEU':>9s}{'chrF':>9s}{'exact match':>14s}{'seconds':>10s}")
 for name, runs in (("half-trained (150 steps)", (half_greedy, half_beam)), ("trained (400 steps)", (full_greedy, full_beam))):
     for decoder, r in zip(("greedy", "beam 4"), runs):
@@ -673,7 +673,7 @@ print(f"({backend.machine_summary()})")
 wrong = [i for i, (h, r) in enumerate(zip(full_beam["hyps"], full_beam["refs"])) if h != r]
 print(f"trained model, beam 4: {len(wrong)} of {len(task.test)} test sentences wrong", wrong[:5])
 for text in ("Tuesday, March 5, 2024", "Monday, March 5, 2024", "Sunday, January 1, 1950"):
-    print(f"  {text:26s} -> {' '.join(translate.translate_tokens(model, vocab, [text.split()], beam_size=4)[0])}")
+    print(f"  {text:26s} -> {' '.join(translate.translate_tokens(model, vocab, [text.split()], decoding.Beam(4))[0])}")
 
 # %% [markdown]
 # After 400 steps the model translates (nearly) every test date exactly, and beam search has
@@ -694,7 +694,7 @@ for text in ("Tuesday, March 5, 2024", "Monday, March 5, 2024", "Sunday, January
 
 # %%
 sentence = "Tuesday, March 5, 2024".split()
-output = translate.translate_tokens(model, vocab, [sentence], beam_size=4)[0]
+output = translate.translate_tokens(model, vocab, [sentence], decoding.Beam(4))[0]
 src_ids = translate.source_ids(vocab, sentence)                # + <eos>, as in training
 dec_in = [vocab.bos_id] + vocab.encode(output)                 # <bos> + output
 maps = translate.attention_maps(model, src_ids, dec_in)

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 import numpy
 
 from ..settings import Recipe
+from . import fingerprint as _fingerprint
 from .tsv import DataError, looks_like_header, read_tsv_rows
 from .vocab import LEVELS, Vocab, tokenize
 
@@ -54,6 +55,11 @@ class TaskData:
         """How the task tokenizes, saved in checkpoints so translate and evaluate do the same."""
         return {"src": self.src_level, "tgt": self.tgt_level, "bleu_tokenize": self.bleu_tokenize,
                 "src_lowercase": self.src_lowercase}
+
+    def fingerprint(self) -> dict:
+        """Digests of the corpus and of its split (``data.fingerprint``), saved in checkpoints so a
+        resume or an evaluation can tell whether it sees the data the model was trained on."""
+        return _fingerprint.fingerprint(self.name, self.train, self.valid, self.test)
 
 
 @dataclass(frozen=True)
@@ -146,13 +152,16 @@ MAX_DATA_LENGTH = 256
 
 
 def read_pairs(path: str, src_level: str, tgt_level: str, header: bool = False,
-               max_length: int | None = MAX_DATA_LENGTH) -> tuple[list[TokenPair], list[str]]:
+               max_length: int | None = MAX_DATA_LENGTH,
+               max_source_length: int | None = None) -> tuple[list[TokenPair], list[str]]:
     """Tokenized (source, target) pairs of a TSV file, checked line by line; and notes for the user.
 
     A line that cannot be tokenized (a reserved character or word), or with a
     side longer than ``max_length`` tokens, is a DataError naming the file and
-    the line. A first line that looks like column names is reported in the
-    notes (``header=True`` skips it).
+    the line. ``max_source_length``: the most source tokens a trained model
+    takes (its max_len less the <eos>; ``evaluate`` gives it), a longer source
+    is a DataError naming the line too. A first line that looks like column
+    names is reported in the notes (``header=True`` skips it).
     """
     rows = read_tsv_rows(path, header=header)
     notes = []
@@ -172,6 +181,9 @@ def read_pairs(path: str, src_level: str, tgt_level: str, header: bool = False,
                                 f"limit of {max_length} (--max-length); shorten or remove the line, or raise "
                                 "the limit")
             sides.append(tokens)
+        if max_source_length is not None and len(sides[0]) > max_source_length:
+            raise DataError(f"{path}:{lineno}: the source has {len(sides[0]):,} {src_level} tokens; with <eos> that "
+                            f"is more than the model's max_len of {max_source_length + 1} positions")
         pairs.append((sides[0], sides[1]))
     return pairs, notes
 

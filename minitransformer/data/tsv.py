@@ -7,6 +7,7 @@ wrong (``path:lineno: problem``) instead of training on a misaligned corpus.
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 from collections.abc import Iterable
@@ -35,12 +36,20 @@ def looks_like_header(src: str, tgt: str) -> bool:
     return (a in HEADER_WORDS and b in HEADER_WORDS) or bool(_LANGUAGE_CODE.match(a) and _LANGUAGE_CODE.match(b))
 
 
+# Caps applied while reading, so that /dev/zero or a binary file is refused, not read until the
+# memory runs out. A sentence pair is a few hundred bytes; the largest corpus this package can
+# train on in reasonable time is far below a gigabyte.
+MAX_LINE_BYTES = 1_000_000
+MAX_FILE_BYTES = 1_000_000_000
+
+
 def load_tsv(path: str | os.PathLike, header: bool = False) -> list[tuple[str, str]]:
     """Read (source, target) string pairs from a UTF-8 TSV file (see :func:`read_tsv_rows`)."""
     return [(src, tgt) for _, src, tgt in read_tsv_rows(path, header)]
 
 
-def read_tsv_rows(path: str | os.PathLike, header: bool = False) -> list[tuple[int, str, str]]:
+def read_tsv_rows(path: str | os.PathLike, header: bool = False, max_line_bytes: int = MAX_LINE_BYTES,
+                  max_file_bytes: int = MAX_FILE_BYTES) -> list[tuple[int, str, str]]:
     """Read (line number, source, target) rows from a UTF-8 TSV file.
 
     * ``header=True``: the first non-blank line holds column names and is skipped.
@@ -53,12 +62,17 @@ def read_tsv_rows(path: str | os.PathLike, header: bool = False) -> list[tuple[i
     * A file with no pairs at all raises DataError.
     * A missing file, a directory or an unreadable file raise FileNotFoundError,
       IsADirectoryError or PermissionError, each naming the path.
+    * Nothing is read without a limit: a line longer than ``max_line_bytes``, or
+      a file longer than ``max_file_bytes``, is a DataError as soon as it is met
+      (``--data /dev/zero`` stops after one megabyte).
+    * A line holding carriage returns is reported as a file with CR line ends
+      (classic Mac OS), which is what it almost always is.
     """
     try:
         # Read bytes and decode line by line, so that a bad byte is reported
         # on its own line (a text-mode file decodes whole chunks ahead).
         with open(path, "rb") as f:
-            raw_lines = f.read().split(b"\n")
+            return _parse_rows(f, path, header, max_line_bytes, max_file_bytes)
     except FileNotFoundError:
         raise FileNotFoundError(f"TSV data file not found: {os.fspath(path)!s}") from None
     except IsADirectoryError:
@@ -66,9 +80,30 @@ def read_tsv_rows(path: str | os.PathLike, header: bool = False) -> list[tuple[i
     except PermissionError:
         raise PermissionError(f"{os.fspath(path)!s}: no permission to read the file") from None
 
+
+def _raw_lines(f, path, max_line_bytes: int, max_file_bytes: int):
+    """(line number, bytes without the newline) of an open binary file, within both limits."""
+    total = 0
+    for lineno in itertools.count(1):
+        raw = f.readline(max_line_bytes + 1)        # never more than one line's limit at a time
+        if not raw:
+            return
+        total += len(raw)
+        if total > max_file_bytes:
+            raise DataError(f"{path}:{lineno}: the file is larger than {max_file_bytes:,} bytes, more than a corpus "
+                            "this package can train on; use a part of it")
+        if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
+            cr = b"\r" in raw
+            raise DataError(f"{path}:{lineno}: the line is longer than {max_line_bytes:,} bytes"
+                            + (": the file seems to use CR line ends (classic Mac OS); convert them to newlines"
+                               if cr else "; is this a text file of sentence pairs?"))
+        yield lineno, raw.removesuffix(b"\n")
+
+
+def _parse_rows(f, path, header: bool, max_line_bytes: int, max_file_bytes: int) -> list[tuple[int, str, str]]:
     pairs: list[tuple[int, str, str]] = []
-    skip_header = header
-    for lineno, raw in enumerate(raw_lines, start=1):
+    skip_header, skipped = header, None
+    for lineno, raw in _raw_lines(f, path, max_line_bytes, max_file_bytes):
         if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
             raw = raw[3:]  # the UTF-8 byte-order mark some editors write
         try:
@@ -76,10 +111,15 @@ def read_tsv_rows(path: str | os.PathLike, header: bool = False) -> list[tuple[i
         except UnicodeDecodeError as exc:
             raise DataError(f"{path}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
         line = line.removesuffix("\r")  # Windows line ending "\r\n"
+        if "\r" in line:
+            # "a\tb\rc\td\r...": one long "line" with a tab per pair; its tab count would mislead.
+            raise DataError(f"{path}:{lineno}: the line holds {line.count(chr(13))} carriage return(s) (\\r) inside "
+                            "it: the file seems to use CR line ends (classic Mac OS); convert them to newlines "
+                            "(e.g. tr '\\r' '\\n' < old.tsv > new.tsv)")
         if not line.strip():
             continue
         if skip_header:
-            skip_header = False
+            skip_header, skipped = False, lineno
             continue
         n_tabs = line.count("\t")
         if n_tabs == 0:
@@ -95,6 +135,9 @@ def read_tsv_rows(path: str | os.PathLike, header: bool = False) -> list[tuple[i
         if not tgt:
             raise DataError(f"{path}:{lineno}: empty target (nothing after the tab)")
         pairs.append((lineno, src, tgt))
+    if not pairs and skipped is not None:
+        raise DataError(f"{path}: no source<TAB>target pairs found: the file holds only the header line "
+                        f"(line {skipped}, which --header skips)")
     if not pairs:
         raise DataError(f"{path}: no source<TAB>target pairs found (the file is empty or blank)")
     return pairs

@@ -134,7 +134,7 @@ class MHACache(NamedTuple):
     x_q: object        # (B, S_q, d_model) query input
     x_kv: object       # (B, S_k, d_model) key/value input, or None for self-attention
     concat: object     # (B, S_q, d_model) the concatenated heads, input of W^O
-    attn: AttentionCache
+    attn: AttentionCache   # what the heads' scaled dot-product attention saved
 
 
 class MultiHeadAttention(Layer):
@@ -225,6 +225,11 @@ class MultiHeadAttention(Layer):
                     f"got {tuple(x_kv.shape)}"
                 )
             S_k = x_kv.shape[1]
+        if x_q.shape[1] == 0 or S_k == 0:
+            # Softmax over no keys (or no queries at all) has no meaning; NumPy would say
+            # "zero-size array to reduction operation" from deep inside it.
+            raise ShapeError(f"{where}: the sequences must have at least one position; got S_q={x_q.shape[1]}, "
+                             f"S_k={S_k}")
         if mask is not None:
             check_mask(where, "mask", mask, (x_q.shape[0], self.h, x_q.shape[1], S_k))
 

@@ -18,15 +18,15 @@ from typing import NamedTuple
 
 from .. import backend
 from ..backend import Array
-from ..errors import ShapeError, check_token_ids
+from ..errors import ShapeError, check_input, check_token_ids
 
 
 class LossCache(NamedTuple):
     probs: object     # (B, T, V) softmax of the logits
     targets: object   # (B, T)
     valid: object     # (B, T) bool, True at non-pad targets
-    n_tokens: int
-    eps_ls: float
+    n_tokens: int     # the number of non-pad targets, the mean's divisor
+    eps_ls: float     # ε_ls, the label smoothing
 
 
 def log_softmax(logits: Array) -> Array:
@@ -140,11 +140,15 @@ class LabelSmoothedCrossEntropy:
 
     def forward(self, logits: Array, targets: Array) -> float:
         """logits: (B, T, V), targets: (B, T) ids -> the mean loss over non-pad targets."""
+        check_input("cross_entropy", "logits", logits)                  # a float array (not ids)
         if logits.ndim != 3 or targets.shape != logits.shape[:2]:
             raise ShapeError(
                 f"cross_entropy: logits must be (B, T, V) and targets (B, T); got logits "
                 f"{tuple(logits.shape)} and targets {tuple(targets.shape)}"
             )
+        if targets.size == 0:
+            raise ShapeError(f"cross_entropy: there are no target positions (B={targets.shape[0]}, "
+                             f"T={targets.shape[1]}); the loss of an empty batch is undefined")
         check_token_ids("cross_entropy targets", targets, logits.shape[-1])
         loss, self._cache = cross_entropy_forward(logits, targets, self.pad_id, self.eps_ls)
         return loss
