@@ -40,11 +40,11 @@ of ``XX``, for a reason we measured: to place a bracket the decoder must know
 which word comes next, and with ``XX`` it has to count the leaves it has
 written, which our small models barely learn; with the words it can find its
 place in the input by content, the way it copies in the copy task. The same
-model and recipe reached a test bracket F1 of about 33 with ``XX`` targets and
-about 79 with the words after 1,500 steps (lesson 15 and
-docs/paper_map.md, §6.3). The scores do not change: a leaf is read back as
-the input's word at its position whatever it says (step 8 below), so both
-forms give the same trees, brackets and F1.
+model and recipe trained on both forms are compared in
+``lessons/experiments/parse_table4.json`` (its ``xx_targets`` row; lesson 15
+prints it, docs/datasets.md has the search that found it). The scores do not
+change: a leaf is read back as the input's word at its position whatever it
+says (step 8 below), so both forms give the same trees, brackets and F1.
 
 We keep the phrase labels on *both* brackets, ``(NP`` and ``)NP``, as Vinyals
 et al. did: the closing label is redundant in a well-formed output, but it

@@ -150,7 +150,7 @@ def check_bracket_f1(fn) -> bool:
         ref = (s.precision, s.recall, s.f1)
         if all(abs(a - b) <= 1e-9 for a, b in zip(got, ref)):
             lines.append(f"  pair {n + 1}: P {ref[0]:.2f}, R {ref[1]:.2f}, F1 {ref[2]:.2f} "
-                         f"({s.matched} of {s.test_brackets} test and {s.gold_brackets} gold brackets matched)")
+                         f"({s.matched} matched of {s.test_brackets} test and {s.gold_brackets} gold brackets)")
             continue
         msg = (f"pair {n + 1}:\n  gold {g_text}\n  test {t_text}\n  expected P, R, F1 = "
                f"{ref[0]:.4f}, {ref[1]:.4f}, {ref[2]:.4f}; got {got[0]:.4f}, {got[1]:.4f}, {got[2]:.4f}")
