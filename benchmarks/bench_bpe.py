@@ -60,13 +60,8 @@ def optional(module: str, why: str):
 
 
 def machine_line() -> str:
-    try:                                     # the machine description may move out of backend.py
-        from minitransformer import machine
-        summary = machine.machine_summary()
-    except ImportError:
-        from minitransformer import backend
-        summary = backend.machine_summary()
-    return f"{time.strftime('%Y-%m-%d %H:%M')} | {summary}"
+    from minitransformer import machine
+    return f"{time.strftime('%Y-%m-%d %H:%M')} | {machine.machine_summary()}"
 
 
 def corpus(task: str) -> tuple[list[str], list[str]]:

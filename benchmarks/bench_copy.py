@@ -19,9 +19,9 @@ import time
 
 def machine_line() -> str:
     # imported late, after threadpool_limits (see main)
-    from minitransformer import backend
+    from minitransformer import machine
 
-    return f"{time.strftime('%Y-%m-%d %H:%M')} | {backend.machine_summary()}"
+    return f"{time.strftime('%Y-%m-%d %H:%M')} | {machine.machine_summary()}"
 
 
 def main() -> int:

@@ -28,7 +28,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from minitransformer import backend
+from minitransformer import backend, machine
 from minitransformer.decoding import greedy_decode
 from minitransformer.model import Transformer, TransformerConfig
 
@@ -55,7 +55,7 @@ def parse_args(argv=None):
 
 
 def machine_line(xp_name: str) -> str:
-    line = f"{platform.platform()} | {backend.machine_summary()}"
+    line = f"{platform.platform()} | {machine.machine_summary()}"
     if xp_name == "cupy":
         cp = backend.module_for("cupy")
         name = cp.cuda.runtime.getDeviceProperties(0)["name"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -24,7 +23,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from minitransformer import backend
+from minitransformer import machine
 from minitransformer.model import PRESETS, Transformer
 from minitransformer.optim import Adam
 
@@ -41,8 +40,7 @@ def main() -> None:
     rng = np.random.default_rng(0)
     for p in params:
         p.grad[...] = rng.standard_normal(p.data.shape).astype(p.data.dtype) * 1e-3
-    print(f"machine: {backend.machine_info()['cpu']}, {os.cpu_count()} logical CPUs, {backend.num_threads()} threads; "
-          f"NumPy {np.__version__}, Python {platform.python_version()}")
+    print(f"machine: {machine.machine_summary()}")
     print(f"preset {args.preset}: {sum(p.data.size for p in params):,} parameters, float32; "
           f"min / median of {args.repeats} steps, the two variants alternating")
     for clip in (None, 1.0):

@@ -29,6 +29,9 @@ How it measures (docs/performance.md has the details):
   each side's malloc state, thread pools and peak memory its own.
 * time: ``--warmup`` untimed steps, then ``--steps`` timed ones per side; min
   and median. ratio = minitransformer / PyTorch (below 1: minitransformer is faster).
+* cpu: the least CPU time of a step (``time.process_time``: all the worker's threads
+  together), which other processes on the machine do not add to the way they add
+  to wall time; the ``--baseline`` line gives its ratio too.
 * tokens/s: (source + target tokens of the batch) / median step time.
 * GFLOP/s: 2·m·n·k for every matrix product of forward and backward, counted
   from the configuration (the NumPy side also counts the products it really
@@ -161,10 +164,10 @@ def busy_line(when: str) -> str:
 
 
 def header(args) -> list[str]:
-    from minitransformer import backend
+    from minitransformer import machine
 
     lines = [f"# bench_train  {datetime.datetime.now().astimezone().isoformat(timespec='seconds')}",
-             f"# machine: {backend.machine_info()['cpu']}, {os.cpu_count()} logical CPUs | {platform.platform()} | "
+             f"# machine: {machine.machine_info()['cpu']}, {os.cpu_count()} logical CPUs | {platform.platform()} | "
              f"Python {platform.python_version()}",
              f"# NumPy {np.__version__}: {blas_line()}"]
     forced = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
@@ -450,7 +453,8 @@ def worker(args) -> None:
         import torch
         torch.set_num_threads(args.threads)
     from minitransformer import backend
-    backend.set_num_threads(args.threads)                # minitransformer's own threads (Adam)
+    if hasattr(backend, "set_num_threads"):             # a --baseline checkout from before issue 18:
+        backend.set_num_threads(args.threads)            # its own thread pool (Adam, LayerNorm, the loss)
     batch = make_batch(c)
     base_rss = _rss_bytes()
     _reset_peak_rss()
@@ -471,11 +475,12 @@ def worker(args) -> None:
         cmd = line.strip()
         if cmd == "step":
             f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             loss = step()
             sync()
-            dt = time.perf_counter() - t0
-            _reply({"t": dt, "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0, "loss": loss})
+            dt, cpu = time.perf_counter() - t0, time.process_time() - c0
+            _reply({"t": dt, "cpu": cpu, "faults": resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0,
+                    "loss": loss})
         elif cmd == "mem":
             if side == "cupy":
                 peak = backend.module_for("cupy").get_default_memory_pool().total_bytes()
@@ -571,6 +576,7 @@ def measure_config(args, name: str, sides, env) -> dict:
         for side in sides:                              # built one at a time
             workers[side] = Worker(args, name, side, env)
         times = {s: [] for s in sides}
+        cpu = {s: [] for s in sides}
         faults = {s: [] for s in sides}
         for i in range(args.warmup + args.steps):
             for side, w in workers.items():
@@ -578,8 +584,10 @@ def measure_config(args, name: str, sides, env) -> dict:
                 r = w.ask("step")
                 if i >= args.warmup:
                     times[side].append(r["t"])
+                    cpu[side].append(r["cpu"])
                     faults[side].append(r["faults"])
-        result = {"config": name, "times": times, "faults": {s: float(np.median(f)) for s, f in faults.items()},
+        result = {"config": name, "times": times, "cpu": cpu,
+                  "faults": {s: float(np.median(f)) for s, f in faults.items()},
                   "mem": {s: w.ask("mem")["peak_bytes"] for s, w in workers.items()}}
         if args.device == "cpu":
             result["matmul"] = {}
@@ -626,7 +634,7 @@ PEAK_OF = {"numpy": "numpy", BASELINE_SIDE: "numpy", "torch": "torch", "torch_fu
 
 def print_table(args, results, peaks) -> None:
     """The main table: step times, tokens/s, memory, FLOP rate; ratios against each torch side."""
-    cols = (f"{'config':<6} {'side':<17} {'min ms':>8} {'med ms':>8} {'tok/s':>7} {'mem MiB':>8} "
+    cols = (f"{'config':<6} {'side':<17} {'min ms':>8} {'med ms':>8} {'cpu ms':>8} {'tok/s':>7} {'mem MiB':>8} "
             f"{'GFLOP/s':>8} {'%peak':>6} {'faults':>7} {'ratio min':>9} {'ratio med':>9}")
     print(cols)
     print("-" * len(cols))
@@ -641,7 +649,9 @@ def print_table(args, results, peaks) -> None:
             rmin = "" if i == 0 else f"{min(ours) / tmin:.2f}"
             rmed = "" if i == 0 else f"{float(np.median(ours)) / tmed:.2f}"
             mem = r["mem"].get(side)
+            cpu = r.get("cpu", {}).get(side)
             print(f"{r['config']:<6} {LABELS[side]:<17} {1e3 * tmin:>8.1f} {1e3 * tmed:>8.1f} "
+                  f"{'-' if not cpu else f'{1e3 * min(cpu):.1f}':>8} "
                   f"{tokens_per_step(c) / tmed:>7.0f} {'-' if mem is None else f'{mem / 2**20:.0f}':>8} "
                   f"{gfs:>8.1f} {pct:>6} {r['faults'][side]:>7.0f} {rmin:>9} {rmed:>9}")
 
@@ -694,8 +704,11 @@ def print_split(results, peaks) -> None:
                 continue
             other, matmul, step = (ours[k] / theirs[k] for k in ("other_ms", "matmul_ms", "step_ms"))
             if side == BASELINE_SIDE:
+                r = next(r for r in results if r["config"] == config)
+                cpu = min(r["cpu"]["numpy"]) / min(r["cpu"][BASELINE_SIDE]) if r.get("cpu") else math.nan
                 print(f"{config}: minitransformer / baseline: non-matmul time {other:.2f}, "
-                      f"matmul time {matmul:.2f}, whole step {step:.2f}")
+                      f"matmul time {matmul:.2f}, whole step {step:.2f} (fastest steps), "
+                      f"CPU time {cpu:.2f} (least CPU time of a step, all threads)")
                 continue
             print(f"{config}: minitransformer / {LABELS[side]}: non-matmul time {other:.2f} "
                   f"(does not depend on the BLAS libraries), matmul time {matmul:.2f}, "

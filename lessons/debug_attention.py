@@ -31,7 +31,9 @@ from minitransformer.layers.masks import causal_mask
 from minitransformer.gradcheck import gradcheck
 from minitransformer.layers.attention import attention_backward, attention_forward
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+# The repository the package is imported from (an editable install), wherever this script was
+# copied to: a student edition of the lessons lives outside the repository (docs/teachers.md).
+REPO = pathlib.Path(sys.modules["minitransformer"].__file__).resolve().parents[1]
 
 
 def line_of(func, start: str) -> str:
@@ -144,8 +146,13 @@ def run_walkthrough(commands: list[str] | None = None, stop: str = "forward", ti
     WALKTHROUGH) at pdb's prompts. Nothing waits for a person, so notebooks and tests can
     show and check a real session."""
     commands = [command for command, _ in WALKTHROUGH] if commands is None else commands
+    return run_pdb([__file__, "--break", stop], commands, timeout)
+
+
+def run_pdb(argv: list[str], commands: list[str], timeout: float = 120) -> Transcript:
+    """Run `python *argv` (a script that calls breakpoint()) and type `commands` at its prompts."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONBREAKPOINT"}    # make sure breakpoint() stops
-    run = subprocess.run([sys.executable, __file__, "--break", stop], input="\n".join(commands) + "\n",
+    run = subprocess.run([sys.executable, *argv], input="\n".join(commands) + "\n",
                          capture_output=True, text=True, env=env, timeout=timeout)
     before, *outputs = run.stdout.split("(Pdb) ")
     return Transcript(before, list(zip(commands, outputs)), run.returncode, run.stderr)

@@ -19,10 +19,7 @@ from here:
 from __future__ import annotations
 
 import os
-import platform
-import threading
 import types
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy
@@ -44,18 +41,6 @@ def _env_choice(variable: str, choices: tuple[str, ...], default: str) -> str:
     if value not in choices:
         raise EnvironmentVariableError(variable, raw, "one of " + ", ".join(choices))
     return value
-
-
-def _env_threads(variable: str = "MINITRANSFORMER_THREADS") -> int:
-    """MINITRANSFORMER_THREADS: a positive integer (unset, empty or 0: every core)."""
-    raw = os.environ.get(variable, "")
-    try:
-        n = int(raw.strip() or 0)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise EnvironmentVariableError(variable, raw, "a whole number of threads ≥ 1 (0 or unset: every core)")
-    return n or os.cpu_count() or 1
 
 
 _backend_name = _env_choice("MINITRANSFORMER_BACKEND", _BACKENDS, "numpy")
@@ -202,18 +187,6 @@ def rowdot(a, b):
     return vecdot(a, b)[..., None]
 
 
-def rowsum(a):
-    """Σ_i a[..., i] for every row, as (..., 1): ``a.sum(axis=-1, keepdims=True)``.
-
-    Computed as the matrix-vector product a · 1 (not through :func:`matmul`: it is
-    a sum, not one of the model's products). NumPy's reduction along the last axis
-    loops row by row; BLAS sums all rows in one call, 3-8x faster for rows of
-    32-512 numbers on our machines.
-    """
-    xp = get_array_module(a)
-    return xp.matmul(a, xp.ones(a.shape[-1], dtype=a.dtype))[..., None]
-
-
 def scatter_add(table, rows, values) -> None:
     """``table[rows[i]] += values[i]`` with repeats summed, on either backend.
 
@@ -237,111 +210,6 @@ def scatter_add(table, rows, values) -> None:
         import cupyx  # noqa: PLC0415
 
         cupyx.scatter_add(table, rows, values)
-
-
-# -- spreading independent blocks of work over CPU threads ---------------------------
-
-_num_threads = _env_threads()
-_pool: ThreadPoolExecutor | None = None
-
-
-def set_num_threads(n: int) -> None:
-    """How many CPU threads :func:`run_in_threads` uses (default: every core, or the
-    environment variable MINITRANSFORMER_THREADS). 1 keeps all work in the calling thread."""
-    global _num_threads, _pool
-    if n < 1:
-        raise ValueError(f"set_num_threads: need at least 1 thread, got {n}")
-    if n != _num_threads and _pool is not None:
-        _pool.shutdown()
-        _pool = None
-    _num_threads = n
-
-
-def num_threads() -> int:
-    return _num_threads
-
-
-_worker = threading.local()                  # .busy is True inside a pool thread: nested calls run inline
-
-
-def _run_part(fn, part):
-    _worker.busy = True
-    try:
-        return fn(part)
-    finally:
-        _worker.busy = False
-
-
-def run_in_threads(fn, items: list, xp=None) -> list:
-    """``fn(part)`` for ``len(items)`` items dealt out into one part per thread; the results.
-
-    For elementwise NumPy work on independent blocks (Adam's update, rows of the loss):
-    NumPy releases the GIL inside every operation on a large array, so the parts run on
-    different cores at once. The calling thread runs the first part itself (one hand-off
-    fewer). On CuPy, with one thread, or when called from inside a part,
-    ``fn(items)`` runs in the calling thread.
-    """
-    global _pool
-    n = min(_num_threads, len(items))
-    if n <= 1 or (xp is not None and xp is not numpy) or getattr(_worker, "busy", False):
-        return [fn(items)]
-    if _pool is None:
-        _pool = ThreadPoolExecutor(max_workers=_num_threads, thread_name_prefix="minitransformer")
-    parts = [items[i::n] for i in range(n)]                          # dealt round-robin: even shares
-    futures = [_pool.submit(_run_part, fn, part) for part in parts[1:]]
-    try:
-        first = fn(parts[0])
-    finally:
-        done = [f.result() for f in futures]                         # never leave a part running
-    return [first, *done]
-
-
-# Row-wise work (LayerNorm, the loss) runs on blocks of about this many elements,
-# spread over the CPU threads. Arrays under two blocks (the toy size's (1024, 128)
-# activations) stay whole: on one thread, extra blocks only add calls, and handing
-# half of a small array to another thread costs about what it saves.
-ROW_BLOCK = 1 << 17
-
-
-def row_blocks(n_rows: int, row_len: int, block: int | None = None) -> list[slice]:
-    """Consecutive slices of ``range(n_rows)``, each about ``block`` elements (default
-    ``ROW_BLOCK``), at least one row."""
-    block = block or ROW_BLOCK
-    step = max(1, block // max(1, row_len))
-    return [slice(start, min(n_rows, start + step)) for start in range(0, n_rows, step)]
-
-
-def for_row_blocks(fn, n_rows: int, row_len: int, xp=None, block: int | None = None) -> list:
-    """``fn(rows)`` for blocks of rows (slices covering ``0..n_rows``), spread over the CPU threads.
-
-    Returns the results in block order. Fewer than ``2 * block`` elements are one block.
-    The blocks depend only on the sizes, not on the number of threads, so a reduction over
-    blocks gives the same bits on any number of threads. On CuPy the whole range is one block
-    (more blocks would only add kernel launches).
-    """
-    block = block or ROW_BLOCK
-    if (xp is not None and xp is not numpy) or n_rows * row_len < 2 * block:
-        return [fn(slice(0, n_rows))]                                 # small: one block, no hand-off
-    blocks = list(enumerate(row_blocks(n_rows, row_len, block)))
-    results: list = [None] * len(blocks)
-
-    def run(part):
-        for i, rows in part:
-            results[i] = fn(rows)
-
-    run_in_threads(run, blocks)
-    return results
-
-
-def in_row_blocks(fn, x):
-    """Apply ``fn``, a function that works in place on the rows of its argument (the last
-    axis) and returns it, to ``x`` one block of rows at a time (see ``for_row_blocks``).
-    Returns ``x``. A non-contiguous x (whose rows cannot be viewed as one matrix) is done whole."""
-    if not x.flags.c_contiguous:
-        return fn(x)
-    rows = x.reshape(-1, x.shape[-1])                                 # a view: fn writes into x
-    for_row_blocks(lambda r: fn(rows[r]), rows.shape[0], rows.shape[1], get_array_module(x))
-    return x
 
 
 def host_rng(seed):
@@ -404,34 +272,6 @@ def memory_limit(xp=None) -> int | None:
         if text.isdigit():
             limits.append(int(text))
     return min(limits) if limits else None
-
-
-# -- the machine a figure comes from -----------------------------------------------------
-
-def machine_info() -> dict:
-    """The computer a timing or a saved result was measured on, as JSON-able values.
-
-    cpu: the model name from /proc/cpuinfo where there is one (else what ``platform``
-    knows); cores: logical CPUs; load_average: the 1-minute load average (None where the
-    OS has none), which says whether other jobs shared the machine at the time.
-    """
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    except OSError:
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    return {"cpu": cpu, "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version(), "numpy": numpy.__version__, "load_average": load}
-
-
-def machine_summary() -> str:
-    """``machine_info()`` in one line, e.g. 'AMD EPYC, 2 logical CPUs, Python 3.11.7, NumPy 2.4.6, load 0.7'."""
-    info = machine_info()
-    load = "" if info["load_average"] is None else f", load {info['load_average']:.1f}"
-    return (f"{info['cpu']}, {info['cores']} logical CPUs, Python {info['python']}, "
-            f"NumPy {info['numpy']}{load}")
 
 
 # -- the one question decoding asks the device ---------------------------------------------

@@ -21,7 +21,7 @@ from .errors import ShapeError
 from .layers.attention import MultiHeadAttention
 from .layers.dropout import Dropout
 from .layers.embedding import Embedding, TiedOutputProjection
-from .layers.feedforward import FeedForward
+from .layers.feedforward import ACTIVATIONS, FeedForward
 from .layers.layernorm import LayerNorm
 from .layers.masks import decoder_mask, padding_mask
 from .layers.parameter import Layer, Parameter
@@ -56,6 +56,7 @@ class TransformerConfig:
     pre_ln: bool = False        # False = the paper's post-LN; True = pre-LN variant
     ln_eps: float = 1e-5        # LayerNorm's ε (inside the square root)
     positional: str = "sinusoidal"   # §3.5's fixed sinusoids, or "learned": a trained table (Table 3, row E)
+    activation: str = "relu"    # the FFN's (§3.3, Eq. 2): "relu" as in the paper, or "gelu" (layers/feedforward.py)
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "h", "N", "d_ff", "max_len"):
@@ -78,6 +79,9 @@ class TransformerConfig:
         if self.positional not in POSITIONAL_KINDS:
             raise ValueError(f"TransformerConfig: positional must be one of {', '.join(map(repr, POSITIONAL_KINDS))}, "
                              f"got {self.positional!r}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"TransformerConfig: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, "
+                             f"got {self.activation!r}")
 
     @property
     def d_k(self) -> int:
@@ -206,7 +210,7 @@ class EncoderLayer(Layer):
     def __init__(self, cfg: TransformerConfig, rng, dropout_rng, name: str = "enc"):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, rng, f"{name}.self_attn")
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, rng, f"{name}.ffn")
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, rng, f"{name}.ffn", cfg.activation)
         self.res_attn = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_attn")
         self.res_ffn = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_ffn")
 
@@ -229,7 +233,7 @@ class DecoderLayer(Layer):
         super().__init__()
         self.self_attn = MultiHeadAttention(cfg.d_model, cfg.h, rng, f"{name}.self_attn")
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.h, rng, f"{name}.cross_attn")
-        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, rng, f"{name}.ffn")
+        self.ffn = FeedForward(cfg.d_model, cfg.d_ff, rng, f"{name}.ffn", cfg.activation)
         self.res_self = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_self")
         self.res_cross = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_cross")
         self.res_ffn = Residual(cfg.d_model, cfg.P_drop, dropout_rng, cfg.pre_ln, cfg.ln_eps, f"{name}.res_ffn")
@@ -432,7 +436,7 @@ class Transformer(Layer):
         self.tgt_dropout = Dropout(cfg.P_drop, self.dropout_rng)
         self.encoder = Encoder(cfg, rng, self.dropout_rng)
         self.decoder = Decoder(cfg, rng, self.dropout_rng)
-        self.generator = TiedOutputProjection(self.E)
+        self.output_projection = TiedOutputProjection(self.E)
 
     @property
     def xp(self):
@@ -481,7 +485,7 @@ class Transformer(Layer):
             tgt_mask = decoder_mask(tgt_in, self.cfg.pad_id)
         y = self.tgt_dropout.forward(self.tgt_pos.forward(self.tgt_embed.forward(tgt_in)))
         y = self.decoder.forward(y, memory, src_mask, tgt_mask)
-        logits = self.generator.forward(y)
+        logits = self.output_projection.forward(y)
         self._save_cache(None, logits)            # marks "forward ran": backward checks dlogits' shape
         return logits
 
@@ -522,7 +526,7 @@ class Transformer(Layer):
         y = self.tgt_dropout.forward(self.tgt_pos.forward(self.tgt_embed.forward(y_t), offset=t))
         y = self.decoder.step(y, t, cache)                          # (B, 1, d_model)
         cache.length = t + 1
-        return self.generator.forward(y)[:, 0]                      # (B, V)
+        return self.output_projection.forward(y)[:, 0]              # (B, V)
 
     def attention_maps(self) -> dict[str, list[Array]]:
         """The attention weights of the last forward (or decode_step), per layer.
@@ -543,7 +547,7 @@ class Transformer(Layer):
         """dlogits: (B, T, V). Adds into every Parameter's .grad (E gets three uses;
         a learned positional table P two, the target and source sides)."""
         self._pop_cache(dlogits, "dlogits")
-        dout = self.generator.backward(dlogits)                     # use 1 of E
+        dout = self.output_projection.backward(dlogits)                     # use 1 of E
         dy, dmemory = self.decoder.backward(dout)
         self.tgt_embed.backward(self.tgt_pos.backward(self.tgt_dropout.backward(dy)))   # use 2 of E
         dx = self.encoder.backward(dmemory)

@@ -22,20 +22,20 @@ from __future__ import annotations
 
 import math
 import operator
-import warnings
 from collections.abc import Callable, Sequence
 
 from . import backend
 from .errors import NonFiniteError
+from .layers import fast
 from .layers.parameter import Parameter
 
 
 class NonFiniteGradientError(NonFiniteError):
-    """Adam skipped ``max_consecutive_skips`` updates in a row because of non-finite gradients."""
+    """Training stopped: too many updates in a row were skipped for non-finite gradients.
 
-
-class NonFiniteGradientWarning(RuntimeWarning):
-    """Adam skipped one update because a gradient was NaN, infinite or too large to square."""
+    Adam itself only skips (``step()`` returns False); the caller that counts the
+    skips (``train.Trainer``) raises this when there have been too many in a row.
+    """
 
 
 class NoamSchedule:
@@ -126,34 +126,6 @@ def clip_grad_norm(params: Sequence[Parameter], max_norm: float, norm: float | N
     return norm
 
 
-# Adam updates each parameter in blocks of this many elements. A block of p, grad,
-# m, v and one scratch array (5 × 256 KiB) stays in the 1-2 MiB L2 cache through
-# all the passes of one update; on the benchmark machine this made Adam about
-# 1.5x faster than whole-array passes at the base size (32k to 256k all within 5%).
-# On a GPU, blocks would only multiply kernel launches: there each array is one block.
-ADAM_BLOCK = 1 << 16
-
-
-def _blocks(*arrays):
-    """Yield matching flat blocks of same-shaped arrays (views: writes go to the arrays).
-
-    A non-contiguous array cannot be flattened without a copy, and GPU arrays gain
-    nothing from blocks: those are yielded whole.
-    """
-    if not (backend.on_cpu(arrays[0]) and all(a.flags.c_contiguous for a in arrays)):
-        yield arrays
-        return
-    flat = [a.reshape(-1) for a in arrays]
-    n = flat[0].size
-    for start in range(0, n, ADAM_BLOCK):
-        yield tuple(a[start: start + ADAM_BLOCK] for a in flat)
-
-
-def _fill_zero(arrays) -> None:
-    for a in arrays:
-        a[...] = 0
-
-
 class _Constant:
     """A learning rate that does not depend on the step (a plain float given as lr)."""
 
@@ -190,13 +162,10 @@ class Adam:
     which that parameter's update is 0 forever: silent damage either way. So
     before updating, ``step()`` measures the global gradient norm (the pass
     clipping needs anyway). If a gradient is NaN or inf, or (without clipping)
-    too large to square in its dtype, the step is *skipped*: no parameter, no
-    moment and no step count changes, ``step()`` returns False, the skip is
-    counted (``skipped_steps``, ``consecutive_skips``), described in
-    ``last_skip`` (naming the tensor), and reported through ``on_skip(message)``
-    (default: a ``NonFiniteGradientWarning``). After ``max_consecutive_skips``
-    skips in a row (default 5; None: never) it raises NonFiniteGradientError
-    instead: the run has diverged and skipping will not save it.
+    too large to square in its dtype, the update is *skipped*: no parameter, no
+    moment and no step count changes, ``step()`` returns False and ``last_skip``
+    says what was wrong, naming the tensor. Counting skips, warning and deciding
+    when a run has diverged are the caller's (``train.Trainer`` does all three).
     """
 
     def __init__(
@@ -206,8 +175,6 @@ class Adam:
         betas: tuple[float, float] = (0.9, 0.98),
         eps: float = 1e-9,
         clip_norm: float | None = None,
-        max_consecutive_skips: int | None = 5,
-        on_skip: Callable[[str], None] | None = None,
     ):
         params = list(params)
         if not params:
@@ -233,11 +200,6 @@ class Adam:
             raise ValueError(f"Adam: eps must be >= 0, got {eps!r}")
         if clip_norm is not None and not clip_norm > 0:
             raise ValueError(f"Adam: clip_norm must be positive or None, got {clip_norm!r}")
-        if max_consecutive_skips is not None and (isinstance(max_consecutive_skips, bool)
-                                                  or not isinstance(max_consecutive_skips, int)
-                                                  or max_consecutive_skips < 1):
-            raise ValueError(f"Adam: max_consecutive_skips must be an integer ≥ 1 or None, "
-                             f"got {max_consecutive_skips!r}")
 
         self.params = params
         self.schedule = schedule
@@ -248,22 +210,15 @@ class Adam:
         self.step_count = 0
         self.last_lr: float | None = None
         self.last_grad_norm: float | None = None
-        # The non-finite policy (see the class docstring).
-        self.max_consecutive_skips = max_consecutive_skips
-        self.on_skip = on_skip
-        self.skipped_steps = 0            # updates skipped in all
-        self.consecutive_skips = 0        # ... since the last update that was applied
-        self.last_skip: str | None = None
+        self.last_skip: str | None = None     # what was wrong when step() last returned False
         # One m and one v per parameter, same shape, dtype and device.
         self.m = [backend.get_array_module(p.data).zeros_like(p.data) for p in params]
         self.v = [backend.get_array_module(p.data).zeros_like(p.data) for p in params]
 
     def zero_grad(self) -> None:
         """Set every gradient to 0 (backward passes add into them)."""
-        # A write of every gradient (250 MB at the base size): in blocks, spread over the CPU threads.
-        xp = backend.get_array_module(self.params[0].grad)
-        blocks = [g for p in self.params for (g,) in _blocks(p.grad)]
-        backend.run_in_threads(_fill_zero, blocks, xp)
+        for p in self.params:
+            p.zero_grad()
 
     # -- the non-finite policy --------------------------------------------------------
     def _gradient_problem(self) -> tuple[float, str | None]:
@@ -291,85 +246,41 @@ class Adam:
                 return norm, f"the gradient of {p.name!r} contains {kind}"
         return norm, f"the global gradient norm is {norm}"
 
-    def _skip(self, problem: str, norm: float) -> None:
-        """Count a skipped update, report it, and stop after too many in a row."""
-        self.skipped_steps += 1
-        self.consecutive_skips += 1
-        self.last_skip = problem
-        self.last_grad_norm = norm
-        message = (f"Adam: skipped update {self.step_count + 1}: {problem}; parameters and moments unchanged "
-                   f"({self.consecutive_skips} skipped in a row, {self.skipped_steps} in all)")
-        if self.max_consecutive_skips is not None and self.consecutive_skips >= self.max_consecutive_skips:
-            raise NonFiniteGradientError(
-                f"{message}; stopping after {self.consecutive_skips} consecutive skips: the run has diverged "
-                "(try a smaller learning rate, or clipping)"
-            )
-        if self.on_skip is not None:
-            self.on_skip(message)
-        else:
-            warnings.warn(message, NonFiniteGradientWarning, stacklevel=3)
-
     def step(self) -> bool:
-        """One update of every parameter from its current ``grad``.
+        """One update of every parameter from its current ``grad``: the five lines of the
+        class docstring, for each parameter, on whole arrays.
 
         Returns True, or False when the update was skipped because of a
-        non-finite gradient (the policy in the class docstring).
+        non-finite gradient (the policy in the class docstring; ``last_skip`` says why).
         """
         grad_norm, problem = self._gradient_problem()
+        self.last_grad_norm = grad_norm               # logged by the trainer
+        self.last_skip = problem
         if problem is not None:
-            self._skip(problem, grad_norm)
             return False
-        self.consecutive_skips = 0
         self.step_count += 1  # once per call, however many parameters: the schedule's clock
         t = self.step_count
         lr = float(self.schedule(t))
         self.last_lr = lr
-
-        # The norm was measured above (the non-finite check needs it); it is logged, and
-        # the gradients are clipped to clip_norm if asked.
-        self.last_grad_norm = grad_norm
         if self.clip_norm is not None:
             clip_grad_norm(self.params, self.clip_norm, norm=grad_norm)
 
         beta1, beta2 = self.betas
-        # The bias corrections are the same for every parameter: compute once.
-        correction1 = 1.0 - beta1**t
-        sqrt_correction2 = math.sqrt(1.0 - beta2**t)
-        # p -= lr · m_hat / (sqrt(v_hat) + eps), with m_hat = m / correction1 and
-        # sqrt(v_hat) = sqrt(v) / sqrt_correction2, is the same as
-        # p -= step_size · m / (sqrt(v) + eps_hat) with:
-        step_size = lr * sqrt_correction2 / correction1
-        eps_hat = self.eps * sqrt_correction2
-
-        def update(blocks) -> None:
-            """Adam on a list of (p, grad, m, v) blocks, in place."""
-            scratch = None                               # one work array, reused for every block
-            for p, g, m, v in blocks:
-                xp = backend.get_array_module(p)
-                if scratch is None or scratch.size < g.size or scratch.dtype != g.dtype:
-                    scratch = xp.empty(max(g.size, ADAM_BLOCK), dtype=g.dtype)
-                buf = scratch[: g.size].reshape(g.shape)
-                # m = beta1 * m + (1 - beta1) * g
-                m *= beta1
-                xp.multiply(g, 1.0 - beta1, out=buf)
-                m += buf
-                # v = beta2 * v + (1 - beta2) * g^2
-                v *= beta2
-                xp.multiply(g, g, out=buf)
-                buf *= 1.0 - beta2
-                v += buf
-                # p -= step_size * m / (sqrt(v) + eps_hat)
-                xp.sqrt(v, out=buf)
-                buf += eps_hat
-                xp.divide(m, buf, out=buf)
-                buf *= step_size
-                p -= buf
-
-        # Block by block (see ADAM_BLOCK): the ~12 passes of the update then run on data in
-        # cache instead of streaming every parameter through memory each time. The blocks
-        # are independent, so they are also spread over the CPU threads.
-        blocks = [b for p, m, v in zip(self.params, self.m, self.v) for b in _blocks(p.data, p.grad, m, v)]
-        backend.run_in_threads(update, blocks, backend.get_array_module(self.params[0].data))
+        for p, m, v in zip(self.params, self.m, self.v):
+            g = p.grad
+            if p.data.size >= fast.ADAM_MIN and backend.on_cpu(p.data):
+                # A large parameter on a CPU: the same update, block by block (layers/fast.py says why)
+                fast.adam_update_in_blocks(p.data, g, m, v, lr, beta1, beta2, self.eps, t)
+                continue
+            xp = backend.get_array_module(p.data)
+            # m and v are this optimizer's state: updated in place, so each name keeps its array
+            m *= beta1
+            m += (1.0 - beta1) * g                     # m = beta1 * m + (1 - beta1) * g
+            v *= beta2
+            v += (1.0 - beta2) * (g * g)               # v = beta2 * v + (1 - beta2) * g**2
+            m_hat = m / (1.0 - beta1**t)               # bias corrections: m and v start at 0
+            v_hat = v / (1.0 - beta2**t)
+            p.data -= lr * m_hat / (xp.sqrt(v_hat) + self.eps)
         return True
 
     # -- checkpoints --------------------------------------------------------------------

@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 import minitransformer
-from minitransformer import backend
+from minitransformer import backend, machine
 from minitransformer.layers.attention import MultiHeadAttention
 from minitransformer.layers.embedding import Embedding
 from minitransformer.layers.feedforward import FeedForward
@@ -287,6 +287,7 @@ class TestCuPyStandInMatchesNumPy(_CuPyMatchesNumPy):
 # Paths relative to minitransformer/; a trailing "/" means a whole package.
 ALLOWED = {
     "backend.py": "the one module that chooses between numpy and cupy",
+    "machine.py": "names the machine a figure came from, NumPy's version included",
     "data/": "builds token-id batches, vocabularies and masks on the host from Python data",
     "metrics.py": "BLEU / accuracy bookkeeping over host-side token lists",
     "plot.py": "matplotlib needs host (NumPy) arrays",
@@ -294,6 +295,7 @@ ALLOWED = {
     "train.py": "training-loop bookkeeping (host-side logs, seeds, batching)",
     "translate.py": "token lists in and out; attention maps copied to the host for plotting",
     "checkpoint.py": "saves and loads .npz files, which are host arrays",
+    "distributed.py": "MPI sums host buffers (gradients staged through the host); shards are planned on the host",
     "exercises/": "lesson checkers: build fixed host inputs and host reference answers",
 }
 
@@ -423,10 +425,10 @@ def test_source_rule_reports_file_and_line(tmp_path):
 
 
 def test_machine_info_names_the_computer_a_figure_came_from(monkeypatch):
-    info = backend.machine_info()
+    info = machine.machine_info()
     assert info["cpu"] and isinstance(info["cores"], int) and info["cores"] >= 1
     assert info["numpy"] == np.__version__
-    line = backend.machine_summary()
+    line = machine.machine_summary()
     assert line.startswith(f"{info['cpu']}, {info['cores']} logical CPUs, Python {info['python']}, NumPy")
-    monkeypatch.delattr(backend.os, "getloadavg")            # an OS without a load average (Windows)
-    assert backend.machine_info()["load_average"] is None and "load" not in backend.machine_summary()
+    monkeypatch.delattr(machine.os, "getloadavg")            # an OS without a load average (Windows)
+    assert machine.machine_info()["load_average"] is None and "load" not in machine.machine_summary()

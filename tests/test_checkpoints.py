@@ -184,6 +184,22 @@ def test_a_checkpoint_from_before_the_warmup_moved_still_loads(saved):
     assert load_checkpoint(str(saved)).model.cfg == _model().cfg
 
 
+def test_a_checkpoint_from_before_the_activation_field_loads_with_relu(saved):
+    """Checkpoints written before issue 18 have no config.activation: their FFNs are ReLU,
+    the field's default (a missing field takes its default)."""
+    with np.load(saved) as npz:
+        config = json.loads(str(npz["meta"]))["config"]
+        names = list(npz.files)
+    assert config.pop("activation") == "relu"
+    _rewrite(saved, {"config": config})
+    model = load_checkpoint(str(saved)).model
+    assert model.cfg.activation == "relu" and model.cfg == _model().cfg
+    # Renaming the output projection (`generator` before issue 18) changed no array name: it
+    # holds no Parameter of its own, the tied E is stored once, as "E".
+    assert "param/E" in names and not any("generator" in n or "output_projection" in n for n in names)
+    assert model.output_projection.E is model.E
+
+
 def test_keep_previous_keeps_the_replaced_checkpoint(tmp_path):
     path = tmp_path / "checkpoint.npz"
     for step in (1, 2, 3):

@@ -232,8 +232,6 @@ def test_debug_shows_the_traceback_of_a_bad_input_too(files, capsys):
 # -- environment variables: read when the package is imported, so in a fresh process ------------
 
 @pytest.mark.parametrize("variable, value, expected", [
-    ("MINITRANSFORMER_THREADS", "abc", "a whole number of threads"),
-    ("MINITRANSFORMER_THREADS", "-2", "a whole number of threads"),
     ("MINITRANSFORMER_BACKEND", "tpu", "one of numpy, cupy"),
     ("MINITRANSFORMER_DTYPE", "float16", "one of float32, float64"),
     ("MINITRANSFORMER_DEBUG", "maybe", "1 or 0"),

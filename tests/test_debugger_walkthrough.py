@@ -68,3 +68,71 @@ def test_breakpoint_lines_are_found_by_their_text():
     assert pathlib.Path(path).read_text().splitlines()[int(line) - 1].strip().startswith("dQ = backend.matmul(dS, K)")
     path, line = debug_attention.FORWARD_RETURN.rsplit(":", 1)
     assert pathlib.Path(path).read_text().splitlines()[int(line) - 1].strip().startswith("return out, AttentionCache")
+
+
+# -- LayerNorm, the loss's backward and Adam's update (issue 18) ----------------------------------
+
+_spec_layers = importlib.util.spec_from_file_location("debug_layers", LESSONS / "debug_layers.py")
+debug_layers = importlib.util.module_from_spec(_spec_layers)
+_spec_layers.loader.exec_module(debug_layers)
+
+# Functions outside a layer's own file that stepping into it may enter, and why each is allowed:
+# none of them does the layer's math.
+ALLOWED_OUTSIDE = {
+    ("backend.py", "get_array_module"): "a one-liner in effect: numpy or cupy",
+    ("errors.py", "check_input"): "the argument's dtype check",
+    ("errors.py", "check_last_dim"): "the argument's shape check",
+    ("errors.py", "check_gradient"): "the incoming gradient's shape and dtype check",
+    ("layers/parameter.py", "Layer._save_cache"): "keeps the forward's cache for the backward",
+    ("layers/parameter.py", "Layer._pop_cache"): "hands the cache to the backward",
+}
+
+
+def test_the_layers_walkthrough_steps_into_the_plain_math():
+    transcript = debug_layers.run_walkthrough()
+    commands = [command for command, _ in debug_layers.WALKTHROUGH]
+    assert transcript.returncode == 0, transcript.stderr[-2000:]
+    assert len(transcript.steps) == len(commands), (
+        f"pdb showed {len(transcript.steps)} prompts for {len(commands)} commands:\n{transcript}")
+    assert failed_prints(transcript) == [], str(transcript)
+    steps = transcript.steps
+    assert "--Call--" in steps[0][1] and "layernorm.py" in steps[0][1] and "forward()" in steps[0][1]
+    stops = [output for command, output in steps if command == "c"]
+    # each `c` stops on the formula line it names, in the function that holds it
+    for stop, function, line in [(stops[0], "layernorm_forward()", "y = gamma * x_hat + beta"),
+                                 (stops[1], "layernorm_backward()", "dx = rstd * (g - mean_g - x_hat * mean_g_xhat)"),
+                                 (stops[2], "cross_entropy_backward()", "dlogits *= (valid / n_tokens)"),
+                                 (stops[3], "step()", "p.data -= lr * m_hat / (xp.sqrt(v_hat) + self.eps)")]:
+        assert function in stop and line in stop, stop
+    assert "(1, 0.01)" in dict(steps)["p t, lr"]
+    assert "y[0, 0] =" in steps[-1][1]                   # the script ran to its end
+
+
+def test_stepping_into_each_enters_only_its_own_file_and_allowed_helpers():
+    """Every function of the package that LayerNorm.forward, LayerNorm.backward, the loss's
+    backward and Adam.step enter on the lesson's input: their own file's, or one of
+    ALLOWED_OUTSIDE. No closures, no speed variants (layers/fast.py), no thread hand-offs."""
+    report = []
+    for name, own_file, call in debug_layers.the_four_calls():
+        entered = debug_layers.functions_entered(call)
+        own = [function for file, function in entered.functions if file == own_file]
+        outside = [(file, function) for file, function in entered.functions if file != own_file]
+        assert own, f"{name}: the trace saw nothing of {own_file}"
+        report += [f"{name}: enters {file}:{function}" for file, function in outside
+                   if (file, function) not in ALLOWED_OUTSIDE]
+        report += [f"{name}: runs the closure {function}" for function in own if "<locals>" in function]
+        if entered.threads:
+            report.append(f"{name}: hands work to another thread")
+    assert report == [], "\n".join(report)
+
+
+def test_the_trace_check_can_fail():
+    """A call into a package helper elsewhere and a thread hand-off are each seen."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from minitransformer import backend
+
+    entered = debug_layers.functions_entered(lambda: backend.to_numpy([1.0]))
+    assert ("backend.py", "to_numpy") in entered.functions and not entered.threads
+    with ThreadPoolExecutor(1) as pool:
+        assert debug_layers.functions_entered(lambda: pool.submit(sum, [1, 2]).result()).threads

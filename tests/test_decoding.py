@@ -296,14 +296,14 @@ def test_beam_beats_or_ties_greedy(model64):
 
 def _bias_eos(monkeypatch, model, bias):
     """Add ``bias`` to the <eos> logit (teacher forcing sees the same model)."""
-    forward = model.generator.forward
+    forward = model.output_projection.forward
 
     def biased(x):
         logits = forward(x)
         logits[..., EOS] += bias
         return logits
 
-    monkeypatch.setattr(model.generator, "forward", biased)
+    monkeypatch.setattr(model.output_projection, "forward", biased)
 
 
 def test_finished_hypotheses_stop_growing(model64, sources, monkeypatch):

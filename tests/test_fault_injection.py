@@ -96,7 +96,7 @@ def _argv(data, out, *extra):
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": ROOT, "MINITRANSFORMER_THREADS": "1"}
+    return {**os.environ, "PYTHONPATH": ROOT}
 
 
 def _run(argv, faults=None, **kwargs):

@@ -1,13 +1,14 @@
 """The package is built in layers, lowest first; a module imports only from its own
 layer or below, and no two modules import each other (directly or in a circle).
 
-    foundation  errors, backend, files, runlock, streams
-    layers      layers/*, gradcheck
+    foundation  errors, backend, files, runlock, streams, machine
+    layers      layers/* (layers/fast.py: the speed variants), gradcheck
     model       model, settings, data/*, metrics
-    search      decoding, optim, checkpoint, average, plot, progress, stops
+    search      decoding, optim, checkpoint, average, plot, progress, stops, distributed
     translate   translate
     train       train
     lessons     exercises/*
+    grade       grade
     cli         __main__
 
 docs/architecture.md draws the same graph. Imports inside functions count too:
@@ -22,13 +23,14 @@ import pathlib
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "minitransformer"
 
 LAYERS = [
-    ("foundation", ["errors", "backend", "files", "runlock", "streams", "__init__"]),
-    ("layers", ["layers.*", "gradcheck"]),
+    ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "__init__"]),
+    ("layers", ["layers.fast", "layers.*", "gradcheck"]),
     ("model", ["model", "settings", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "average", "plot", "progress", "stops"]),
+    ("search", ["decoding", "optim", "checkpoint", "average", "plot", "progress", "stops", "distributed"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("lessons", ["exercises.*"]),
+    ("grade", ["grade"]),
     ("cli", ["__main__"]),
 ]
 

@@ -475,6 +475,47 @@ def test_feedforward(f64, rng):
     assert (hidden < 0).any() and (hidden > 0).any()
 
 
+def test_feedforward_gelu(f64, rng):
+    ffn = FeedForward(4, 8, rng, activation="gelu")
+    _randomize(ffn.linear1.b, ffn.linear2.b, rng=rng, scale=0.3)
+    x = rng.standard_normal((2, 3, 4)) * 2                      # z over both sides of 0, into the curve
+    report = check_layer(ffn, x)
+    assert set(report.errors) == {"x", "linear1.W", "linear1.b", "linear2.W", "linear2.b"}
+    _ok(report)
+    # the forward is the tanh form of GELU, 0.5 z (1 + tanh(sqrt(2/pi) (z + 0.044715 z^3))) ...
+    z = x @ ffn.linear1.W.data + ffn.linear1.b.data
+    u = 0.5 * z * (1 + np.tanh(math.sqrt(2 / math.pi) * (z + 0.044715 * z**3)))
+    np.testing.assert_allclose(ffn.forward(x), u @ ffn.linear2.W.data + ffn.linear2.b.data, rtol=1e-12)
+    # ... which is within 1e-3 of the exact z·Φ(z) (Φ from math.erf), and is not ReLU
+    exact = np.vectorize(lambda v: 0.5 * v * (1 + math.erf(v / math.sqrt(2))))(z)
+    assert np.abs(u - exact).max() < 1e-3 and not np.allclose(u, np.maximum(z, 0), atol=1e-3)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_feedforward_activation_in_float32_and_from_the_config(activation, rng):
+    """The activation keeps float32 float32, reaches every FFN of the model from the config,
+    and adds no parameters (count_parameters unchanged)."""
+    from minitransformer.model import count_parameters
+    ffn = FeedForward(4, 8, rng, activation=activation)
+    for p in ffn.parameters():
+        p.data = p.data.astype(np.float32)
+        p.grad = p.grad.astype(np.float32)
+    x = rng.standard_normal((2, 3, 4)).astype(np.float32)
+    y = ffn.forward(x)
+    assert y.dtype == np.float32 and ffn.backward(np.ones_like(y)).dtype == np.float32
+    cfg = TransformerConfig(vocab_size=9, d_model=8, h=2, N=1, d_ff=12, activation=activation)
+    model = Transformer(cfg)
+    assert {layer.ffn.activation for layer in model.encoder.layers + model.decoder.layers} == {activation}
+    assert model.num_parameters() == count_parameters(cfg) == count_parameters(cfg.with_(activation="relu"))
+
+
+def test_feedforward_refuses_an_unknown_activation(rng):
+    with pytest.raises(ValueError, match=r"activation must be one of 'relu', 'gelu', got 'swish'"):
+        FeedForward(4, 8, rng, activation="swish")
+    with pytest.raises(ValueError, match=r"TransformerConfig: activation must be one of 'relu', 'gelu', got 'tanh'"):
+        TransformerConfig(activation="tanh")
+
+
 def test_layernorm_gradient(f64, rng):
     ln = LayerNorm(5)
     _randomize(ln.gamma, ln.beta, rng=rng, scale=1.0)

@@ -75,7 +75,7 @@ def test_the_pairing_finds_the_source():
 
 def test_scripts_are_not_lessons():
     names = {p.name for p in build.lessons(LESSONS).values()}
-    assert names and "debug_attention.py" not in names and "build.py" not in names
+    assert names and "debug_attention.py" not in names and "debug_layers.py" not in names and "build.py" not in names
 
 
 def _anchor(heading: str) -> str:
@@ -160,12 +160,12 @@ def test_no_execute_keeps_the_outputs_of_unchanged_cells(copy_of_lesson_3):
     outputs = [c.outputs for c in before.cells if c.cell_type == "code"]
     assert any(outputs), "the committed lesson 3 has no outputs"
     text = copy_of_lesson_3.read_text()
-    copy_of_lesson_3.write_text(text.replace("# %% [markdown]", "# %% [markdown] tags=[\"note\"]", 1))
+    copy_of_lesson_3.write_text(text.replace("# %% [markdown]", "# %% [markdown] tags=[\"solution\"]", 1))
     assert build.build(copy_of_lesson_3, execute=False) is True
     after = nbformat.read(notebook, as_version=4)
     assert [c.outputs for c in after.cells if c.cell_type == "code"] == outputs
     assert after.metadata.language_info == before.metadata.language_info
-    assert after.cells[0].metadata.tags == ["note"]
+    assert after.cells[0].metadata.tags == ["solution"]
 
     line = "rng = np.random.default_rng(0)"
     index = next(i for i, c in enumerate(after.cells) if line in c.source)

@@ -72,12 +72,21 @@ def test_set_reaches_the_model_and_the_banner(data, tmp_path, capsys):
     assert (cfg.P_drop, cfg.positional, cfg.pre_ln, cfg.d_model) == (0.2, "learned", True, 32)
 
 
+def test_set_activation_gelu_trains_a_gelu_model(data, tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(_train(data, out, "--set", "activation=gelu")) == 0
+    assert "activation=gelu" in capsys.readouterr().out
+    model = load_checkpoint(str(out / "checkpoint.npz")).model
+    assert model.cfg.activation == "gelu" and model.encoder.layers[0].ffn.activation == "gelu"
+
+
 @pytest.mark.parametrize("assignment, message", [
     ("nope=1", "unknown model field 'nope'"),
     ("h=3", "d_model=32 must be divisible by h=3"),
     ("P_drop=1.5", "P_drop must be a probability in [0, 1)"),
     ("max_len=3", "max_len=3 is too small for task 'pairs.tsv'"),
     ("positional=wavy", "positional must be one of 'sinusoidal', 'learned'"),
+    ("activation=swish", "activation must be one of 'relu', 'gelu'"),
 ])
 def test_a_bad_set_is_one_line_naming_it(data, tmp_path, capsys, assignment, message):
     assert main(_train(data, tmp_path / "run", "--set", assignment)) == 2

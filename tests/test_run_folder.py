@@ -29,7 +29,7 @@ with runlock.hold(sys.argv[1]):
 
 
 def _env():
-    return {**os.environ, "PYTHONPATH": ROOT, "MINITRANSFORMER_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
+    return {**os.environ, "PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1"}
 
 
 @pytest.fixture(scope="module")

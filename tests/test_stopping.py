@@ -31,7 +31,7 @@ LONG = "100000"                                       # steps: a run that would 
 
 
 def _env(**extra):
-    return {**os.environ, "PYTHONPATH": ROOT, "MINITRANSFORMER_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", **extra}
+    return {**os.environ, "PYTHONPATH": ROOT, "OPENBLAS_NUM_THREADS": "1", **extra}
 
 
 @pytest.fixture(scope="module")

@@ -129,9 +129,15 @@ def decoder_layer_pairs(ours, theirs, prefix):
             + norm_pairs(ours.res_ffn.norm, theirs.norm3, f"{prefix}.norm3"))
 
 
+# Our FFN activations in torch: GELU is the tanh approximation (layers/feedforward.py), which is
+# torch's gelu(approximate="tanh"); torch's own activation="gelu" would be the exact erf form.
+TORCH_ACTIVATION = {"relu": F.relu, "gelu": lambda x: F.gelu(x, approximate="tanh")}
+
+
 def torch_layer_kwargs(cfg):
     return dict(d_model=cfg.d_model, nhead=cfg.h, dim_feedforward=cfg.d_ff, dropout=0.0, batch_first=True,
-                norm_first=cfg.pre_ln, layer_norm_eps=cfg.ln_eps, dtype=torch.float64)
+                norm_first=cfg.pre_ln, layer_norm_eps=cfg.ln_eps, activation=TORCH_ACTIVATION[cfg.activation],
+                dtype=torch.float64)
 
 
 CFG = TransformerConfig(vocab_size=11, d_model=16, h=4, N=2, d_ff=24, P_drop=0.0, eps_ls=0.1, max_len=32)
@@ -146,10 +152,11 @@ def padded_ids(lengths, rng, V):
     return ids
 
 
-@pytest.mark.parametrize("pre_ln", [False, True], ids=["post-LN", "pre-LN"])
-def test_encoder_layer_matches_torch(pre_ln):
+@pytest.mark.parametrize("pre_ln, activation", [(False, "relu"), (True, "relu"), (False, "gelu")],
+                         ids=["post-LN", "pre-LN", "post-LN-GELU"])
+def test_encoder_layer_matches_torch(pre_ln, activation):
     rng = np.random.default_rng(0)
-    cfg = CFG.with_(pre_ln=pre_ln)
+    cfg = CFG.with_(pre_ln=pre_ln, activation=activation)
     ours = EncoderLayer(cfg, rng, None, "enc")
     randomize_norms(ours, rng)
     theirs = nn.TransformerEncoderLayer(**torch_layer_kwargs(cfg))
@@ -170,10 +177,11 @@ def test_encoder_layer_matches_torch(pre_ln):
         assert_close(name, g_ours, g_theirs)
 
 
-@pytest.mark.parametrize("pre_ln", [False, True], ids=["post-LN", "pre-LN"])
-def test_decoder_layer_matches_torch(pre_ln):
+@pytest.mark.parametrize("pre_ln, activation", [(False, "relu"), (True, "relu"), (True, "gelu")],
+                         ids=["post-LN", "pre-LN", "pre-LN-GELU"])
+def test_decoder_layer_matches_torch(pre_ln, activation):
     rng = np.random.default_rng(1)
-    cfg = CFG.with_(pre_ln=pre_ln)
+    cfg = CFG.with_(pre_ln=pre_ln, activation=activation)
     ours = DecoderLayer(cfg, rng, None, "dec")
     randomize_norms(ours, rng)
     theirs = nn.TransformerDecoderLayer(**torch_layer_kwargs(cfg))
@@ -246,11 +254,13 @@ class TorchTransformer(nn.Module):
         return y @ self.E.T
 
 
-@pytest.mark.parametrize("pre_ln, positional", [(False, "sinusoidal"), (True, "sinusoidal"), (False, "learned")],
-                         ids=["post-LN", "pre-LN", "post-LN-learned-PE"])
-def test_whole_model_matches_torch(pre_ln, positional):
+@pytest.mark.parametrize("pre_ln, positional, activation",
+                         [(False, "sinusoidal", "relu"), (True, "sinusoidal", "relu"), (False, "learned", "relu"),
+                          (False, "sinusoidal", "gelu")],
+                         ids=["post-LN", "pre-LN", "post-LN-learned-PE", "post-LN-GELU"])
+def test_whole_model_matches_torch(pre_ln, positional, activation):
     rng = np.random.default_rng(2)
-    cfg = CFG.with_(pre_ln=pre_ln, positional=positional)
+    cfg = CFG.with_(pre_ln=pre_ln, positional=positional, activation=activation)
     ours = Transformer(cfg, seed=3)
     randomize_norms(ours, rng)
     learned = positional == "learned"

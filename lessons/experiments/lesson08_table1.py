@@ -52,6 +52,7 @@ from minitransformer.layers.attention import (
     softmax_lastaxis,
 )
 from minitransformer.layers.linear import init_weight
+from minitransformer.machine import machine_info
 
 # -- the layers (forward only) ----------------------------------------------------------
 
@@ -222,7 +223,7 @@ def peak_bytes(fn) -> int:
 
 
 def machine() -> dict:
-    info = backend.machine_info()
+    info = machine_info()
     with contextlib.suppress(ImportError):
         from threadpoolctl import threadpool_info
         info["blas"] = [f"{i.get('internal_api')} {i.get('version')}" for i in threadpool_info()]

@@ -21,7 +21,7 @@ import pathlib
 import sys
 import time
 
-from minitransformer.backend import machine_summary
+from minitransformer.machine import machine_summary
 from minitransformer.files import atomic_write_text
 from minitransformer.data.registry import load_task
 from minitransformer.train import make_trainer, settings_for

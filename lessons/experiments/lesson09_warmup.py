@@ -27,7 +27,7 @@ import time
 import numpy
 
 from minitransformer.data.batching import batch_iterator
-from minitransformer.backend import machine_summary
+from minitransformer.machine import machine_summary
 from minitransformer.files import atomic_write_text
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
 from minitransformer.optim import Adam, NoamSchedule

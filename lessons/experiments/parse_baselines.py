@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 
-from minitransformer.backend import machine_summary
+from minitransformer.machine import machine_summary
 from minitransformer.data import pcfg
 from minitransformer.data.cky import ViterbiParser
 from minitransformer.data.trees import right_branching

@@ -51,7 +51,7 @@ import time
 
 import numpy
 
-from minitransformer import backend, train
+from minitransformer import train
 from minitransformer.data.registry import load_task
 from minitransformer.data.batching import batch_iterator
 from minitransformer.data.tasks import reverse_pairs
@@ -59,6 +59,7 @@ from minitransformer.files import atomic_write_text
 from minitransformer.layers.attention import MultiHeadAttention
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
 from minitransformer.layers.parameter import eval_mode
+from minitransformer.machine import machine_info
 from minitransformer.model import count_parameters
 from minitransformer.translate import score_translations
 
@@ -242,7 +243,7 @@ def run_one(label: str, seed: int, steps: int = STEPS, task_name: str = TASK, ta
 
 
 def machine() -> dict:
-    info = backend.machine_info()
+    info = machine_info()
     # the key name the saved history in table3.json has always used
     info["load_average_at_start"] = info.pop("load_average")
     return {**info, "blas_threads": 1}
@@ -268,7 +269,6 @@ def _worker_init() -> None:
     a training step took 17x longer with 2 OpenBLAS threads under load than with 1)."""
     from threadpoolctl import threadpool_limits
     threadpool_limits(1)
-    backend.set_num_threads(1)
 
 
 _TASKS: dict = {}

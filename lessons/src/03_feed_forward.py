@@ -111,8 +111,8 @@ print("dW2 =\n", ffn.linear2.W.grad, "\ndb2 =", ffn.linear2.b.grad)
 # Two details of `FeedForward`:
 #
 # * The mask can be computed from the **output**: $u > 0$ exactly when $z > 0$. So the forward
-#   caches only $u$ (and applies the ReLU in place, `hidden *= hidden > 0`), saving a second
-#   $(B, S, d_\text{ff})$ array.
+#   caches only $u$ (and `relu` applies the ReLU in place, writing $\max(0, z)$ into $z$'s own buffer),
+#   saving a second $(B, S, d_\text{ff})$ array.
 # * A unit whose $z$ is negative for *every* input passes no gradient to its weights at all and
 #   stops learning (a "dead" unit). Below, the pattern of active units for a random input: about
 #   half are on at each position, and which half differs from position to position.
@@ -197,13 +197,18 @@ for name, p in ffn.named_parameters():
 # $$\delta Z = \delta U \odot \mathbb{1}[U > 0]$$
 # $$\delta X = \delta Z\, W_1^\top,\quad \delta W_1 = X^\top \delta Z,\quad \delta b_1 = \textstyle\sum_\text{rows} \delta Z$$
 #
-# `FeedForward.backward` is exactly this: `linear2.backward`, the ReLU mask, `linear1.backward`
-# (each `Linear` calls `linear_backward` and adds into its parameters' `.grad`).
+# `FeedForward.backward` is exactly this: `linear2.backward`, the ReLU mask (`relu_backward`),
+# `linear1.backward` (each `Linear` calls `linear_backward` and adds into its parameters' `.grad`).
+# The activation is a pair of functions chosen by name, `relu` and `relu_backward` here;
+# `TransformerConfig(activation="gelu")` picks GELU's pair instead (both in `layers/feedforward.py`).
 
 # %%
 import inspect
+from minitransformer.layers.feedforward import relu, relu_backward
 print(inspect.getsource(FeedForward.forward))
 print(inspect.getsource(FeedForward.backward))
+print(inspect.getsource(relu))
+print(inspect.getsource(relu_backward))
 
 # %% [markdown]
 # ## 5. Gradient check
@@ -232,12 +237,12 @@ report.assert_ok()
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
 # runs your function on fixed random inputs and compares it with the package's answer **and**,
 # for a gradient, with a numerical gradient. While the stub still returns `None` it prints
-# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
 # `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
-# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
-# you want to peek.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
 
 # %% [markdown]
 # ### Exercise 3.1 — ReLU backward
@@ -245,13 +250,13 @@ report.assert_ok()
 # Given `dh` $= \partial L / \partial u$ for $u = \max(0, z)$ and the pre-activation `z`, return
 # `dz` $= \partial L / \partial z$ (same shape).
 
-# %%
+# %% tags=["stub"]
 def my_relu_backward(dh, z):
     # YOUR CODE HERE: return dz
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_relu_backward
 
 check_relu_backward(my_relu_backward)
@@ -266,32 +271,32 @@ check_relu_backward(my_relu_backward)
 # you need, and return `(dx, dW1, db1, dW2, db2)`. Remember that every position shares the
 # weights (§3): fold `B` and `S` into one axis with `reshape(-1, ...)`.
 
-# %%
+# %% tags=["stub"]
 def my_ffn_backward(dy, x, W1, b1, W2, b2):
     # YOUR CODE HERE: return (dx, dW1, db1, dW2, db2)
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_ffn_backward
 
 check_ffn_backward(my_ffn_backward)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ---
 # ## Solutions
 #
 # Try the exercises first. Each solution is followed by the checking cell that proves it.
 
-# %%
+# %% tags=["solution"]
 def solution_relu_backward(dh, z):
     return dh * (z > 0)
 
 check_relu_backward(solution_relu_backward)
 
 
-# %%
+# %% tags=["solution"]
 def solution_ffn_backward(dy, x, W1, b1, W2, b2):
     d_model, d_ff = W1.shape
     z = x @ W1 + b1                                            # forward again: (B, S, d_ff)

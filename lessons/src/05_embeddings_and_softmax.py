@@ -32,7 +32,7 @@
 # | its backward (scatter-add) | `embedding_backward`, which calls `minitransformer.backend.scatter_add` |
 # | logits $= yE^\top$ and its backward | `TiedOutputProjection` |
 # | softmax (as log-softmax, inside the loss) | `minitransformer.layers.loss.log_softmax`, `LabelSmoothedCrossEntropy` |
-# | the three-way tie | `minitransformer.model.Transformer`: one `Parameter` `E` held by `src_embed`, `tgt_embed`, `generator` |
+# | the three-way tie | `minitransformer.model.Transformer`: one `Parameter` `E` held by `src_embed`, `tgt_embed`, `output_projection` |
 #
 # The derivations in full: [docs/derivations.md §2, embedding, scatter-add and tying](../docs/derivations.md#2-token-embedding-scatter-add-and-weight-tying-34)
 # and [§11, label-smoothed cross-entropy](../docs/derivations.md#11-label-smoothed-cross-entropy-54).
@@ -231,7 +231,7 @@ from minitransformer.model import Transformer, TransformerConfig, count_paramete
 cfg = TransformerConfig(vocab_size=12, d_model=8, h=2, N=1, d_ff=16, P_drop=0.0, max_len=16)
 model = Transformer(cfg, seed=0)
 E = model.E
-print("one Parameter, three uses:", model.src_embed.E is E and model.tgt_embed.E is E and model.generator.E is E)
+print("one Parameter, three uses:", model.src_embed.E is E and model.tgt_embed.E is E and model.output_projection.E is E)
 
 # 0 = <pad>, 1 = <bos>, 2 = <eos>; the task: reverse the source
 src     = np.array([[3, 4, 5, 6, 7], [8, 9, 3, 0, 0]])
@@ -246,7 +246,7 @@ def loss_value():
 model.zero_grad()
 loss_value()
 dlogits = loss_fn.backward()
-dout = model.generator.backward(dlogits)                                          # use 1: logits = y E^T
+dout = model.output_projection.backward(dlogits)                                          # use 1: logits = y E^T
 g_out = E.grad.copy()
 dy, dmemory = model.decoder.backward(dout)
 model.tgt_embed.backward(model.tgt_pos.backward(model.tgt_dropout.backward(dy)))  # use 2: target embedding
@@ -261,7 +261,7 @@ print("step by step == Transformer.backward:", np.abs(E.grad - g_total).max())
 
 # %%
 # (b) untie one use at a time and differentiate numerically with respect to its private copy
-uses = {"src_embed": (model.src_embed, g_src), "tgt_embed": (model.tgt_embed, g_tgt), "generator": (model.generator, g_out)}
+uses = {"src_embed": (model.src_embed, g_src), "tgt_embed": (model.tgt_embed, g_tgt), "output_projection": (model.output_projection, g_out)}
 numeric = {}
 for name, (layer, _) in uses.items():
     layer.E = Parameter(E.data.copy(), f"{name}.E")        # this use alone reads the copy
@@ -269,7 +269,7 @@ for name, (layer, _) in uses.items():
     layer.E = E                                            # tie it back
 
 for name, (_, analytic) in uses.items():
-    print(f"use {name:<9}: analytic piece vs numerical gradient of its own copy: rel error {rel_error(analytic, numeric[name]):.1e}")
+    print(f"use {name:<17}: analytic piece vs numerical gradient of its own copy: rel error {rel_error(analytic, numeric[name]):.1e}")
 report = gradcheck(loss_value, {"E (tied)": E.data}, {"E (tied)": g_total})
 print(f"sum of the three numerical pieces vs analytic tied gradient:   rel error {rel_error(g_total, sum(numeric.values())):.1e}")
 print(report)
@@ -316,12 +316,12 @@ print(f"saved = 2 V d_model   : {saved:>12,}   ({saved / (tied + saved):.1%} of 
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
 # runs your function on fixed random inputs and compares it with the package's answer **and**,
 # for a gradient, with a numerical gradient. While the stub still returns `None` it prints
-# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
 # `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
-# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
-# you want to peek.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 5.1 — embedding backward, with repeated tokens
 #
@@ -329,14 +329,14 @@ print(f"saved = 2 V d_model   : {saved:>12,}   ({saved / (tied + saved):.1%} of 
 # $\text{out} = \sqrt{d_\text{model}}\,E[\text{ids}]$ (`ids`: `(B, S)` ints, `dout`: `(B, S, d_model)`). Tokens repeat.
 # Don't call `embedding_backward`.
 
-# %%
+# %% tags=["stub"]
 def my_embedding_backward(dout, ids, V):
     """dout: (B, S, d_model), ids: (B, S) ints -> dE: (V, d_model)."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_4_7 import check_embedding_backward, check_tied_embedding_grad
 
 check_embedding_backward(my_embedding_backward)
@@ -351,21 +351,21 @@ check_embedding_backward(my_embedding_backward)
 # `logits = x_dec @ E.T` (upstream gradient `dlogits`, `(B, T, V)`). Return the gradient of the loss with
 # respect to $E$.
 
-# %%
+# %% tags=["stub"]
 def my_tied_embedding_grad(src_ids, d_src, tgt_ids, d_tgt, x_dec, dlogits):
     """-> dE: (V, d_model), V = dlogits.shape[-1], d_model = x_dec.shape[-1]."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_tied_embedding_grad(my_tied_embedding_grad)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ## Solutions
 
-# %%
+# %% tags=["solution"]
 def embedding_backward_solution(dout, ids, V):
     d = dout.shape[-1]
     dE = np.zeros((V, d))
@@ -375,7 +375,7 @@ def embedding_backward_solution(dout, ids, V):
 check_embedding_backward(embedding_backward_solution)
 
 
-# %%
+# %% tags=["solution"]
 def tied_embedding_grad_solution(src_ids, d_src, tgt_ids, d_tgt, x_dec, dlogits):
     V, d = dlogits.shape[-1], x_dec.shape[-1]
     dE = embedding_backward_solution(d_src, src_ids, V)          # source embedding

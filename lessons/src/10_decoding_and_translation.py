@@ -61,7 +61,7 @@ from contextlib import contextmanager, nullcontext
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minitransformer import backend, decoding, metrics, translate, train
+from minitransformer import backend, decoding, machine, metrics, translate, train
 from minitransformer.data.registry import load_task
 from minitransformer import model as model_module
 from minitransformer.layers.loss import log_softmax
@@ -80,7 +80,7 @@ except ImportError:                     # not installed: leave the BLAS as it is
         return nullcontext()
 
 
-print(backend.machine_summary())
+print(machine.machine_summary())
 
 # %% [markdown]
 # Some figures below have Korean labels, and matplotlib's default font has no Hangul.
@@ -254,7 +254,7 @@ ax2.set(xlabel="output length T (tokens)", ylabel="uncached time / cached time",
         ylim=(0, None))
 for ax in (ax1, ax2):
     ax.grid(alpha=0.3)
-fig.suptitle(f"d_model 128, N 2, float32, 1 BLAS thread; {backend.machine_summary()}", fontsize=8)
+fig.suptitle(f"d_model 128, N 2, float32, 1 BLAS thread; {machine.machine_summary()}", fontsize=8)
 plt.tight_layout()
 plt.show()
 
@@ -316,7 +316,7 @@ with one_blas_thread(1):
     trainer.settings.steps = 400
     history += trainer.run(progress=False)                # steps 151..400, the same run continued
     train_wall, train_cpu = time.perf_counter() - t0, time.process_time() - c0
-print(f"400 steps in {train_wall:.1f} s wall, {train_cpu:.1f} s CPU ({backend.machine_summary()})")
+print(f"400 steps in {train_wall:.1f} s wall, {train_cpu:.1f} s CPU ({machine.machine_summary()})")
 
 # %%
 steps = [r["step"] for r in history if "loss" in r]
@@ -669,7 +669,7 @@ print(f"{'model':22s}{'decoder':>10s}{'BLEU':>9s}{'chrF':>9s}{'exact match':>14s
 for name, runs in (("half-trained (150 steps)", (half_greedy, half_beam)), ("trained (400 steps)", (full_greedy, full_beam))):
     for decoder, r in zip(("greedy", "beam 4"), runs):
         print(f"{name:22s}{decoder:>10s}{r['bleu']:9.2f}{r['chrf']:9.2f}{r['exact_match']:14.1%}{r['seconds']:10.1f}")
-print(f"({backend.machine_summary()})")
+print(f"({machine.machine_summary()})")
 wrong = [i for i, (h, r) in enumerate(zip(full_beam["hyps"], full_beam["refs"])) if h != r]
 print(f"trained model, beam 4: {len(wrong)} of {len(task.test)} test sentences wrong", wrong[:5])
 for text in ("Tuesday, March 5, 2024", "Monday, March 5, 2024", "Sunday, January 1, 1950"):
@@ -820,10 +820,10 @@ print(f"encoder self-attention: diagonal {columns[:, 3].min():.2f} to {columns[:
 # ## Exercises
 #
 # Each exercise has a cell with a stub to fill in and a checking cell below it. While the stub
-# still returns `None` the checker prints *not attempted yet*; a wrong answer raises an
-# `AssertionError` that says what is wrong and, for the usual mistakes, names it; a right one
-# prints `correct`. The checkers are in `minitransformer.exercises.lesson_10`. Solutions are at
-# the very end of the notebook.
+# still returns `None` the checker prints *not attempted yet*; a wrong answer raises a
+# `WrongAnswer` (an `AssertionError`) that says what is wrong and, for the usual mistakes, names
+# it; a right one prints `correct`. The checkers are in `minitransformer.exercises.lesson_10`.
+# In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 10.1 — one step of beam search
 #
@@ -834,14 +834,14 @@ print(f"encoder self-attention: diagonal {columns[:, 3].min():.2f} to {columns[:
 # `live_logp[j] + next_logp[j, y]`. If two candidates tie, the one with the lower flat index
 # $j \cdot V + y$ comes first.
 
-# %%
+# %% tags=["stub"]
 def my_beam_step(live_logp, next_logp, k):
     """live_logp: (k,), next_logp: (k, V) -> parent (k,) ints, token (k,) ints, logp (k,)."""
     # YOUR CODE HERE
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_10 import check_beam_step
 
 check_beam_step(my_beam_step)
@@ -856,14 +856,14 @@ check_beam_step(my_beam_step)
 # checker's corpora have a match at every order. It compares with `metrics.corpus_bleu(...,
 # tokenize="none")`.
 
-# %%
+# %% tags=["stub"]
 def my_corpus_bleu(hyps, refs):
     """hyps, refs: lists of token lists -> BLEU in [0, 100]."""
     # YOUR CODE HERE
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_10 import check_corpus_bleu
 
 check_corpus_bleu(my_corpus_bleu)
@@ -880,26 +880,26 @@ check_corpus_bleu(my_corpus_bleu)
 # `model.decode` and `model.forward`: use the cache. It compares with `decoding.greedy_decode`
 # on a tiny model it trains first (a second or two) and on an untrained one.
 
-# %%
+# %% tags=["stub"]
 def my_greedy(model, src, bos_id, eos_id, max_len):
     """src: (1, S) ids -> list of output ids (no <bos>, no <eos>)."""
     # YOUR CODE HERE
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_10 import check_greedy_decode
 
 check_greedy_decode(my_greedy)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ---
 # ## Solutions
 #
 # Try the exercises first. Each solution is followed by the checking cell that proves it.
 
-# %%
+# %% tags=["solution"]
 def beam_step_solution(live_logp, next_logp, k):
     V = next_logp.shape[1]
     candidates = (live_logp[:, None] + next_logp).reshape(-1)      # (k·V,): parent's log P + token's
@@ -909,7 +909,14 @@ def beam_step_solution(live_logp, next_logp, k):
 check_beam_step(beam_step_solution)
 
 
-# %%
+# %% tags=["solution"]
+from collections import Counter
+
+
+def ngrams(tokens, n):                                              # as in section 4
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
 def corpus_bleu_solution(hyps, refs):
     matched, total = np.zeros(4), np.zeros(4)
     c = r = 0
@@ -925,7 +932,12 @@ def corpus_bleu_solution(hyps, refs):
 check_corpus_bleu(corpus_bleu_solution)
 
 
-# %%
+# %% tags=["solution"]
+from minitransformer import model as model_module
+from minitransformer.layers.masks import padding_mask
+from minitransformer.layers.parameter import eval_mode
+
+
 def greedy_solution(model, src, bos_id, eos_id, max_len):
     src_mask = padding_mask(src, model.cfg.pad_id)
     out, y = [], bos_id
@@ -947,4 +959,4 @@ check_greedy_decode(greedy_solution)
 # %%
 wall, cpu, load0 = time.perf_counter() - NOTEBOOK_START[0], time.process_time() - NOTEBOOK_START[1], NOTEBOOK_START[2]
 print(f"this notebook: {wall:.0f} s wall, {cpu:.0f} s CPU in this kernel; 1-min load {load0:.1f} at the start, "
-      f"{os.getloadavg()[0]:.1f} now; {backend.machine_summary()}")
+      f"{os.getloadavg()[0]:.1f} now; {machine.machine_summary()}")

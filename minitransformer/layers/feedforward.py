@@ -4,9 +4,24 @@
 
 "Position-wise": the same W_1, W_2 act on every position separately, which is
 why one matrix product over the (B·S, d_model) rows does the whole sequence.
+
+The activation between the two products is ReLU in the paper. ``ACTIVATIONS``
+holds each one as a (forward, backward) pair of functions; ``TransformerConfig``
+reads its names, so a new activation is one more entry here.
+
+* ``"relu"``: max(0, z), the paper's.
+* ``"gelu"``: the Gaussian error linear unit of Hendrycks & Gimpel (2016),
+  z · Φ(z) with Φ the standard normal CDF, in its tanh approximation
+
+      gelu(z) = 0.5 · z · (1 + tanh(c · (z + 0.044715 · z³))),   c = sqrt(2/π)
+
+  (NumPy has no erf, so the exact Φ is not available; PyTorch's
+  ``gelu(approximate="tanh")`` is the same formula).
 """
 
 from __future__ import annotations
+
+import math
 
 from .. import backend
 from ..backend import Array
@@ -15,31 +30,81 @@ from .linear import Linear
 from .parameter import Layer
 
 
-class FeedForward(Layer):
-    """x: (B, S, d_model) -> (B, S, d_model), through a hidden layer of size d_ff."""
+def relu(z: Array) -> tuple[Array, Array]:
+    """u = max(0, z), written into z's own buffer (z is the first product's fresh output,
+    needed by nothing else). Returns (u, cache): the cache is u itself, since u > 0
+    exactly where z > 0."""
+    xp = backend.get_array_module(z)
+    u = xp.maximum(z, 0.0, out=z)                  # in place: u is z (one pass, no new array)
+    return u, u
 
-    def __init__(self, d_model: int, d_ff: int, rng, name: str = "ffn"):
+
+def relu_backward(du: Array, u: Array) -> Array:
+    """dz = du ⊙ 1[z > 0], in du's buffer. The kink at z = 0 gets 0 (a valid subgradient)."""
+    dz = du                                        # in place: dz is du
+    dz *= u > 0                                    # multiplying by the boolean: one pass
+    return dz
+
+
+GELU_C = math.sqrt(2.0 / math.pi)                  # c of the tanh approximation
+GELU_A = 0.044715                                  # the cubic term's coefficient
+
+
+def gelu(z: Array) -> tuple[Array, Array]:
+    """u = 0.5 · z · (1 + tanh(c · (z + 0.044715 · z³))). Returns (u, cache): the cache is z,
+    from which the backward recomputes the tanh (one (B, S, d_ff) array kept, not two)."""
+    xp = backend.get_array_module(z)
+    t = xp.tanh(GELU_C * (z + GELU_A * z**3))
+    u = 0.5 * z * (1.0 + t)
+    return u, z
+
+
+def gelu_backward(du: Array, z: Array) -> Array:
+    """dz = du ⊙ gelu'(z), with t = tanh(c · (z + 0.044715 · z³)):
+
+        gelu'(z) = 0.5 · (1 + t) + 0.5 · z · (1 - t²) · c · (1 + 3 · 0.044715 · z²)
+
+    (the product rule on 0.5 · z · (1 + t), and tanh' = 1 - tanh²).
+    """
+    xp = backend.get_array_module(z)
+    t = xp.tanh(GELU_C * (z + GELU_A * z**3))
+    dgelu = 0.5 * (1.0 + t) + 0.5 * z * (1.0 - t * t) * GELU_C * (1.0 + 3.0 * GELU_A * z * z)
+    return du * dgelu
+
+
+# name -> (forward: z -> (u, cache), backward: (du, cache) -> dz)
+ACTIVATIONS = {"relu": (relu, relu_backward), "gelu": (gelu, gelu_backward)}
+
+
+class FeedForward(Layer):
+    """x: (B, S, d_model) -> (B, S, d_model), through a hidden layer of size d_ff.
+
+    activation: a name in ``ACTIVATIONS`` ("relu", the paper's, or "gelu").
+    """
+
+    def __init__(self, d_model: int, d_ff: int, rng, name: str = "ffn", activation: str = "relu"):
         super().__init__()
-        self.d_model, self.d_ff = d_model, d_ff
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"FeedForward: activation must be one of {', '.join(map(repr, ACTIVATIONS))}, "
+                             f"got {activation!r}")
+        self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
         self.linear1 = Linear(d_model, d_ff, rng, f"{name}.linear1")   # W_1: (d_model, d_ff)
         self.linear2 = Linear(d_ff, d_model, rng, f"{name}.linear2")   # W_2: (d_ff, d_model)
+        self._act_forward, self._act_backward = ACTIVATIONS[activation]
         self._name = name
 
     def forward(self, x: Array) -> Array:
         """x: (B, S, d_model) -> FFN(x): (B, S, d_model)."""
         check_input(f"FeedForward {self._name!r}", "x", x, self.d_model, self.linear1.W.data.dtype)
-        xp = backend.get_array_module(x)
-        hidden = self.linear1.forward(x)          # (B, S, d_ff): x W_1 + b_1
-        xp.maximum(hidden, 0.0, out=hidden)        # ReLU in place: one pass, no new array
-        y = self.linear2.forward(hidden)           # (B, S, d_model)
-        self._save_cache(hidden, y)
+        z = self.linear1.forward(x)                # (B, S, d_ff): x W_1 + b_1
+        u, act_cache = self._act_forward(z)        # (B, S, d_ff): max(0, z) (Eq. 2), or gelu(z)
+        y = self.linear2.forward(u)                # (B, S, d_model): u W_2 + b_2
+        self._save_cache(act_cache, y)
         return y
 
     def backward(self, dy: Array) -> Array:
         """dy: (B, S, d_model) -> dx: (B, S, d_model); adds into W_1, b_1, W_2, b_2's grads."""
-        hidden = self._pop_cache(dy, "dy")
-        dhidden = self.linear2.backward(dy)        # (B, S, d_ff)
-        # ReLU passes the gradient where its output was positive and blocks it
-        # elsewhere; multiplying by the boolean is much faster than copyto(where=).
-        dhidden *= hidden > 0
-        return self.linear1.backward(dhidden)
+        act_cache = self._pop_cache(dy, "dy")
+        du = self.linear2.backward(dy)             # (B, S, d_ff)
+        dz = self._act_backward(du, act_cache)     # through the activation, elementwise
+        return self.linear1.backward(dz)

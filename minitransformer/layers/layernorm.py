@@ -24,26 +24,18 @@ class LayerNormCache(NamedTuple):
 
 
 def layernorm_forward(x: Array, gamma: Array, beta: Array, eps: float) -> tuple[Array, LayerNormCache]:
-    """x: (..., d_model), gamma, beta: (d_model,) -> y: (..., d_model), cache."""
+    """x: (..., d_model), gamma, beta: (d_model,) -> y: (..., d_model), cache.
+
+    The formulas of the module docstring, one line each, on whole arrays.
+    """
     xp = backend.get_array_module(x)
-    d = x.shape[-1]
-    x2 = x.reshape(-1, d)                            # (n, d_model): one row per position
-    y, x_hat = xp.empty_like(x2), xp.empty_like(x2)
-    rstd = xp.empty((x2.shape[0], 1), dtype=x.dtype)
-
-    def rows(r):                                     # the formulas above, for the rows r
-        mu = backend.rowsum(x2[r]) / d               # mean(x), one BLAS call for all rows
-        xc = xp.subtract(x2[r], mu, out=x_hat[r])    # x - mu, written where x_hat goes
-        var = backend.rowdot(xc, xc) / d             # mean((x - mu)^2), without a (..., d) temporary
-        rstd[r] = 1.0 / xp.sqrt(var + eps)
-        xc *= rstd[r]                                # now x_hat, in place
-        xp.multiply(xc, gamma, out=y[r])
-        y[r] += beta                                 # in place: one array for y, not two
-
-    # Blocks of rows (see backend.for_row_blocks), spread over the CPU cores; each row is
-    # computed as it would be alone, so the results do not depend on the blocks.
-    backend.for_row_blocks(rows, *x2.shape, xp=xp)
-    return y.reshape(x.shape), LayerNormCache(x_hat.reshape(x.shape), rstd.reshape(x.shape[:-1] + (1,)), gamma)
+    mu = x.mean(axis=-1, keepdims=True)              # (..., 1)  mean(x)
+    xc = x - mu                                      # (..., d_model)  x - mu
+    var = (xc * xc).mean(axis=-1, keepdims=True)     # (..., 1)  mean((x - mu)^2): biased
+    rstd = 1.0 / xp.sqrt(var + eps)                  # (..., 1)  eps inside the square root
+    x_hat = xc * rstd                                # (..., d_model)
+    y = gamma * x_hat + beta                         # (..., d_model)
+    return y, LayerNormCache(x_hat, rstd, gamma)
 
 
 def layernorm_backward(dy: Array, cache: LayerNormCache) -> tuple[Array, Array, Array]:
@@ -59,49 +51,15 @@ def layernorm_backward(dy: Array, cache: LayerNormCache) -> tuple[Array, Array, 
         dx: (..., d_model), dgamma: (d_model,), dbeta: (d_model,)
     """
     x_hat, rstd, gamma = cache
-    xp = backend.get_array_module(dy)
     d = x_hat.shape[-1]
-    dy2, x_hat2, rstd2 = dy.reshape(-1, d), x_hat.reshape(-1, d), rstd.reshape(-1, 1)
-    dx = xp.empty_like(dy2)
-
-    def rows(r):                                     # the formula above, for the rows r
-        dy_r, x_hat_r = dy2[r], x_hat2[r]
-        g = dy_r * gamma
-        mean_g = backend.rowsum(g) / d               # mean(g), one BLAS call for all rows
-        mean_g_xhat = backend.rowdot(g, x_hat_r) / d     # mean(g ⊙ x_hat) without a (..., d) temporary
-        # dx = rstd · (g - mean(g) - x_hat ⊙ mean(g ⊙ x_hat)), built in one buffer (in-place ops)
-        dx_r = xp.multiply(x_hat_r, mean_g_xhat, out=dx[r])
-        dx_r -= g
-        dx_r += mean_g
-        dx_r *= -rstd2[r]
-        # this block's share of dgamma and dbeta (sums over every position)
-        dy_xhat = xp.multiply(dy_r, x_hat_r, out=g)  # dy ⊙ x_hat, in g's buffer (g is done)
-        return dy_xhat.sum(axis=0), dy_r.sum(axis=0)
-
-    # Blocks of rows on all CPU cores (see backend.for_row_blocks); the blocks' partial
-    # sums are added in block order, the same on any number of threads.
-    parts = backend.for_row_blocks(rows, *dy2.shape, xp=xp)
-    dgamma = parts[0][0] if len(parts) == 1 else sum(p[0] for p in parts)
-    dbeta = parts[0][1] if len(parts) == 1 else sum(p[1] for p in parts)
-    return dx.reshape(dy.shape), dgamma, dbeta
-
-
-def layernorm_reference(x: Array, gamma: Array, beta: Array, eps: float, dy: Array | None = None):
-    """The formulas above on whole arrays, plainly: y (and, given dy, dx, dgamma, dbeta).
-
-    ``layernorm_forward`` and ``layernorm_backward`` compute the same numbers block by
-    block; tests/test_perf_helpers.py compares them with this.
-    """
-    d = x.shape[-1]
-    mu = x.mean(axis=-1, keepdims=True)
-    rstd = 1.0 / (((x - mu) ** 2).mean(axis=-1, keepdims=True) + eps) ** 0.5    # biased variance, eps inside
-    x_hat = (x - mu) * rstd
-    y = gamma * x_hat + beta
-    if dy is None:
-        return y
-    g = dy * gamma
-    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - x_hat * (g * x_hat).mean(axis=-1, keepdims=True))
-    return y, dx, (dy * x_hat).reshape(-1, d).sum(axis=0), dy.reshape(-1, d).sum(axis=0)
+    g = dy * gamma                                             # (..., d_model)  dL/dx_hat
+    mean_g = g.mean(axis=-1, keepdims=True)                    # (..., 1)
+    mean_g_xhat = (g * x_hat).mean(axis=-1, keepdims=True)     # (..., 1)
+    dx = rstd * (g - mean_g - x_hat * mean_g_xhat)             # (..., d_model)
+    # gamma and beta act on every position: their gradients sum over all of them
+    dgamma = (dy * x_hat).reshape(-1, d).sum(axis=0)           # (d_model,)
+    dbeta = dy.reshape(-1, d).sum(axis=0)                      # (d_model,)
+    return dx, dgamma, dbeta
 
 
 class LayerNorm(Layer):

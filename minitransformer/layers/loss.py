@@ -36,11 +36,6 @@ def log_softmax(logits: Array) -> Array:
     return shifted - xp.log(xp.exp(shifted).sum(axis=-1, keepdims=True))
 
 
-# The loss works on blocks of this many logits (1 MiB of float32): large enough
-# that a block is a few rows even at V = 37,000, small enough to spread over the cores.
-LOSS_BLOCK = 1 << 18
-
-
 def cross_entropy_forward(logits: Array, targets: Array, pad_id: int, eps_ls: float = 0.0) -> tuple[float, LossCache]:
     """logits: (B, T, V), targets: (B, T) ints -> (loss: float, cache).
 
@@ -48,35 +43,26 @@ def cross_entropy_forward(logits: Array, targets: Array, pad_id: int, eps_ls: fl
         -log p_y                 = logZ - z_y
         -(1/V) Σ_v log p_v       = logZ - mean_v(z_v)
     and no (B, T, V) array of log-probabilities is needed: the only large
-    array built is p = softmax(z), which the backward needs anyway.
+    array built is p = softmax(z), which the backward needs anyway
+    (at the base size one (B, T, V) float32 array is 76 MB).
     """
     xp = backend.get_array_module(logits)
-    V = logits.shape[-1]
-    z = logits.reshape(-1, V)                                            # (B·T, V): one row per position
-    y = targets.reshape(-1, 1)                                           # (B·T, 1)
-    probs = xp.empty_like(z)                                             # the one new (B·T, V) array
-    per_token = xp.empty(z.shape[0], dtype=logits.dtype)                 # (B·T,)
-
-    def rows(r):                                                         # the formulas above, for rows r
-        z_max = z[r].max(axis=-1, keepdims=True)                         # (rows, 1)
-        p = xp.subtract(z[r], z_max, out=probs[r])
-        xp.exp(p, out=p)                                                 # exp(z - max): never overflows
-        sum_exp = p.sum(axis=-1, keepdims=True)
-        p /= sum_exp                                                     # p = softmax(z)
-        logZ = (z_max + xp.log(sum_exp))[:, 0]                           # (rows,)
-        nll = logZ - xp.take_along_axis(z[r], y[r], axis=-1)[:, 0]       # -log p_y
-        smooth = logZ - backend.rowsum(z[r])[:, 0] / V                   # -(1/V) Σ_v log p_v
-        per_token[r] = (1.0 - eps_ls) * nll + eps_ls * smooth
-
-    # Blocks of rows on all CPU cores (see backend.for_row_blocks); each row is computed
-    # exactly as it would be alone, so the numbers do not depend on the number of threads.
-    backend.for_row_blocks(rows, *z.shape, xp=xp, block=LOSS_BLOCK)
-    valid = targets != pad_id
+    z_max = logits.max(axis=-1, keepdims=True)                   # (B, T, 1)
+    shifted = logits - z_max                                     # (B, T, V)  z - max(z) <= 0, the one new large array
+    exp_shifted = xp.exp(shifted, out=shifted)                   # exp(z - max(z)) <= 1: never overflows (in place)
+    sum_exp = exp_shifted.sum(axis=-1, keepdims=True)            # (B, T, 1)
+    probs = xp.divide(exp_shifted, sum_exp, out=exp_shifted)     # p = softmax(z), in place: probs is exp_shifted
+    logZ = z_max + xp.log(sum_exp)                               # (B, T, 1)  log Σ_v exp(z_v)
+    z_y = xp.take_along_axis(logits, targets[..., None], axis=-1)    # (B, T, 1)  the target's logit
+    nll = logZ - z_y                                             # (B, T, 1)  -log p_y
+    smooth = logZ - logits.mean(axis=-1, keepdims=True)          # (B, T, 1)  -(1/V) Σ_v log p_v
+    per_token = ((1.0 - eps_ls) * nll + eps_ls * smooth)[..., 0]     # (B, T)  -Σ_v q_v log p_v
+    valid = targets != pad_id                                    # (B, T)
     n_tokens = int(valid.sum())
     if n_tokens == 0:
         raise ValueError("cross_entropy: every target is padding; the mean over non-pad tokens is undefined")
-    loss = float((per_token.reshape(targets.shape) * valid).sum()) / n_tokens
-    return loss, LossCache(probs.reshape(logits.shape), targets, valid, n_tokens, eps_ls)
+    loss = float((per_token * valid).sum()) / n_tokens           # the mean over non-pad targets
+    return loss, LossCache(probs, targets, valid, n_tokens, eps_ls)
 
 
 def cross_entropy_backward(cache: LossCache, overwrite_cache: bool = False) -> Array:
@@ -95,38 +81,12 @@ def cross_entropy_backward(cache: LossCache, overwrite_cache: bool = False) -> A
     xp = backend.get_array_module(cache.probs)
     probs, targets, valid, n_tokens, eps_ls = cache
     V = probs.shape[-1]
-    dlogits = probs if overwrite_cache else xp.empty_like(probs)
-    flat, p_flat = dlogits.reshape(-1, V), probs.reshape(-1, V)          # (B·T, V) views
-    y = targets.reshape(-1)
-    weight = (valid / n_tokens).reshape(-1, 1).astype(dlogits.dtype)    # 1/n_tokens, or 0 at padding
-
-    def rows(r):                                                         # the formula above, for rows r
-        d = xp.subtract(p_flat[r], eps_ls / V, out=flat[r])             # p - ε/V everywhere ...
-        d[xp.arange(d.shape[0]), y[r]] -= 1.0 - eps_ls                   # ... and -(1-ε) more at y
-        d *= weight[r]
-
-    backend.for_row_blocks(rows, *flat.shape, xp=xp, block=LOSS_BLOCK)   # blocks of rows on all cores
+    # p - q with q = (1 - ε_ls)·[v = y] + ε_ls/V: first p - ε_ls/V everywhere ...
+    dlogits = xp.subtract(probs, eps_ls / V, out=probs if overwrite_cache else None)     # (B, T, V)
+    rows = dlogits.reshape(-1, V)                                # (B·T, V) view: one row per position
+    rows[xp.arange(rows.shape[0]), targets.reshape(-1)] -= 1.0 - eps_ls                 # ... and -(1 - ε_ls) at y
+    dlogits *= (valid / n_tokens).astype(dlogits.dtype)[..., None]     # 1/n_tokens, or 0 at padding
     return dlogits
-
-
-def cross_entropy_reference(logits: Array, targets: Array, pad_id: int, eps_ls: float = 0.0) -> tuple[float, Array]:
-    """The loss and its gradient from the definitions, plainly: (loss, dlogits).
-
-    Builds log p and the smoothed target q as whole (B, T, V) arrays. The functions
-    above compute the same numbers block by block with less memory;
-    tests/test_perf_helpers.py compares them with this.
-    """
-    xp = backend.get_array_module(logits)
-    V = logits.shape[-1]
-    log_p = log_softmax(logits)                                           # (B, T, V)
-    q = xp.full(logits.shape, eps_ls / V, dtype=logits.dtype)             # ε/V everywhere ...
-    q_rows = q.reshape(-1, V)
-    q_rows[xp.arange(q_rows.shape[0]), targets.reshape(-1)] += 1.0 - eps_ls  # ... and 1-ε more at y
-    valid = targets != pad_id
-    n_tokens = int(valid.sum())
-    loss = float((-(q * log_p).sum(axis=-1) * valid).sum()) / n_tokens
-    dlogits = (xp.exp(log_p) - q) * (valid / n_tokens)[..., None]
-    return loss, dlogits
 
 
 class LabelSmoothedCrossEntropy:
