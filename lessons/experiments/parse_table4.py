@@ -24,12 +24,22 @@ or more).
 The JSON also holds the grammar's Viterbi parse (the ceiling) and a right-branching
 tree (the floor) from ``parse_baselines.json``, the paper's rows, and two more runs:
 
-* ``xx_targets``: seed 0 of parse trained on Vinyals et al.'s own targets, ``XX`` for
-  every word (``trees.linearize(tree)``), against the words the tasks keep
-  (``linearize(tree, words=True)``): the measurement behind that choice (trees.py);
-* ``lesson``: the small parser that lesson 15 trains live (``LESSON``), so that the
-  lesson can re-check its own row against the record. The file is rewritten after every run: a crash loses
-at most the run in progress, and a second call skips the runs already there.
+* ``lesson``: the small parser that lesson 15 trains live (``LESSON``: the parse recipe
+  cut to a few hundred steps, trained in chunks so that no notebook cell runs long), so
+  that the lesson can re-check its own row against the record;
+* ``xx_targets``: the same small run on Vinyals et al.'s own targets, ``XX`` for every
+  word (``trees.linearize(tree)``), against the words the tasks keep
+  (``linearize(tree, words=True)``): the measurement behind that choice (trees.py).
+
+A row can also come from a checkpoint that ``python -m minitransformer train --task
+parse --seed S`` wrote with the task's default recipe (``--checkpoint PATH``; the
+script refuses one trained with other settings): the command line and this script
+train through the same functions, so the row is the one the script would have made.
+``--beam-test N`` scores the beam on the first N test sentences only (beam 21 is slow
+on a CPU); the record says how many.
+
+The file is rewritten after every run: a crash loses at most the run in progress, and
+a second call skips the runs already there.
 """
 
 from __future__ import annotations
@@ -44,11 +54,12 @@ import subprocess
 import sys
 import time
 
-from minitransformer.backend import machine_summary
+from minitransformer.checkpoint import load_checkpoint
 from minitransformer.data import parsing, pcfg
 from minitransformer.data.registry import get_task, recipe_for
 from minitransformer.decoding import GREEDY, Beam
 from minitransformer.files import atomic_write_text
+from minitransformer.machine import machine_summary
 from minitransformer.train import make_trainer, settings_for
 from minitransformer.translate import score_translations
 
@@ -71,7 +82,7 @@ PAPER = {
 
 # The parser lesson 15 trains in the notebook: the parse task's recipe, shortened to fit
 # the lesson's time budget, scored greedily on the first LESSON["test"] test sentences.
-LESSON = {"task": "parse", "seed": 0, "steps": 600, "test": 300}
+LESSON = {"task": "parse", "seed": 0, "chunks": (200, 200, 200), "test": 200}
 
 
 def _scores(model, vocab, pairs, strategy=GREEDY) -> dict:
@@ -88,52 +99,111 @@ def _xx_splits(seed: int) -> dict:
             for name, pairs in get_task("parse").splits(seed).items()}
 
 
-def train_parser(task_name: str, seed: int, steps: int | None = None, xx_targets: bool = False):
-    """(model, vocab, task, seconds): the task's recipe for ``seed`` (``steps`` to shorten it),
-    trained through ``train.make_trainer`` and ``Trainer.run`` with one validation at the end.
+def parser_trainer(task_name: str, seed: int, steps: int | None = None, xx_targets: bool = False):
+    """(trainer, task): the task's recipe for ``seed`` (``steps`` to shorten it), set up by
+    ``train.settings_for`` and ``train.make_trainer`` as the command line does, not yet run.
     xx_targets: train on XX leaves instead of the words (the same trees, brackets and scores)."""
     entry = get_task(task_name)
     task = (dataclasses.replace(entry, splits=_xx_splits) if xx_targets else entry).load(seed)
     steps = steps or task.recipe.settings.steps
-    # One validation, at the end, without decoding (valid_decode=0): the test set is decoded below.
+    # Validation without decoding (valid_decode=0): the test set is decoded afterwards.
     preset, settings = settings_for(task, seed=seed, steps=steps, valid_every=steps, valid_decode=0)
-    trainer = make_trainer(task, settings, preset)
+    return make_trainer(task, settings, preset), task
+
+
+def train_more(trainer, steps: int) -> float:
+    """Run ``trainer`` on for ``steps`` more optimizer steps (``Trainer.run`` up to its new
+    ``settings.steps``); returns the seconds it took. Training in chunks this way takes the
+    same steps, batches and dropout masks as one run of the sum (the schedule, the batch plan
+    and the dropout seeds depend on the step number alone)."""
+    target = trainer.step + steps
+    trainer.settings = dataclasses.replace(trainer.settings, steps=target, valid_every=target)
     t0 = time.perf_counter()
+    trainer.model.train()
     trainer.run(progress=False)
-    return trainer.model.eval(), trainer.vocab, task, time.perf_counter() - t0
+    return time.perf_counter() - t0
 
 
-def run_one(size: str, seed: int, n_test: int | None = None, beam: bool = True) -> dict:
-    model, vocab, task, seconds = train_parser(TASKS[size], seed)
+def train_parser(task_name: str, seed: int, steps: int | None = None, xx_targets: bool = False):
+    """(model, vocab, task, seconds): ``parser_trainer`` run to the end in one go."""
+    trainer, task = parser_trainer(task_name, seed, steps, xx_targets)
+    seconds = train_more(trainer, trainer.settings.steps)
+    return trainer.model.eval(), trainer.vocab, task, seconds
+
+
+def _score_row(record: dict, model, vocab, task, n_test: int | None, beam: bool, beam_test: int | None) -> dict:
     test = task.test[:n_test] if n_test else task.test
-    record = {"size": size, "task": TASKS[size], "seed": seed, "train_trees": len(task.train),
-              "steps": task.recipe.settings.steps, "preset": task.recipe.preset,
-              "train_seconds": round(seconds, 1), "test_sentences": len(test),
-              "greedy": _scores(model, vocab, test)}
+    record.update({"test_sentences": len(test), "greedy": _scores(model, vocab, test)})
     if beam:
-        record["beam"] = _scores(model, vocab, test, Beam(BEAM["size"], BEAM["alpha"]))
-    record["load_average"] = round(os.getloadavg()[0], 2)
+        beam_pairs = test[:beam_test] if beam_test else test
+        record["beam"] = _scores(model, vocab, beam_pairs, Beam(BEAM["size"], BEAM["alpha"]))
+        record["beam_test_sentences"] = len(beam_pairs)
+        if len(beam_pairs) < len(test):       # greedy on the same sentences, for a fair beam-vs-greedy
+            record["greedy_on_beam_sentences"] = _scores(model, vocab, beam_pairs)
+    record.update({"load_average": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M"),
+                   "commit": _commit()})
     return record
 
 
-def xx_row(seed: int = 0) -> dict:
-    model, vocab, task, seconds = train_parser("parse", seed, xx_targets=True)
-    return {"task": "parse", "targets": "XX per word (Vinyals et al.)", "seed": seed,
-            "steps": task.recipe.settings.steps, "train_seconds": round(seconds, 1),
-            "greedy": _scores(model, vocab, task.test), "load_average": round(os.getloadavg()[0], 2)}
+def run_one(size: str, seed: int, n_test: int | None = None, beam: bool = True, beam_test: int | None = None) -> dict:
+    model, vocab, task, seconds = train_parser(TASKS[size], seed)
+    record = {"size": size, "task": TASKS[size], "seed": seed, "train_trees": len(task.train),
+              "steps": task.recipe.settings.steps, "preset": task.recipe.preset, "trained_by": "this script",
+              "train_seconds": round(seconds, 1)}
+    return _score_row(record, model, vocab, task, n_test, beam, beam_test)
+
+
+def checkpoint_row(path: str, beam: bool = True, beam_test: int | None = None, train_seconds: float | None = None) -> dict:
+    """A row from a checkpoint of ``train --task parse[-large] --seed S`` with the task's default recipe."""
+    ckpt = load_checkpoint(path)
+    name = ckpt.extra.get("task")
+    size = next((k for k, v in TASKS.items() if v == name), None)
+    if size is None:
+        raise SystemExit(f"error: {path} was trained on {name!r}, not on one of {sorted(TASKS.values())} (--checkpoint)")
+    saved = ckpt.extra.get("settings", {})
+    recipe = vars(recipe_for(name).settings)
+    differ = {k: (saved.get(k), v) for k, v in recipe.items() if k not in ("seed", "valid_every", "checkpoint_every",
+                                                                          "valid_decode") and saved.get(k) != v}
+    if differ or ckpt.extra.get("preset") != recipe_for(name).preset or ckpt.step != recipe["steps"]:
+        raise SystemExit(f"error: {path} was not trained with {name}'s default recipe (saved vs recipe: {differ}, "
+                         f"preset {ckpt.extra.get('preset')!r}, step {ckpt.step}) (--checkpoint)")
+    seed = saved["seed"]
+    task = get_task(name).load(seed)
+    record = {"size": size, "task": name, "seed": seed, "train_trees": len(task.train), "steps": ckpt.step,
+              "preset": ckpt.extra.get("preset"),
+              "trained_by": f"python -m minitransformer train --task {name} --seed {seed}",
+              "train_seconds": train_seconds}
+    return _score_row(record, ckpt.model.eval(), ckpt.vocab, task, None, beam, beam_test)
+
+
+def _chunked_row(xx_targets: bool) -> dict:
+    trainer, task = parser_trainer(LESSON["task"], LESSON["seed"], sum(LESSON["chunks"]), xx_targets)
+    seconds = sum(train_more(trainer, steps) for steps in LESSON["chunks"])
+    return {**LESSON, "targets": "XX per word (Vinyals et al.)" if xx_targets else "words",
+            "steps": trainer.step, "train_seconds": round(seconds, 1),
+            "greedy": _scores(trainer.model.eval(), trainer.vocab, task.test[:LESSON["test"]]),
+            "load_average": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M"),
+            "commit": _commit()}
 
 
 def lesson_row() -> dict:
-    model, vocab, task, seconds = train_parser(LESSON["task"], LESSON["seed"], LESSON["steps"])
-    return {**LESSON, "train_seconds": round(seconds, 1),
-            "greedy": _scores(model, vocab, task.test[:LESSON["test"]]),
-            "load_average": round(os.getloadavg()[0], 2)}
+    """The parser lesson 15 trains live, scored greedily on the first LESSON["test"] test sentences."""
+    return _chunked_row(xx_targets=False)
+
+
+def xx_row() -> dict:
+    """The lesson's run on XX targets: the same steps, seed and test sentences."""
+    return _chunked_row(xx_targets=True)
 
 
 def _commit() -> str:
+    """The commit of the code that ran, with "+changes" if the working tree differed from it."""
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=HERE, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "minitransformer"],
+                               capture_output=True, text=True, cwd=HERE, check=True).stdout.strip()
+        return head + ("+changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
@@ -158,10 +228,19 @@ def _summary(runs: list[dict]) -> dict:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
-    p.add_argument("--sizes", nargs="+", choices=list(TASKS), default=list(TASKS))
+    p.add_argument("--sizes", nargs="*", choices=list(TASKS), default=list(TASKS),
+                   help="the training sets to run (none: only the lesson's rows and the checkpoints')")
     p.add_argument("--quick", action="store_true", help="seed 0, the small set, 50 test sentences, no beam")
     p.add_argument("--no-lesson", action="store_true", help="skip the lesson's row")
     p.add_argument("--no-xx", action="store_true", help="skip the row trained on XX targets")
+    p.add_argument("--checkpoint", action="append", default=[], metavar="PATH",
+                   help="score this checkpoint of `train --task parse[-large] --seed S` (the default recipe) "
+                        "as its (size, seed) row instead of training it; repeat for more")
+    p.add_argument("--train-seconds", type=float, action="append", default=[],
+                   help="the training time of each --checkpoint, as train printed it (recorded as given)")
+    p.add_argument("--beam-test", type=int, default=None, metavar="N",
+                   help="score the beam on the first N test sentences only (default: all 1,000)")
+    p.add_argument("--no-beam", action="store_true", help="greedy only")
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args()
     if args.quick and args.out == str(OUT):
@@ -170,10 +249,12 @@ def main() -> int:
     baselines = json.loads(BASELINES.read_text())
     seeds = [0] if args.quick else args.seeds
     sizes = ["small"] if args.quick else args.sizes
+    call = {"command": "OPENBLAS_NUM_THREADS=1 python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(), "machine": machine_summary(),
+            "threads": os.environ.get("OPENBLAS_NUM_THREADS")}
+    record.setdefault("calls", []).append(call)     # every call that added to the record, in order
     record.update({
-        "command": "OPENBLAS_NUM_THREADS=1 python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(), "machine": machine_summary(),
-        "threads": os.environ.get("OPENBLAS_NUM_THREADS"),
+        **call,                                         # the latest call's, as the other records have them
         "sizes": {size: pcfg.SIZES[size] for size in TASKS}, "test_sentences": 1_000,
         "recipes": {size: {"task": name, "preset": recipe_for(name).preset, **vars(recipe_for(name).settings)}
                     for size, name in TASKS.items()},
@@ -184,13 +265,25 @@ def main() -> int:
         "ceiling_f1_mean": baselines["ceiling_f1_mean"], "floor_f1_mean": baselines["floor_f1_mean"],
     })
     t_all = time.perf_counter()
+    for k, path in enumerate(args.checkpoint):
+        seconds = args.train_seconds[k] if k < len(args.train_seconds) else None
+        run = checkpoint_row(path, beam=not args.no_beam, beam_test=args.beam_test, train_seconds=seconds)
+        record["runs"] = [r for r in record["runs"] if (r["size"], r["seed"]) != (run["size"], run["seed"])] + [run]
+        record["summary"] = _summary(record["runs"])
+        atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+        beam = f", beam {run['beam']['bracket_f1']}" if "beam" in run else ""
+        print(f"{run['size']} seed {run['seed']} (from {path}): greedy F1 {run['greedy']['bracket_f1']}{beam}",
+              flush=True)
+    if args.checkpoint:
+        sizes, seeds = [], []                 # only the checkpoints' rows this call
     for size in sizes:
         for seed in seeds:
             if any(r["size"] == size and r["seed"] == seed for r in record["runs"]):
                 print(f"{size} seed {seed}: already in {args.out}, skipped")
                 continue
             t0 = time.perf_counter()
-            run = run_one(size, seed, n_test=50 if args.quick else None, beam=not args.quick)
+            run = run_one(size, seed, n_test=50 if args.quick else None, beam=not (args.quick or args.no_beam),
+                          beam_test=args.beam_test)
             run["wall_seconds"] = round(time.perf_counter() - t0, 1)
             record["runs"].append(run)
             record["summary"] = _summary(record["runs"])
@@ -198,14 +291,14 @@ def main() -> int:
             beam = f", beam {run['beam']['bracket_f1']}" if "beam" in run else ""
             print(f"{size} seed {seed}: greedy F1 {run['greedy']['bracket_f1']}{beam} "
                   f"(trained {run['train_seconds']} s, load {run['load_average']})", flush=True)
-    if not args.no_xx and not args.quick and "xx_targets" not in record:
-        record["xx_targets"] = xx_row()
-        atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
-        print(f"XX targets, seed 0: greedy F1 {record['xx_targets']['greedy']['bracket_f1']}", flush=True)
     if not args.no_lesson and not args.quick and "lesson" not in record:
         record["lesson"] = lesson_row()
+        atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
         print(f"lesson row: greedy F1 {record['lesson']['greedy']['bracket_f1']} on {LESSON['test']} sentences "
               f"(trained {record['lesson']['train_seconds']} s)", flush=True)
+    if not args.no_xx and not args.quick and "xx_targets" not in record:
+        record["xx_targets"] = xx_row()
+        print(f"XX targets, the lesson's run: greedy F1 {record['xx_targets']['greedy']['bracket_f1']}", flush=True)
     record["summary"] = _summary(record["runs"])
     record["wall_seconds_this_call"] = round(time.perf_counter() - t_all, 1)
     atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")

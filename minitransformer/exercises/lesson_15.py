@@ -2,8 +2,9 @@
 
 Every checker follows the contract of ``minitransformer.exercises._common``: fixed
 inputs, handed over as copies; the stub (returns None) prints a note and returns
-False; a wrong answer raises AssertionError saying what is wrong, with a ``hint:``
-line when it matches a common mistake; a right answer prints "correct".
+a false Verdict; a wrong answer raises WrongAnswer (an AssertionError) saying what is
+wrong, with a ``hint:`` line when it matches a common mistake; a right answer prints
+"correct" and returns a true Verdict (the ``@exercise`` decorator, ``_verdict``).
 
 Exercise 15.1 check_linearize     a tree -> its target tokens, (X ... )X around each phrase, XX per word
 Exercise 15.2 check_bracket_f1    labelled bracket precision, recall and F1 of one test tree against gold
@@ -19,7 +20,7 @@ from collections import Counter
 
 from ..data.trees import XX, Tree, evalb_label, linearize, parse_tree, read_linearized
 from ..metrics import bracket_f1
-from ._common import NOT_ATTEMPTED, describe, not_attempted
+from ._common import NOT_ATTEMPTED, WrongAnswer, describe, exercise, not_attempted
 
 __all__ = ["NOT_ATTEMPTED", "check_linearize", "check_bracket_f1", "check_repair", "LINEARIZE_CASES",
            "F1_CASES", "REPAIR_CASES"]
@@ -32,7 +33,7 @@ def _report(lines: list[str]) -> bool:
 
 def _token_list(got, where: str) -> list[str]:
     if isinstance(got, str) or not isinstance(got, (list, tuple)) or not all(isinstance(t, str) for t in got):
-        raise AssertionError(f"{where}: expected a list of token strings such as ['(S', '(NP', 'XX', ...], "
+        raise WrongAnswer(f"{where}: expected a list of token strings such as ['(S', '(NP', 'XX', ...], "
                              f"got {describe(got)}")
     return list(got)
 
@@ -59,6 +60,7 @@ def _linearize_wrong(tree: Tree, *, words=False, tags=False, close_label=True, c
     return out + [f"){label}" if close_label else ")"]
 
 
+@exercise("15.1")
 def check_linearize(fn) -> bool:
     """fn(tree: Tree) -> list of target tokens, e.g. ['(S', '(NP', 'XX', ')NP', '(VP', 'XX', ')VP', ')S']."""
     lines = []
@@ -94,7 +96,7 @@ def check_linearize(fn) -> bool:
                         "token XX")
             elif Counter(got) == Counter(ref):
                 msg += "\n  hint: the right tokens in the wrong order: write a node's children left to right"
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
     return _report(lines)
 
 
@@ -133,6 +135,7 @@ def _wrong_f1(gold: Tree, test: Tree, *, preterminals=False, labels=True):
     return p, r, (2 * p * r / (p + r) if p + r else 0.0)
 
 
+@exercise("15.2")
 def check_bracket_f1(fn) -> bool:
     """fn(gold: Tree, test: Tree) -> (precision, recall, f1), in percent, for one sentence
     (labelled brackets, preterminals excluded, as evalb's COLLINS.prm)."""
@@ -144,7 +147,7 @@ def check_bracket_f1(fn) -> bool:
             return False
         if not isinstance(got, (tuple, list)) or len(got) != 3 or \
                 not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in got):
-            raise AssertionError(f"pair {n + 1}: expected a tuple of three numbers (precision, recall, f1), "
+            raise WrongAnswer(f"pair {n + 1}: expected a tuple of three numbers (precision, recall, f1), "
                                  f"got {describe(got)}")
         s = bracket_f1([gold], [test])
         ref = (s.precision, s.recall, s.f1)
@@ -170,7 +173,7 @@ def check_bracket_f1(fn) -> bool:
             if same(wrong) and not all(abs(a - b) <= 1e-9 for a, b in zip(wrong, ref)):
                 msg += f"\n  hint: {text}"
                 break
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
     return _report(lines)
 
 
@@ -188,6 +191,7 @@ REPAIR_CASES = [
 ]
 
 
+@exercise("15.3")
 def check_repair(fn) -> bool:
     """fn(tokens: list of str, n_words: int) -> the tokens of a well-formed linearized tree over
     n_words words, repaired by the rule of data/trees.py (steps 2, 3, 4 and 7)."""
@@ -222,5 +226,5 @@ def check_repair(fn) -> bool:
                         "children, remove surplus ones from the right")
         elif sum(t == XX for t in got) == n_words and sum(t == XX for t in tokens) < n_words:
             msg += "\n  hint: the missing XX go at the end, as the root's last children (just before the final ')S')"
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
     return _report(lines)
