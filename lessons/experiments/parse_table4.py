@@ -88,7 +88,7 @@ LESSON = {"task": "parse", "seed": 0, "chunks": (200, 200, 200), "test": 200}
 def _scores(model, vocab, pairs, strategy=GREEDY) -> dict:
     r = score_translations(model, vocab, pairs, "word", "none", strategy=strategy,
                            max_len=parsing.PARSE_MAX_OUTPUT, scores=parsing.tree_scores)
-    out = {k.replace(" %", "").replace(" ", "_").lower(): round(v, 2) for k, v in r["scores"].items()}
+    out = {k.replace(" %", "").replace(" ", "_").replace("-", "_").lower(): round(v, 2) for k, v in r["scores"].items()}
     out["seconds"] = round(r["seconds"], 1)
     return out
 
