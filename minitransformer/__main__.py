@@ -360,9 +360,10 @@ def _eval_strategies(args) -> list:
     return list(dict.fromkeys(args.eval or [GREEDY]))
 
 
-def _check_decoding_fits(model, sources, strategies, which: str, when: str = "") -> None:
+def _check_decoding_fits(model, sources, strategies, which: str, when: str = "", max_len: int | None = None) -> None:
     """Refuse, before decoding starts (for ``train``: before the first step), strategies whose
-    decoding cannot fit in memory (``translate.decoding_bytes``); ``which`` names the option."""
+    decoding cannot fit in memory (``translate.decoding_bytes``); ``which`` names the option;
+    ``max_len``: the task's longest output (``loading.Task.max_output_len``), if it has one."""
     from . import backend  # noqa: PLC0415
     from .model import count_parameters  # noqa: PLC0415
     from .translate import decoding_bytes  # noqa: PLC0415
@@ -374,7 +375,7 @@ def _check_decoding_fits(model, sources, strategies, which: str, when: str = "")
     # The model itself holds its parameters, their gradients and Adam's two moments.
     available = limit - 4 * count_parameters(model.cfg) * model.E.data.dtype.itemsize
     for strategy in strategies:
-        needed = decoding_bytes(model, len(sources), longest, strategy)
+        needed = decoding_bytes(model, len(sources), longest, strategy, max_len=max_len)
         if needed > available:
             raise CliError(f"decoding {len(sources):,} sentences with {strategy}{when} would need about "
                            f"{backend.format_bytes(needed)} of memory, more than the "
@@ -383,24 +384,39 @@ def _check_decoding_fits(model, sources, strategies, which: str, when: str = "")
 
 
 def _report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> dict:
-    """Decode ``pairs`` (token lists) with each strategy, print samples and scores; return the scores."""
+    """Decode ``pairs`` (token lists) with each strategy, print samples and scores; return the scores.
+
+    A task with its own hooks (``loading.Task``: render, scores, max_output_len)
+    prints its samples through ``render`` and its own scores instead of BLEU and chrF.
+    """
     from .data.vocab import detokenize  # noqa: PLC0415
     from .translate import score_translations  # noqa: PLC0415
 
     stream = stream or sys.stdout   # looked up now: a default of sys.stdout would miss redirections
+    entry = task.entry
+    render = entry.render if entry is not None and entry.render is not None else None
     results = {}
     for i, strategy in enumerate(strategies):
-        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, strategy=strategy)
+        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, strategy=strategy,
+                               max_len=entry.max_output_len if entry is not None else None,
+                               scores=entry.scores if entry is not None else None, src_level=task.src_level)
         name = str(strategy)
         if i == 0 and n_samples > 0:
             print("sample decodes:", file=stream)
             for (src, _), hyp, ref in list(zip(pairs, r["hyps"], r["refs"]))[:n_samples]:
                 mark = "✓" if hyp == ref else "✗"
-                print(f"  {mark} {detokenize(src, task.src_level)!r} -> {hyp!r}"
-                      + ("" if hyp == ref else f"  (expected {ref!r})"), file=stream)
+                text = detokenize(src, task.src_level)
+                shown, expected = (render(text, hyp), render(text, ref)) if render else (hyp, ref)
+                print(f"  {mark} {text!r} -> {shown!r}" + ("" if hyp == ref else f"  (expected {expected!r})"),
+                      file=stream)
         results[name] = {k: r[k] for k in ("exact_match", "bleu", "chrf", "seconds")}
-        print(f"{name:>7}: exact match {100 * r['exact_match']:.2f}% ({len(pairs)} sentences), "
-              f"BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}  [{r['seconds']:.1f}s]", file=stream)
+        if "scores" in r:
+            results[name]["scores"] = r["scores"]
+            shown = ", ".join(f"{label} {value:.2f}" for label, value in r["scores"].items())
+            print(f"{name:>7}: {shown} ({len(pairs)} sentences)  [{r['seconds']:.1f}s]", file=stream)
+        else:
+            print(f"{name:>7}: exact match {100 * r['exact_match']:.2f}% ({len(pairs)} sentences), "
+                  f"BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}  [{r['seconds']:.1f}s]", file=stream)
     return results
 
 
@@ -612,7 +628,8 @@ def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dic
             _memory_for("building the model", model_options, "choose a smaller --preset or --set smaller sizes"):
         trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes, comm=comm)
     model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
-    _check_decoding_fits(model, [src for src, _ in task.test], strategies, "--eval", " at the end (the test set)")
+    _check_decoding_fits(model, [src for src, _ in task.test], strategies, "--eval", " at the end (the test set)",
+                         max_len=task.entry.max_output_len if task.entry is not None else None)
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
           f"vocabulary {len(vocab)}")
     if task.bpe is not None:
@@ -782,6 +799,7 @@ def _lowercase(tokens: list[str], level: str, bpe) -> list[str]:
 
 
 def cmd_translate(args) -> int:
+    from .data.registry import saved_task  # noqa: PLC0415
     from .data.vocab import detokenize, tokenize  # noqa: PLC0415
     from .translate import translate_tokens  # noqa: PLC0415
 
@@ -815,11 +833,16 @@ def cmd_translate(args) -> int:
             sources.append(tokenize(text, src_level, bpe))
     _check_source_lengths(model, sources, src_level, lambda i: sentences[i][1], "sentence")
     _warn_unknown_tokens(ckpt.vocab, sources, bpe=bpe is not None)
-    _check_decoding_fits(model, sources, [strategy], _strategy_option(args))
+    # A task whose outputs mean more than text (a parser's trees) prints them its own way.
+    entry = saved_task(ckpt.extra)
+    max_len = entry.max_output_len if entry is not None else None
+    _check_decoding_fits(model, sources, [strategy], _strategy_option(args), max_len=max_len)
     with _quiet_numpy(), _memory_for(f"translating {len(sources)} sentence(s)", _strategy_option(args),
                                      "a smaller --beam, or fewer sentences at a time"):
-        for hyp in translate_tokens(model, ckpt.vocab, sources, strategy):
-            print(detokenize(hyp, tgt_level))
+        for src, hyp in zip(sources, translate_tokens(model, ckpt.vocab, sources, strategy, max_len=max_len)):
+            output = detokenize(hyp, tgt_level)
+            print(entry.render(detokenize(src, src_level), output) if entry is not None and entry.render
+                  else output)
         if args.attention is not None:
             from .translate import save_attention_maps  # noqa: PLC0415
             paths = save_attention_maps(model, ckpt.vocab, sources[0], args.attention, src_level, tgt_level,
@@ -871,7 +894,7 @@ def _trained_on(ckpt, task, split: str, seed: int, trained_seed) -> None:
 def cmd_evaluate(args) -> int:
     from .data import fingerprint  # noqa: PLC0415
     from .data.loading import TaskData, read_pairs  # noqa: PLC0415
-    from .data.registry import load_task  # noqa: PLC0415
+    from .data.registry import load_task, saved_task  # noqa: PLC0415
 
     _set_backend(args)
     strategy = _strategy_from_args(args)
@@ -902,7 +925,8 @@ def cmd_evaluate(args) -> int:
         if levels.get("src_lowercase"):      # as translate does: the model saw lower-case sources only
             pairs = [(_lowercase(src, src_level, bpe), tgt) for src, tgt in pairs]
         task = TaskData(os.path.basename(args.data), ckpt.vocab, [], [], pairs, src_level, tgt_level,
-                        levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"))
+                        levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"),
+                        entry=saved_task(ckpt.extra))       # the trained task's scores, if it has its own
         saved = ckpt.extra.get("data")
         if saved is not None and fingerprint.digest(pairs) == saved["corpus"]:
             print(f"warning: {args.data} holds the pairs the checkpoint was trained on (its train, valid and test "
@@ -924,7 +948,8 @@ def cmd_evaluate(args) -> int:
     if args.limit is not None:
         pairs = pairs[: args.limit]
     _warn_unknown_tokens(ckpt.vocab, [src for src, _ in pairs], [tgt for _, tgt in pairs], bpe=bpe is not None)
-    _check_decoding_fits(model, [src for src, _ in pairs], _after_greedy(strategy), _strategy_option(args))
+    _check_decoding_fits(model, [src for src, _ in pairs], _after_greedy(strategy), _strategy_option(args),
+                         max_len=task.entry.max_output_len if task.entry is not None else None)
     with _quiet_numpy(), _memory_for(f"scoring {len(pairs)} pairs", _strategy_option(args),
                                      f"a smaller --beam, or --limit to score fewer pairs of {where}"):
         _report(model, task, ckpt.vocab, pairs, _after_greedy(strategy), n_samples=args.samples)
@@ -1129,7 +1154,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split",
+    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split "
+                                        "(a parser: bracket F1, exact trees, ill-formed outputs)",
                        description="Score a checkpoint: greedy decoding first, then the decoder chosen with "
                                    "--beam K (default 4) or --sample.")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")

@@ -111,6 +111,7 @@ class Trainer:
         self._gradient_sum = GradientSum(model.parameters())          # sums over the ranks (none for one)
         self.levels = levels or {}
         self.preset: str | None = None         # the model preset's name, saved for a resume to check
+        self.task: str | None = None           # the registered task's name, saved so translate finds its hooks
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
         self.criterion = LabelSmoothedCrossEntropy(vocab.pad_id, model.cfg.eps_ls)
         self.schedule = NoamSchedule(model.cfg.d_model, settings.warmup_steps, settings.lr_factor)
@@ -144,7 +145,8 @@ class Trainer:
         if path is None:
             raise ValueError("Trainer.save: no path given and the trainer has no out_dir")
         extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "solved_streak": self.solved_streak,
-                 "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset}
+                 "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset,
+                 "task": self.task}
         if self.data_fingerprint is not None:
             extra["data"] = self.data_fingerprint
         if self.comm.size > 1:               # only a state every rank holds is saved (by rank 0 alone)
@@ -550,6 +552,7 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
     trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
                       settings, out_dir, levels=task.levels, comm=comm)
     trainer.preset = preset
+    trainer.task = task.entry.name if task.entry is not None else None
     trainer.data_fingerprint = data
     if resume is not None:
         trainer.restore(resume)

@@ -306,6 +306,10 @@ PLANTED = {
                  "    return best, vocab", r"hint: a pair's frequency is the sum of its words' counts"),
     14: ("14.2", "def my_combine(grads, n_tokens):\n    return sum(grads) / len(grads)",
          r"hint: the plain average of the ranks' gradients"),
+    15: ("15.1", "def my_linearize(tree):\n    if tree.is_preterminal():\n        return ['XX']\n"
+                 "    label = tree.label.split('-')[0]\n"
+                 "    return ['(' + label] + [t for c in tree.children for t in my_linearize(c)] + [')']",
+         r"hint: a closing bracket carries its label again"),
 }
 
 

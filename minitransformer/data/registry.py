@@ -5,6 +5,7 @@
     get_task(name)     the entry, or a ValueError listing the names
     load_task(...)     a named task's TaskData, or a user's TSV file's
     recipe_for(name)   a named task's recipe; DATA_RECIPE for a --data file
+    saved_task(extra)  the entry a checkpoint was trained on (its extra's "task"), or None
 
 A task is one ``loading.Task`` entry in the module that generates its data; the
 command line (``tasks``, ``train --help``, ``train --task``), the training
@@ -14,12 +15,12 @@ added later joins the list in ``_MODULE_ENTRIES`` (its one line here).
 
 from __future__ import annotations
 
-from . import tasks, translation
+from . import parsing, tasks, translation
 from .bpe import BPE
 from .loading import MAX_DATA_LENGTH, Task, TaskData, load_tsv_task
 
 # Each task module's entries, in the order `tasks` lists them.
-_MODULE_ENTRIES = [tasks.TASKS, translation.REGISTRY_ENTRIES]
+_MODULE_ENTRIES = [tasks.TASKS, translation.REGISTRY_ENTRIES, parsing.TASKS]
 
 
 def _build(entry_lists) -> dict[str, Task]:
@@ -62,6 +63,17 @@ def recipe_for(name: str):
     return get_task(name).recipe
 
 
+def saved_task(extra: dict) -> Task | None:
+    """The registry entry a checkpoint was trained on, from its ``extra["task"]`` (``train.Trainer.save``).
+
+    None for a run on a --data file, a checkpoint written before the name was
+    saved, or a task this version of the package does not have: the caller
+    then treats outputs as plain text.
+    """
+    name = extra.get("task") if isinstance(extra, dict) else None
+    return TASKS.get(name) if isinstance(name, str) else None
+
+
 def load_task(name: str | None = None, data: str | None = None, level: str | None = None, seed: int = 0,
               valid_fraction: float = 0.05, test_fraction: float = 0.05, header: bool = False,
               max_length: int | None = MAX_DATA_LENGTH, bpe_merges: int | None = None,
@@ -86,4 +98,4 @@ def load_task(name: str | None = None, data: str | None = None, level: str | Non
     return get_task(name).load(seed, level, bpe_merges, bpe)
 
 
-__all__ = ["TASKS", "DATA_RECIPE", "task_names", "get_task", "recipe_for", "load_task"]
+__all__ = ["TASKS", "DATA_RECIPE", "task_names", "get_task", "recipe_for", "saved_task", "load_task"]

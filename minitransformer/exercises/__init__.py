@@ -28,6 +28,7 @@ def registered() -> dict:
         lesson_12,
         lesson_13,
         lesson_14,
+        lesson_15,
         lessons_0_3,
         lessons_4_7,
     )

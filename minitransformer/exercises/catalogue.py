@@ -110,6 +110,12 @@ EXERCISES: tuple[Exercise, ...] = (
              "lesson 14 §3: allreduce by hand, a ring"),
     Exercise("14.2", "the token-weighted gradient", "lesson_14.check_token_weighted", 15,
              "lesson 14 §2 and §4: a batch's gradient is a sum; the token-count trap"),
+    Exercise("15.1", "a tree as target tokens", "lesson_15.check_linearize", 15,
+             "lesson 15 §2: a tree as a sentence"),
+    Exercise("15.2", "bracket F1 of one pair of trees", "lesson_15.check_bracket_f1", 20,
+             "lesson 15 §4: bracket F1 by hand"),
+    Exercise("15.3", "repair an ill-formed output", "lesson_15.check_repair", 25,
+             "Exercise 15.1; data/trees.py: the repair rule"),
 )
 
 
