@@ -1,4 +1,4 @@
-"""Command line: ``python -m minitransformer {train,translate,evaluate,tasks,grade} --help``.
+"""Command line: ``python -m minitransformer {train,translate,evaluate,bpe,average,tasks,grade} --help``.
 
 Errors reach the user as one line, ``error: <what> (<which option, file or variable>)``,
 with exit code 2 for bad input (options, files, data, environment variables) and 1
@@ -259,11 +259,14 @@ def _load_checkpoint(path: str, option: str):
         return load_checkpoint(path)
 
 
-def _warn_unknown_tokens(vocab, sources, targets=()) -> None:
+def _warn_unknown_tokens(vocab, sources, targets=(), bpe: bool = False) -> None:
     """The warning ``translate`` and ``evaluate`` give for tokens the model has never seen."""
     unknown = sorted({t for src in sources for t in src if t not in vocab})
     if unknown:
-        print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}", file=sys.stderr)
+        # A byte-pair piece is missing only when it holds a character never seen in training (no merge
+        # has it), or one seen only at the end of words and now inside one ("x" known, "x@@" not).
+        why = "; each holds a character never seen in training at that place in a word" if bpe else ""
+        print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}{why}", file=sys.stderr)
     unreachable = sorted({t for tgt in targets for t in tgt if t not in vocab})
     if unreachable:
         print(f"warning: reference tokens not in the vocabulary (the model can never produce them): "
@@ -357,9 +360,10 @@ def _eval_strategies(args) -> list:
     return list(dict.fromkeys(args.eval or [GREEDY]))
 
 
-def _check_decoding_fits(model, sources, strategies, which: str, when: str = "") -> None:
+def _check_decoding_fits(model, sources, strategies, which: str, when: str = "", max_len: int | None = None) -> None:
     """Refuse, before decoding starts (for ``train``: before the first step), strategies whose
-    decoding cannot fit in memory (``translate.decoding_bytes``); ``which`` names the option."""
+    decoding cannot fit in memory (``translate.decoding_bytes``); ``which`` names the option;
+    ``max_len``: the task's longest output (``loading.Task.max_output_len``), if it has one."""
     from . import backend  # noqa: PLC0415
     from .model import count_parameters  # noqa: PLC0415
     from .translate import decoding_bytes  # noqa: PLC0415
@@ -371,7 +375,7 @@ def _check_decoding_fits(model, sources, strategies, which: str, when: str = "")
     # The model itself holds its parameters, their gradients and Adam's two moments.
     available = limit - 4 * count_parameters(model.cfg) * model.E.data.dtype.itemsize
     for strategy in strategies:
-        needed = decoding_bytes(model, len(sources), longest, strategy)
+        needed = decoding_bytes(model, len(sources), longest, strategy, max_len=max_len)
         if needed > available:
             raise CliError(f"decoding {len(sources):,} sentences with {strategy}{when} would need about "
                            f"{backend.format_bytes(needed)} of memory, more than the "
@@ -380,24 +384,39 @@ def _check_decoding_fits(model, sources, strategies, which: str, when: str = "")
 
 
 def _report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> dict:
-    """Decode ``pairs`` (token lists) with each strategy, print samples and scores; return the scores."""
+    """Decode ``pairs`` (token lists) with each strategy, print samples and scores; return the scores.
+
+    A task with its own hooks (``loading.Task``: render, scores, max_output_len)
+    prints its samples through ``render`` and its own scores instead of BLEU and chrF.
+    """
     from .data.vocab import detokenize  # noqa: PLC0415
     from .translate import score_translations  # noqa: PLC0415
 
     stream = stream or sys.stdout   # looked up now: a default of sys.stdout would miss redirections
+    entry = task.entry
+    render = entry.render if entry is not None and entry.render is not None else None
     results = {}
     for i, strategy in enumerate(strategies):
-        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, strategy=strategy)
+        r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, strategy=strategy,
+                               max_len=entry.max_output_len if entry is not None else None,
+                               scores=entry.scores if entry is not None else None, src_level=task.src_level)
         name = str(strategy)
         if i == 0 and n_samples > 0:
             print("sample decodes:", file=stream)
             for (src, _), hyp, ref in list(zip(pairs, r["hyps"], r["refs"]))[:n_samples]:
                 mark = "✓" if hyp == ref else "✗"
-                print(f"  {mark} {detokenize(src, task.src_level)!r} -> {hyp!r}"
-                      + ("" if hyp == ref else f"  (expected {ref!r})"), file=stream)
+                text = detokenize(src, task.src_level)
+                shown, expected = (render(text, hyp), render(text, ref)) if render else (hyp, ref)
+                print(f"  {mark} {text!r} -> {shown!r}" + ("" if hyp == ref else f"  (expected {expected!r})"),
+                      file=stream)
         results[name] = {k: r[k] for k in ("exact_match", "bleu", "chrf", "seconds")}
-        print(f"{name:>7}: exact match {100 * r['exact_match']:.2f}% ({len(pairs)} sentences), "
-              f"BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}  [{r['seconds']:.1f}s]", file=stream)
+        if "scores" in r:
+            results[name]["scores"] = r["scores"]
+            shown = ", ".join(f"{label} {value:.2f}" for label, value in r["scores"].items())
+            print(f"{name:>7}: {shown} ({len(pairs)} sentences)  [{r['seconds']:.1f}s]", file=stream)
+        else:
+            print(f"{name:>7}: exact match {100 * r['exact_match']:.2f}% ({len(pairs)} sentences), "
+                  f"BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}  [{r['seconds']:.1f}s]", file=stream)
     return results
 
 
@@ -458,6 +477,48 @@ def _check_resumed_model(ckpt, preset: str | None, changes: dict, path: str) -> 
                            f"{name}={value!r} (leave --preset out when resuming)", f"--preset {preset}")
 
 
+def _train_tokenization(args, ckpt) -> dict:
+    """``load_task``'s level / bpe_merges / bpe for train's options (checked here, before anything runs).
+
+    --bpe-merges N needs --level bpe; --level bpe needs --bpe-merges (the right number depends
+    on the corpus, so there is no general default) unless the task has a measured one (its
+    registry entry's ``bpe_merges``). A resumed run keeps the checkpoint's tokenization: its
+    merges are used as saved (not learned again), and a --level or --bpe-merges that
+    disagrees with them is refused.
+    """
+    from .data.loading import bpe_of  # noqa: PLC0415
+    from .data.registry import get_task  # noqa: PLC0415
+
+    level, merges = args.level, args.bpe_merges
+    if ckpt is not None:
+        levels = ckpt.extra.get("levels", {})
+        saved = bpe_of(levels)                         # checked when the checkpoint was loaded
+        if saved is not None:
+            if level not in (None, "bpe"):
+                raise CliError(f"the checkpoint {ckpt.path} byte-pair encodes its text, not {level}-level "
+                               "(leave --level out when resuming)", f"--level {level}")
+            if merges is not None and merges != len(saved.merges):
+                raise CliError(f"the checkpoint {ckpt.path} has {len(saved.merges)} BPE merges, not {merges} "
+                               "(leave --bpe-merges out when resuming)", f"--bpe-merges {merges}")
+            return {"level": "bpe", "bpe": saved}
+        if level == "bpe" or merges is not None:
+            which = "--level bpe" if level == "bpe" else f"--bpe-merges {merges}"
+            raise CliError(f"the checkpoint {ckpt.path} was trained on {levels.get('tgt', 'word')}-level text, not "
+                           "byte-pair encoded (leave the option out when resuming)", which)
+        if level is None and args.data is not None and levels.get("src") == levels.get("tgt"):
+            level = levels.get("src")                  # a --data run resumes at its own level
+    if merges is not None and level != "bpe":
+        raise CliError("--bpe-merges applies to byte-pair encoding; add --level bpe", f"--bpe-merges {merges}")
+    if level == "bpe" and merges is None:
+        with _about(f"--task {args.task}"):
+            merges = get_task(args.task).bpe_merges if args.task is not None else None   # a measured default
+        if merges is None:
+            raise CliError("--level bpe needs --bpe-merges N, the number of merges to learn on the training split "
+                           "(a few hundred for a small task; the paper's vocabulary had about 37,000 pieces)",
+                           "--level bpe")
+    return {"level": level, "bpe_merges": merges}
+
+
 def _ranks(args):
     """The communicator of this run (``distributed.world()``): one process, or the ranks of mpiexec.
 
@@ -481,7 +542,7 @@ def _ranks(args):
 def cmd_train(args) -> int:
     from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
     from .data.registry import load_task  # noqa: PLC0415
-    from .train import TrainSettings  # noqa: PLC0415
+    from .train import TrainSettings, check_resumable  # noqa: PLC0415
 
     _set_backend(args)
     comm = _ranks(args)
@@ -489,12 +550,13 @@ def cmd_train(args) -> int:
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --task NAME or --data pairs.tsv", "--task/--data")
     if args.task is not None:
-        # These shape how a --data file is read; a named task fixes its own tokenization.
-        for option, given in (("--level", args.level is not None), ("--header", args.header),
+        # These shape how a --data file is read; a named task fixes its own tokenization (which
+        # --level bpe may replace: byte-pair pieces learned on its training split) and splits.
+        for option, given in (("--level", args.level not in (None, "bpe")), ("--header", args.header),
                               ("--max-length", args.max_length is not None)):
             if given:
                 raise CliError(f"{option} applies to --data files only; task {args.task!r} fixes its own "
-                               "tokenization and splits", option)
+                               "tokenization and splits (--level bpe excepted)", option)
     changes = _model_changes(args)
     # Everything that can be checked is checked before the first step.
     ckpt, saved = None, None
@@ -508,6 +570,9 @@ def cmd_train(args) -> int:
         with _about(f"--resume {args.resume}"):
             saved = TrainSettings.from_dict(ckpt.extra.get("settings", {}), "the checkpoint's training settings")
         _check_resumed_model(ckpt, args.preset, changes, args.resume)
+        with _about(f"--resume {args.resume}"):
+            check_resumable(ckpt)
+    tokenization = _train_tokenization(args, ckpt)
     # The seed splits a --data file and orders the batches: a resumed run keeps its own.
     seed = args.seed if args.seed is not None else saved.seed if saved is not None else 0
     if saved is not None and seed != saved.seed:
@@ -515,8 +580,9 @@ def cmd_train(args) -> int:
                        "order the batches differently (leave --seed out when resuming)", f"--seed {args.seed}")
     source = f"--task {args.task}" if args.task else f"--data {args.data}"
     with _about(source), _memory_for("reading the data", source):
-        task = load_task(args.task, args.data, level=args.level or "char", seed=seed, header=args.header,
-                         max_length=args.max_length if args.max_length is not None else MAX_DATA_LENGTH)
+        task = load_task(args.task, args.data, seed=seed, header=args.header,
+                         max_length=args.max_length if args.max_length is not None else MAX_DATA_LENGTH,
+                         **tokenization)
     for note in task.notes:
         print(f"note: {note}", file=sys.stderr)
     if args.out is not None and not args.out.strip():
@@ -546,7 +612,8 @@ def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dic
     overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
                      accumulate=args.accumulate, lr_factor=args.lr_factor, warmup_steps=args.warmup,
                      clip_norm=args.clip_norm, seed=seed, valid_every=args.valid_every,
-                     checkpoint_every=args.checkpoint_every, stop_when_solved=args.stop_when_solved)
+                     checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
+                     stop_when_solved=args.stop_when_solved)
     if args.steps is not None and args.stop_when_solved is None:
         overrides["stop_when_solved"] = 0         # --steps N: exactly N steps, solved or not
     preset, settings = settings_for(task, preset=args.preset, **overrides)
@@ -561,9 +628,13 @@ def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dic
             _memory_for("building the model", model_options, "choose a smaller --preset or --set smaller sizes"):
         trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes, comm=comm)
     model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
-    _check_decoding_fits(model, [src for src, _ in task.test], strategies, "--eval", " at the end (the test set)")
+    _check_decoding_fits(model, [src for src, _ in task.test], strategies, "--eval", " at the end (the test set)",
+                         max_len=task.entry.max_output_len if task.entry is not None else None)
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
           f"vocabulary {len(vocab)}")
+    if task.bpe is not None:
+        print(f"  tokenization: byte-pair encoding, {len(task.bpe.merges)} merges learned on the training split "
+              f"(both sides); one vocabulary of {len(vocab)} pieces for source and target")
     changed = "".join(f" --set {name}={value}" for name, value in changes.items())
     print(f"model: preset {preset}{changed}, {model.num_parameters():,} parameters, backend {backend.backend_name()}")
     print(f"  config: {describe(cfg)}")
@@ -703,7 +774,32 @@ def _read_sentences(args) -> list[tuple[str, str]]:
     return sentences
 
 
+def _checkpoint_tokenization(ckpt, level_option: str | None):
+    """(source level, target level, BPE merges or None) that the checkpoint's model was trained with.
+    ``--level`` may change a char/word source's level, never that of a byte-pair encoded model."""
+    from .data.loading import bpe_of  # noqa: PLC0415
+
+    levels = ckpt.extra.get("levels", {})
+    bpe = bpe_of(levels)                                   # checked when the checkpoint was loaded
+    if bpe is not None and level_option is not None:
+        raise CliError(f"the checkpoint's model reads byte-pair pieces (its {len(bpe.merges)} merges are saved in "
+                       "it); leave --level out", f"--level {level_option}")
+    src_level = level_option or levels.get("src", "word")
+    return src_level, levels.get("tgt", src_level), bpe
+
+
+def _lowercase(tokens: list[str], level: str, bpe) -> list[str]:
+    """A tokenized source, lower-cased. Byte-pair pieces are made again from the lower-cased text:
+    the pieces of "Four" lower-cased need not be the pieces of "four"."""
+    from .data.vocab import detokenize, tokenize  # noqa: PLC0415
+
+    if bpe is None:
+        return [token.lower() for token in tokens]
+    return tokenize(detokenize(tokens, level).lower(), level, bpe)
+
+
 def cmd_translate(args) -> int:
+    from .data.registry import saved_task  # noqa: PLC0415
     from .data.vocab import detokenize, tokenize  # noqa: PLC0415
     from .translate import translate_tokens  # noqa: PLC0415
 
@@ -718,10 +814,9 @@ def cmd_translate(args) -> int:
     with _memory_for("loading the checkpoint", f"--checkpoint {args.checkpoint}"):
         ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
     levels = ckpt.extra.get("levels", {})
+    src_level, tgt_level, bpe = _checkpoint_tokenization(ckpt, args.level)
     if args.level is not None:
         _check_levels(ckpt, args.level, None, f"--level {args.level}")
-    src_level = args.level or levels.get("src", "word")
-    tgt_level = levels.get("tgt", src_level)
     model = ckpt.model.eval()
     if levels.get("src_lowercase"):
         # The model never saw a capital letter in a source: "Four Thousand" would be two unknown words.
@@ -732,15 +827,22 @@ def cmd_translate(args) -> int:
         sentences = lowered
     sources = []
     for text, where in sentences:
+        if bpe is not None:
+            text = " ".join(text.split())        # words, as at word level: runs of whitespace separate them
         with _about(where):
-            sources.append(tokenize(text, src_level))
+            sources.append(tokenize(text, src_level, bpe))
     _check_source_lengths(model, sources, src_level, lambda i: sentences[i][1], "sentence")
-    _warn_unknown_tokens(ckpt.vocab, sources)
-    _check_decoding_fits(model, sources, [strategy], _strategy_option(args))
+    _warn_unknown_tokens(ckpt.vocab, sources, bpe=bpe is not None)
+    # A task whose outputs mean more than text (a parser's trees) prints them its own way.
+    entry = saved_task(ckpt.extra)
+    max_len = entry.max_output_len if entry is not None else None
+    _check_decoding_fits(model, sources, [strategy], _strategy_option(args), max_len=max_len)
     with _quiet_numpy(), _memory_for(f"translating {len(sources)} sentence(s)", _strategy_option(args),
                                      "a smaller --beam, or fewer sentences at a time"):
-        for hyp in translate_tokens(model, ckpt.vocab, sources, strategy):
-            print(detokenize(hyp, tgt_level))
+        for src, hyp in zip(sources, translate_tokens(model, ckpt.vocab, sources, strategy, max_len=max_len)):
+            output = detokenize(hyp, tgt_level)
+            print(entry.render(detokenize(src, src_level), output) if entry is not None and entry.render
+                  else output)
         if args.attention is not None:
             from .translate import save_attention_maps  # noqa: PLC0415
             paths = save_attention_maps(model, ckpt.vocab, sources[0], args.attention, src_level, tgt_level,
@@ -792,7 +894,7 @@ def _trained_on(ckpt, task, split: str, seed: int, trained_seed) -> None:
 def cmd_evaluate(args) -> int:
     from .data import fingerprint  # noqa: PLC0415
     from .data.loading import TaskData, read_pairs  # noqa: PLC0415
-    from .data.registry import load_task  # noqa: PLC0415
+    from .data.registry import load_task, saved_task  # noqa: PLC0415
 
     _set_backend(args)
     strategy = _strategy_from_args(args)
@@ -811,20 +913,20 @@ def cmd_evaluate(args) -> int:
         ckpt = _load_checkpoint(args.checkpoint, "--checkpoint")
     levels = ckpt.extra.get("levels", {})
     model = ckpt.model.eval()
+    src_level, tgt_level, bpe = _checkpoint_tokenization(ckpt, args.level)
     if args.data:
         if args.level is not None:
             _check_levels(ckpt, args.level, args.level, f"--level {args.level}")
-        src_level = args.level or levels.get("src", "word")
-        tgt_level = levels.get("tgt", src_level)
         with _about(f"--data {args.data}"), _memory_for("reading the data", f"--data {args.data}"):
             pairs, notes = read_pairs(args.data, src_level, tgt_level, header=args.header, max_length=None,
-                                      max_source_length=model.cfg.max_len - 1)
+                                      max_source_length=model.cfg.max_len - 1, bpe=bpe)
         for note in notes:
             print(f"note: {note}", file=sys.stderr)
         if levels.get("src_lowercase"):      # as translate does: the model saw lower-case sources only
-            pairs = [([token.lower() for token in src], tgt) for src, tgt in pairs]
+            pairs = [(_lowercase(src, src_level, bpe), tgt) for src, tgt in pairs]
         task = TaskData(os.path.basename(args.data), ckpt.vocab, [], [], pairs, src_level, tgt_level,
-                        levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"))
+                        levels.get("bleu_tokenize", "char" if tgt_level == "char" else "13a"),
+                        entry=saved_task(ckpt.extra))       # the trained task's scores, if it has its own
         saved = ckpt.extra.get("data")
         if saved is not None and fingerprint.digest(pairs) == saved["corpus"]:
             print(f"warning: {args.data} holds the pairs the checkpoint was trained on (its train, valid and test "
@@ -834,7 +936,8 @@ def cmd_evaluate(args) -> int:
         saved_seed = ckpt.extra.get("settings", {}).get("seed", 0)
         seed = args.seed if args.seed is not None else saved_seed if isinstance(saved_seed, int) else 0
         with _about(f"--task {args.task}"):
-            task = load_task(args.task, seed=seed)
+            # The task's text, tokenized as the checkpoint's model was trained (its merges, for BPE).
+            task = load_task(args.task, seed=seed, **({"level": "bpe", "bpe": bpe} if bpe is not None else {}))
         _check_levels(ckpt, task.src_level, task.tgt_level, f"--task {args.task}")
         split = args.split or "test"
         pairs = getattr(task, split)
@@ -844,11 +947,99 @@ def cmd_evaluate(args) -> int:
         where = f"--task {args.task}"
     if args.limit is not None:
         pairs = pairs[: args.limit]
-    _warn_unknown_tokens(ckpt.vocab, [src for src, _ in pairs], [tgt for _, tgt in pairs])
-    _check_decoding_fits(model, [src for src, _ in pairs], _after_greedy(strategy), _strategy_option(args))
+    _warn_unknown_tokens(ckpt.vocab, [src for src, _ in pairs], [tgt for _, tgt in pairs], bpe=bpe is not None)
+    _check_decoding_fits(model, [src for src, _ in pairs], _after_greedy(strategy), _strategy_option(args),
+                         max_len=task.entry.max_output_len if task.entry is not None else None)
     with _quiet_numpy(), _memory_for(f"scoring {len(pairs)} pairs", _strategy_option(args),
                                      f"a smaller --beam, or --limit to score fewer pairs of {where}"):
         _report(model, task, ckpt.vocab, pairs, _after_greedy(strategy), n_samples=args.samples)
+    return 0
+
+
+# -- bpe ------------------------------------------------------------------------------------
+
+
+def _stdin_text() -> str:
+    """All of standard input, decoded as UTF-8 (an undecodable line is an error naming it)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    if buffer is None:                          # a text stream without bytes underneath (a test's StringIO)
+        return sys.stdin.read()
+    data = buffer.read()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        lineno = data.count(b"\n", 0, exc.start) + 1
+        raise CliError(f"not valid UTF-8 text ({exc.reason})", f"standard input, line {lineno}") from None
+
+
+def cmd_bpe_learn(args) -> int:
+    from .data.bpe import BPE, read_corpus, write_codes  # noqa: PLC0415
+    from .files import check_writable_dir  # noqa: PLC0415
+
+    if not args.output.strip() or os.path.isdir(args.output):
+        raise CliError("name a codes file to write (not a folder)", f"--output {args.output}")
+    with _about(f"--output {args.output}"):
+        check_writable_dir(os.path.dirname(os.path.abspath(args.output)))
+    with _about(" ".join(args.files)):
+        counts = read_corpus(args.files)
+    if not counts:
+        raise CliError("the files hold no words to learn from", " ".join(args.files))
+    t0 = time.perf_counter()
+    bpe = BPE.learn(counts, args.merges, args.min_frequency)
+    seconds = time.perf_counter() - t0
+    with _about(f"--output {args.output}"):
+        write_codes(args.output, bpe.merges)
+    stopped = "" if len(bpe.merges) == args.merges else (
+        f" (stopped early: no pair of symbols occurs {args.min_frequency} times or more)")
+    print(f"learned {len(bpe.merges)} merges{stopped} from {sum(counts.values()):,} words ({len(counts):,} distinct, "
+          f"{len(bpe.symbols)} initial symbols) in {seconds:.1f}s; vocabulary {len(bpe.vocabulary()):,} pieces; "
+          f"wrote {args.output}", file=sys.stderr)
+    return 0
+
+
+def cmd_bpe_apply(args) -> int:
+    from .data.bpe import BPE, read_codes  # noqa: PLC0415
+
+    with _about(f"--codes {args.codes}"):
+        bpe = BPE(read_codes(args.codes))
+    # One output line per input line: split on "\n" only (str.splitlines would also split on
+    # "\r", "\x0b", "\u2028" ...), and each line keeps its own ending, as subword-nmt's does.
+    lines = _stdin_text().split("\n")
+    out = []
+    for lineno, line in enumerate(lines, start=1):
+        with _about(f"standard input, line {lineno}"):
+            out.append(bpe.apply(line))
+    sys.stdout.write("\n".join(out))
+    return 0
+
+
+# -- average --------------------------------------------------------------------------------
+
+
+def cmd_average(args) -> int:
+    from .average import AverageError, average_checkpoints, save_average  # noqa: PLC0415
+    from .files import check_writable_dir  # noqa: PLC0415
+
+    _set_backend(args)
+    if not args.output.strip() or os.path.isdir(args.output):
+        raise CliError("name a checkpoint file to write (not a folder)", f"--output {args.output}")
+    with _about(f"--output {args.output}"):
+        check_writable_dir(os.path.dirname(os.path.abspath(args.output)))
+    for path in args.checkpoints:
+        if os.path.exists(path) and os.path.exists(args.output) and os.path.samefile(path, args.output):
+            raise CliError(f"{args.output} is one of the checkpoints to average; write the average to another "
+                           "file", f"--output {args.output}")
+    checkpoints = [_load_checkpoint(path, "checkpoint") for path in args.checkpoints]
+    try:
+        average = average_checkpoints(checkpoints)
+    except AverageError as exc:
+        raise CliError(str(exc), "the checkpoints to average") from None
+    with _about(f"--output {args.output}"):
+        save_average(args.output, average)
+    steps = ", ".join(str(k) for k in average.extra["average"]["steps"])
+    print(f"averaged {len(checkpoints)} checkpoint(s) (steps {steps}) into {args.output}; translate and evaluate "
+          "read it like any checkpoint (it holds no optimizer state, so training cannot resume from it)",
+          file=sys.stderr)
     return 0
 
 
@@ -858,8 +1049,9 @@ def cmd_tasks(args) -> int:
     for task in TASKS.values():
         s = task.recipe.settings
         steps = f"until solved, at most {s.steps} steps" if s.stop_when_solved else f"{s.steps} steps"
+        bpe = f"; --level bpe: {task.bpe_merges} merges" if task.bpe_merges else ""
         print(f"{task.name:<16} {task.description}  [{task.source}{'; ' + task.license if task.license else ''}; "
-              f"recipe: preset {task.recipe.preset}, {steps}]")
+              f"recipe: preset {task.recipe.preset}, {steps}{bpe}]")
     return 0
 
 
@@ -896,8 +1088,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--task", help=f"a named task: {_task_names_help()} (see the 'tasks' command)")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task); duplicate pairs "
                                   "are removed and the rest split into train / valid / test")
-    p.add_argument("--level", choices=["char", "word"], default=None,
-                   help="tokenization of --data files (default: char)")
+    p.add_argument("--level", choices=["char", "word", "bpe"], default=None,
+                   help="tokenization of both sides of --data: char (default), word, or bpe (byte-pair pieces, "
+                        "§5.1, learned on the training split, one vocabulary for source and target; give "
+                        "--bpe-merges). With --task only bpe: the task's own tokenization otherwise")
+    p.add_argument("--bpe-merges", type=positive_int, default=None, metavar="N",
+                   help="with --level bpe: the number of merges to learn (the vocabulary is about 4 + the "
+                        "characters + N pieces)")
     p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")
     p.add_argument("--max-length", type=positive_int, default=None, metavar="TOKENS",
                    help=f"longest --data sentence accepted, in tokens per side (default {MAX_DATA_LENGTH}); "
@@ -920,6 +1117,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validate (and save a checkpoint) every this many steps")
     p.add_argument("--checkpoint-every", type=positive_int,
                    help="also save a checkpoint every this many steps")
+    p.add_argument("--keep-last", type=positive_int, metavar="K",
+                   help="keep the last K checkpoints saved at those intervals (and the last step's) as "
+                        "checkpoint.stepNNNNNN.npz, for `average` (§6.1 averages the last 5)")
     p.add_argument("--stop-when-solved", type=non_negative_int, metavar="K",
                    help="stop once validation exact match is 100%% at K validations in a row (0: never; "
                         "default: the task's, 2 for copy and reverse, 0 when --steps is given)")
@@ -954,7 +1154,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.set_defaults(func=cmd_translate)
 
-    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split",
+    p = sub.add_parser("evaluate", help="exact match, BLEU and chrF of a checkpoint on a TSV file or a task split "
+                                        "(a parser: bracket F1, exact trees, ill-formed outputs)",
                        description="Score a checkpoint: greedy decoding first, then the decoder chosen with "
                                    "--beam K (default 4) or --sample.")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
@@ -971,6 +1172,43 @@ def build_parser() -> argparse.ArgumentParser:
                    help="split seed of --task (default: the one the checkpoint was trained with)")
     _add_common(p)
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("bpe", help="learn byte-pair merges from text files, or apply them (subword-nmt's format)",
+                       description="Byte-pair encoding (§5.1; Sennrich et al. 2016), compatible with subword-nmt "
+                                   "0.3.8: `bpe learn` writes a codes file that `subword-nmt apply-bpe -c` reads, "
+                                   "and `bpe apply` writes what `subword-nmt apply-bpe` writes.")
+    bpe_commands = p.add_subparsers(dest="bpe_command", required=True, parser_class=_Parser)
+    q = bpe_commands.add_parser("learn", help="learn merges from text files (a .tsv file's two columns both count)",
+                                description="Learn byte-pair merges from the words of FILEs: a .tsv file gives "
+                                            "both its columns (one joint vocabulary for source and target, as in "
+                                            "§5.1), any other file is plain text, one sentence a line. Writes a "
+                                            "codes file: '#version: 0.2', then one merge a line.")
+    q.add_argument("files", nargs="+", metavar="FILE", help="text files, or .tsv files of source<TAB>target lines")
+    q.add_argument("--merges", type=positive_int, required=True, metavar="N", help="the number of merges to learn")
+    q.add_argument("--min-frequency", type=positive_int, default=2, metavar="F",
+                   help="stop when no pair of symbols occurs F times or more (default 2, as subword-nmt)")
+    q.add_argument("-o", "--output", required=True, metavar="CODES", help="the codes file to write")
+    _add_common(q, backend_option=False)
+    q.set_defaults(func=cmd_bpe_learn)
+    q = bpe_commands.add_parser("apply", help="apply merges to standard input, line by line",
+                                description="Read standard input, write each line as byte-pair pieces, '@@' "
+                                            "ending every piece but a word's last (as subword-nmt apply-bpe); one "
+                                            "output line per input line. Deleting every '@@ ' gives the text back.")
+    q.add_argument("--codes", required=True, metavar="CODES", help="a codes file (from `bpe learn` or subword-nmt)")
+    _add_common(q, backend_option=False)
+    q.set_defaults(func=cmd_bpe_apply)
+
+    p = sub.add_parser("average", help="average the parameters of checkpoints of one run (§6.1)",
+                       description="Write one checkpoint whose parameters are the element-wise mean of the given "
+                                   "checkpoints' (§6.1: the base model averaged the last 5). They must come from "
+                                   "one run: the same model, vocabulary, tokenization and seed. The average has "
+                                   "no optimizer state, so `train --resume` refuses it; translate and evaluate "
+                                   "accept it. Usually: average runs/X/checkpoint.step*.npz -o runs/X/average.npz "
+                                   "after `train --keep-last 5`.")
+    p.add_argument("checkpoints", nargs="+", metavar="CHECKPOINT", help="checkpoint .npz files of one run")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="the averaged checkpoint to write")
+    _add_common(p)
+    p.set_defaults(func=cmd_average)
 
     p = sub.add_parser("tasks", help="list the built-in tasks")
     _add_common(p, backend_option=False)

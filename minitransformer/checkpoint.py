@@ -50,7 +50,8 @@ import numpy
 
 from . import backend
 from .data import fingerprint
-from .data.vocab import LEVELS, Vocab
+from .data.bpe import BPE, BPEError
+from .data.vocab import LEVELS, Vocab, bpe_vocab
 from .errors import NonFiniteError
 from .files import atomic_write_bytes
 from .model import ModelTooLargeError, Transformer, TransformerConfig
@@ -313,12 +314,51 @@ def _check_meta(path: str, meta: dict) -> None:
         if "src_lowercase" in levels and not isinstance(levels["src_lowercase"], bool):
             raise CheckpointError(f"{path}: extra.levels.src_lowercase must be true or false, "
                                   f"got {levels['src_lowercase']!r}")
+        _check_bpe(path, levels, meta["vocab"])
+    _check_average(path, meta)
     if extra.get("preset") is not None and not isinstance(extra["preset"], str):
         raise CheckpointError(f"{path}: extra.preset must be a string or null, got {extra['preset']!r}")
     if "data" in extra:
         problem = fingerprint.check(extra["data"])
         if problem is not None:
             raise CheckpointError(f"{path}: extra.data (the fingerprint of the training data) {problem}")
+
+
+def _check_bpe(path: str, levels: dict, vocab: dict) -> None:
+    """A byte-pair encoded checkpoint carries its merges (extra.levels.bpe), and its vocabulary is
+    exactly the one they make (data.vocab.bpe_vocab): translate encodes new text with them."""
+    uses_bpe = "bpe" in (levels.get("src"), levels.get("tgt"))
+    if "bpe" not in levels:
+        if uses_bpe:
+            raise CheckpointError(f"{path}: extra.levels says the text is byte-pair encoded, but the merges "
+                                  "(extra.levels.bpe) are missing")
+        return
+    if not uses_bpe:
+        raise CheckpointError(f"{path}: extra.levels.bpe holds merges, but neither side is byte-pair encoded "
+                              f"(src {levels.get('src')!r}, tgt {levels.get('tgt')!r})")
+    try:
+        bpe = BPE.from_dict(levels["bpe"])
+        expected = bpe_vocab(bpe).tokens
+    except BPEError as exc:
+        raise CheckpointError(f"{path}: extra.levels.bpe: {exc}") from None
+    if vocab.get("tokens") != expected:
+        raise CheckpointError(f"{path}: the vocabulary is not the one the saved BPE merges make "
+                              f"({len(vocab.get('tokens') or [])} tokens, the merges make {len(expected)})")
+
+
+def _check_average(path: str, meta: dict) -> None:
+    """An average (average.py) names its sources and their steps, and holds no optimizer state."""
+    if "average" not in meta["extra"]:
+        return
+    average = meta["extra"]["average"]
+    sources = average.get("sources") if isinstance(average, dict) else None
+    steps = average.get("steps") if isinstance(average, dict) else None
+    if not (isinstance(sources, list) and sources and all(isinstance(p, str) for p in sources)
+            and isinstance(steps, list) and len(steps) == len(sources) and all(_is_int(k) and k >= 0 for k in steps)):
+        raise CheckpointError(f"{path}: extra.average must be an object with 'sources' (file names) and 'steps' "
+                              f"(integers ≥ 0), one of each per averaged checkpoint, got {average!r:.80}")
+    if meta.get("optimizer_step_count") is not None:
+        raise CheckpointError(f"{path}: an average of checkpoints (extra.average) cannot hold optimizer state")
 
 
 def _check_array(path: str, key: str, saved: numpy.ndarray, shape: tuple, dtype=None) -> None:

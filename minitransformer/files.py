@@ -189,5 +189,12 @@ def atomic_write_text(path: str | os.PathLike, text: str, keep_previous: bool = 
     atomic_write_bytes(path, text.encode("utf-8"), keep_previous)
 
 
-__all__ = ["atomic_write_bytes", "atomic_write_text", "partial_path", "partial_target", "previous_path",
-           "remove_stale_partials", "check_writable_dir", "PARTIAL_SUFFIX"]
+def atomic_second_name(path: str | os.PathLike, target: str | os.PathLike) -> None:
+    """Give the complete file ``path`` the second name ``target`` atomically, replacing what
+    ``target`` held (a hard link, or a copy on a file system without them); ``path`` stays as it is.
+    ``train --keep-last`` keeps its step checkpoints this way, without writing them twice."""
+    _link_as(path, os.fspath(target))
+
+
+__all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_second_name", "partial_path", "partial_target",
+           "previous_path", "remove_stale_partials", "check_writable_dir", "PARTIAL_SUFFIX"]

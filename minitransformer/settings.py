@@ -50,6 +50,7 @@ class TrainSettings:
     valid_every: int = 250
     log_every: int = 10
     checkpoint_every: int | None = None    # None: only at validations and at the end
+    keep_last: int | None = None           # also keep the last K of those as checkpoint.stepNNNNNN.npz (§6.1)
     valid_decode: int = 200                # sentences decoded greedily at each validation
     # Stop once the validation exact match has been 100% at this many validations in a row
     # ("solved"); 0: always train all ``steps``. One perfect validation can be luck (a
@@ -67,7 +68,7 @@ class TrainSettings:
 
         for name in ("steps", "accumulate", "warmup_steps", "valid_every", "log_every", "max_consecutive_skips"):
             check(name, lambda v: _is_int(v) and v >= 1, "an integer ≥ 1")
-        for name in ("batch_size", "max_tokens", "checkpoint_every"):
+        for name in ("batch_size", "max_tokens", "checkpoint_every", "keep_last"):
             check(name, lambda v: v is None or (_is_int(v) and v >= 1), "an integer ≥ 1 or None")
         check("seed", lambda v: _is_int(v) and v >= 0, "an integer ≥ 0")
         check("valid_decode", lambda v: _is_int(v) and v >= 0, "an integer ≥ 0")

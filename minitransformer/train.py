@@ -58,7 +58,7 @@ from dataclasses import asdict, replace
 
 import numpy
 
-from . import runlock
+from . import runlock, snapshots
 from .checkpoint import save_checkpoint
 from .data.batching import Batch, batch_iterator, batch_plan
 from .data.fingerprint import for_resume
@@ -111,6 +111,7 @@ class Trainer:
         self._gradient_sum = GradientSum(model.parameters())          # sums over the ranks (none for one)
         self.levels = levels or {}
         self.preset: str | None = None         # the model preset's name, saved for a resume to check
+        self.task: str | None = None           # the registered task's name, saved so translate finds its hooks
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
         self.criterion = LabelSmoothedCrossEntropy(vocab.pad_id, model.cfg.eps_ls)
         self.schedule = NoamSchedule(model.cfg.d_model, settings.warmup_steps, settings.lr_factor)
@@ -144,7 +145,8 @@ class Trainer:
         if path is None:
             raise ValueError("Trainer.save: no path given and the trainer has no out_dir")
         extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "solved_streak": self.solved_streak,
-                 "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset}
+                 "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset,
+                 "task": self.task}
         if self.data_fingerprint is not None:
             extra["data"] = self.data_fingerprint
         if self.comm.size > 1:               # only a state every rank holds is saved (by rank 0 alone)
@@ -164,6 +166,12 @@ class Trainer:
         """(path, step) of the newest checkpoint a resume can start from: the last one this run
         saved, else the one it was resumed from; None if there is none."""
         return self.last_saved or self.resumed_from
+
+    def _keep_step(self) -> None:
+        """``keep_last``: the checkpoint just saved at the interval also as checkpoint.stepNNNNNN.npz,
+        the oldest beyond ``keep_last`` removed (snapshots.py; §6.1 averages the last 5)."""
+        if self.settings.keep_last and self.comm.is_root:       # rank 0 alone writes files
+            snapshots.keep(self.checkpoint_path, self.out_dir, self.step, self.settings.keep_last)
 
     def restore(self, ckpt) -> None:
         """Continue from a loaded Checkpoint (its model must be this trainer's model)."""
@@ -333,6 +341,10 @@ class Trainer:
         """Before the first step (holding the folder's lock): leftovers of a killed save are gone."""
         for path in remove_stale_partials(self.out_dir):
             self._warn(f"removed {path}, a temporary file left by an interrupted save")
+        later = snapshots.drop_after(self.out_dir, self.step)
+        if later:
+            self._warn(f"removed {len(later)} kept checkpoint(s) of steps after {self.step} "
+                       f"({os.path.basename(later[0])} ...): this run writes those steps again")
 
     def _append_log(self, log_path: str, record: dict) -> None:
         try:
@@ -408,10 +420,13 @@ class Trainer:
                     periodic = validating or (s.checkpoint_every and self.step % s.checkpoint_every == 0)
                     if self.out_dir and periodic and self.step < s.steps:
                         self.save()
+                        self._keep_step()
                     if solved:
                         break
                 if self.out_dir and (self.last_saved is None or self.last_saved[1] != self.step):
                     self.save()                    # the end, or the step an interruption stopped at
+                if self.out_dir and self.step == s.steps:
+                    self._keep_step()
                 if agree_to_stop(self.comm, stop, self.step):
                     raise TrainingInterrupted(stop.signum, self.step, self.checkpoint_path)
         finally:
@@ -491,6 +506,20 @@ def settings_for(task: str | TaskData | Recipe, **overrides) -> tuple[str, Train
     return preset, replace(recipe.settings, **changes)
 
 
+def check_resumable(ckpt) -> None:
+    """A ValueError if training cannot continue from the loaded checkpoint ``ckpt``: it holds no
+    optimizer state, for an average of checkpoints (average.py) in particular, which says so."""
+    where = getattr(ckpt, "path", None) or "the checkpoint"
+    average = ckpt.extra.get("average")
+    if average is not None:
+        raise ValueError(f"{where} is an average of {len(average['sources'])} checkpoints (steps "
+                         f"{', '.join(map(str, average['steps']))}, written by `average`); an average has no "
+                         "optimizer state, so training cannot resume from it. Translate or evaluate with it, or "
+                         "resume from one of the checkpoints it averages")
+    if ckpt.optimizer_state is None:
+        raise ValueError(f"{where}: the checkpoint has no optimizer state, so training cannot resume from it")
+
+
 def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: str | None = None,
                  resume=None, config: dict | None = None, comm=None) -> Trainer:
     """A Trainer for ``task``: a fresh model of ``preset`` with the TransformerConfig fields in
@@ -502,13 +531,12 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
     """
     if resume is not None:
         where = getattr(resume, "path", None) or "the checkpoint"
+        check_resumable(resume)
         # First the data (its fingerprint says how it differs), then what follows from it (the vocabulary).
         data = for_resume(resume.extra.get("data"), task.fingerprint(), resume.step, where)
         if resume.vocab != task.vocab:
             raise ValueError(f"{where}: the checkpoint was trained with a different vocabulary than task "
                              f"{task.name!r}")
-        if resume.optimizer_state is None:
-            raise ValueError(f"{where}: the checkpoint has no optimizer state, so training cannot resume from it")
         k, streak = settings.stop_when_solved, resume.extra.get("solved_streak", 0)
         if k and streak >= k:
             raise ValueError(f"{where}: the run was solved by step {resume.step} (validation exact match 100% at "
@@ -524,6 +552,7 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
     trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
                       settings, out_dir, levels=task.levels, comm=comm)
     trainer.preset = preset
+    trainer.task = task.entry.name if task.entry is not None else None
     trainer.data_fingerprint = data
     if resume is not None:
         trainer.restore(resume)
@@ -531,4 +560,4 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
 
 
 __all__ = ["NonFiniteLossError", "TrainingInterrupted", "OutputWriteError", "TrainSettings", "Trainer",
-           "encode_pairs", "build_model", "read_metrics", "settings_for", "make_trainer"]
+           "encode_pairs", "build_model", "read_metrics", "settings_for", "check_resumable", "make_trainer"]

@@ -10,6 +10,7 @@ These helpers sit in between, on top of the search of decoding.py:
     attention_maps(model, src_ids, tgt_in_ids) every layer's and head's weights
     save_attention_maps(model, vocab, tokens, out_dir)   translate + draw heatmaps
     score_translations(model, vocab, pairs, ...)  translate a test set, exact match / BLEU / chrF
+                                               (and a task's own scores, a parser's bracket F1)
 
 Training, evaluation and the command line all use these, so a sentence is
 encoded the same way everywhere.
@@ -44,10 +45,12 @@ def source_ids(vocab: Vocab, tokens) -> list[int]:
 
 
 def translate_ids(model: Transformer, vocab: Vocab, sources: list[list[int]], strategy=GREEDY,
-                  batch_size: int = 100) -> list[list[int]]:
+                  batch_size: int = 100, max_len: int | None = None) -> list[list[int]]:
     """Decode source id lists (each from ``source_ids``) in batches of ``batch_size`` with
     ``strategy``: ``decoding.Greedy()`` (the default), ``Beam(size=4, alpha=0.6)`` (§6.1) or
-    ``Sample(...)``. Returns output id lists (no <bos>/<eos>).
+    ``Sample(...)``. Returns output id lists (no <bos>/<eos>). ``max_len``: the most output
+    tokens per sentence, <eos> included (None: its input length + 50, §6.1; a task may set its
+    own, ``loading.Task.max_output_len``).
 
     A Sample draws from one generator, seeded once, through all the batches: the same
     seed and sources give the same outputs, and no two batches reuse the same numbers."""
@@ -56,18 +59,18 @@ def translate_ids(model: Transformer, vocab: Vocab, sources: list[list[int]], st
     out: list[list[int]] = []
     for i in range(0, len(sources), batch_size):
         src, _ = make_source_batch(sources[i: i + batch_size], vocab.pad_id, model.xp)
-        out.extend(decode(model, src, vocab.bos_id, vocab.eos_id, strategy, rng=rng))
+        out.extend(decode(model, src, vocab.bos_id, vocab.eos_id, strategy, max_len=max_len, rng=rng))
     return out
 
 
 def decoding_bytes(model: Transformer, n_sentences: int, longest: int, strategy=GREEDY,
-                   batch_size: int = 100) -> int:
+                   batch_size: int = 100, max_len: int | None = None) -> int:
     """About how many bytes ``translate_ids`` needs, on top of the model, to decode ``n_sentences``
     sources of up to ``longest`` tokens (without <eos>) with ``strategy``, in batches of ``batch_size``.
 
     A batch decodes R = batch × beam rows at once. Each row keeps, in every one of
     the N decoder layers, self-attention keys and values for up to T = longest + 50
-    positions (capped at max_len) and the encoder-decoder keys and values of its
+    positions (or ``max_len``, as translate_ids; capped at cfg.max_len) and the encoder-decoder keys and values of its
     S = longest + 1 source positions (model.KVCache), plus the encoder's output; at
     each position R rows of V scores are ranked in float64. Known before anything
     runs, so that ``train --eval beam64`` is refused before the first step instead
@@ -76,7 +79,7 @@ def decoding_bytes(model: Transformer, n_sentences: int, longest: int, strategy=
     cfg = model.cfg
     itemsize = model.E.data.dtype.itemsize
     rows = min(batch_size, max(1, n_sentences)) * (strategy.size if isinstance(strategy, Beam) else 1)
-    S, T = longest + 1, min(cfg.max_len, longest + EXTRA_OUTPUT_LEN)
+    S, T = longest + 1, min(cfg.max_len, max_len if max_len is not None else longest + EXTRA_OUTPUT_LEN)
     caches = 2 * cfg.N * rows * (T + S) * cfg.d_model * itemsize          # self and cross K, V: (R, h, ·, d_k)
     encoder = 2 * rows * S * cfg.d_model * itemsize                       # the memory, and its copy per row
     scores = 3 * rows * cfg.vocab_size * 8                                # logits -> log-probs -> ranked
@@ -84,27 +87,35 @@ def decoding_bytes(model: Transformer, n_sentences: int, longest: int, strategy=
 
 
 def translate_tokens(model: Transformer, vocab: Vocab, sources: list[list[str]], strategy=GREEDY,
-                     batch_size: int = 100) -> list[list[str]]:
+                     batch_size: int = 100, max_len: int | None = None) -> list[list[str]]:
     """Translate tokenized sentences with ``strategy``; returns token lists (special tokens stripped)."""
-    ids = translate_ids(model, vocab, [source_ids(vocab, s) for s in sources], strategy, batch_size)
+    ids = translate_ids(model, vocab, [source_ids(vocab, s) for s in sources], strategy, batch_size, max_len)
     return [vocab.decode(seq) for seq in ids]
 
 
 def score_translations(model: Transformer, vocab: Vocab, pairs, tgt_level: str = "word",
-                       bleu_tokenize: str = "13a", strategy=GREEDY) -> dict:
+                       bleu_tokenize: str = "13a", strategy=GREEDY, max_len: int | None = None,
+                       scores=None, src_level: str = "word") -> dict:
     """Translate the sources of ``pairs`` (source tokens, target tokens) with ``strategy`` and score them.
 
     Returns {"hyps", "refs": detokenized strings; "exact_match": fraction;
     "bleu", "chrf": corpus scores (0-100); "seconds": decoding time}.
     ``bleu_tokenize``: sacrebleu's tokenizer name ("13a", "char", "none", ...).
+    ``scores``: a task's own scores (``loading.Task.scores``), called with the
+    source, output and reference texts; what it returns is added as "scores".
+    ``max_len``: as in ``translate_ids``.
     """
     refs = [detokenize(t, tgt_level) for _, t in pairs]
     t0 = time.perf_counter()
-    hyps = [detokenize(h, tgt_level) for h in translate_tokens(model, vocab, [s for s, _ in pairs], strategy)]
+    hyps = [detokenize(h, tgt_level)
+            for h in translate_tokens(model, vocab, [s for s, _ in pairs], strategy, max_len=max_len)]
     seconds = time.perf_counter() - t0
-    return {"hyps": hyps, "refs": refs, "exact_match": exact_match(hyps, refs),
-            "bleu": corpus_bleu(hyps, refs, tokenize=bleu_tokenize).score, "chrf": corpus_chrf(hyps, refs),
-            "seconds": seconds}
+    result = {"hyps": hyps, "refs": refs, "exact_match": exact_match(hyps, refs),
+              "bleu": corpus_bleu(hyps, refs, tokenize=bleu_tokenize).score, "chrf": corpus_chrf(hyps, refs),
+              "seconds": seconds}
+    if scores is not None:
+        result["scores"] = scores([detokenize(s, src_level) for s, _ in pairs], hyps, refs)
+    return result
 
 
 def attention_maps(model: Transformer, src_ids, tgt_in_ids) -> dict[str, numpy.ndarray]:

@@ -300,8 +300,16 @@ PLANTED = {
                  "    nll = -np.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]\n"
                  "    return float(np.exp(nll.mean()))", r"hint: the pad positions are counted"),
     12: ("12.1", "my_answer_1 = 'pe-wrong-frequencies'", r"hint: Right component: the positional encoding"),
+    13: ("13.1", "from collections import Counter\n\ndef my_merge_step(vocab):\n    counts = Counter()\n"
+                 "    for symbols in vocab:\n        for pair in zip(symbols, symbols[1:]):\n"
+                 "            counts[pair] += 1\n    best = max(counts, key=lambda p: (counts[p], p))\n"
+                 "    return best, vocab", r"hint: a pair's frequency is the sum of its words' counts"),
     14: ("14.2", "def my_combine(grads, n_tokens):\n    return sum(grads) / len(grads)",
          r"hint: the plain average of the ranks' gradients"),
+    15: ("15.1", "def my_linearize(tree):\n    if tree.is_preterminal():\n        return ['XX']\n"
+                 "    label = tree.label.split('-')[0]\n"
+                 "    return ['(' + label] + [t for c in tree.children for t in my_linearize(c)] + [')']",
+         r"hint: a closing bracket carries its label again"),
 }
 
 

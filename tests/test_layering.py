@@ -4,7 +4,7 @@ layer or below, and no two modules import each other (directly or in a circle).
     foundation  errors, backend, files, runlock, streams, machine, threads
     layers      layers/* (layers/fast.py: the speed variants), gradcheck
     model       model, settings, data/*, metrics
-    search      decoding, optim, checkpoint, average, plot, progress, stops, distributed
+    search      decoding, optim, checkpoint, average, snapshots, plot, progress, stops, distributed
     translate   translate
     train       train
     lessons     exercises/*
@@ -26,7 +26,7 @@ LAYERS = [
     ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "threads", "__init__"]),
     ("layers", ["layers.fast", "layers.*", "gradcheck"]),
     ("model", ["model", "settings", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "average", "plot", "progress", "stops", "distributed"]),
+    ("search", ["decoding", "optim", "checkpoint", "average", "snapshots", "plot", "progress", "stops", "distributed"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("lessons", ["exercises.*"]),

@@ -350,10 +350,13 @@ def test_the_loss_of_an_empty_batch_says_so_not_every_target_is_padding(B, T):
 # When each `train` option is used. A new option must be added here; one used only at the end needs a
 # case below that refuses a bad value before the first step.
 TRAIN_OPTIONS = {
-    "setup": {"--task", "--data", "--level", "--header", "--max-length", "--preset", "--set", "--seed", "--out",
+    "setup": {"--task", "--data", "--level", "--bpe-merges", "--header", "--max-length", "--preset", "--set", "--seed",
+              "--out",
               "--overwrite", "--resume", "--backend", "--debug", "--help"},
     "training": {"--steps", "--batch-size", "--max-tokens", "--accumulate", "--lr-factor", "--warmup", "--clip-norm",
-                 "--valid-every", "--checkpoint-every", "--check-sync-every", "--no-progress", "--progress-every"},
+                 "--valid-every", "--checkpoint-every", "--keep-last", "--stop-when-solved", "--check-sync-every",
+                 "--no-progress",
+                 "--progress-every"},
     "end": {"--eval"},
 }
 

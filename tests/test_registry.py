@@ -5,7 +5,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from minitransformer.data import registry, tasks, translation
+from minitransformer.data import parsing, registry, tasks, translation
 from minitransformer.data.loading import Task, TaskData
 from minitransformer.data.registry import TASKS, get_task, load_task, recipe_for, task_names
 from minitransformer.model import PRESETS
@@ -15,7 +15,7 @@ README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
 
 
 def test_every_task_module_is_in_the_registry_in_order():
-    assert task_names() == [t.name for t in tasks.TASKS] + list(translation.TASKS)
+    assert task_names() == [t.name for t in tasks.TASKS] + list(translation.TASKS) + [t.name for t in parsing.TASKS]
     assert task_names()[:2] == ["copy", "reverse"]
 
 

@@ -112,6 +112,34 @@ REPAIRS = {
 }
 
 
+def test_the_words_form_keeps_each_word_in_place_of_its_xx(sample):
+    assert " ".join(linearize(parse_tree(ALICE), words=True)) == "(S (NP Alice )NP (VP saw (NP the dog )NP )VP )S"
+    for tree in sample:
+        words_form, xx_form = linearize(tree, words=True), linearize(tree)
+        assert [w if t == XX else t for w, t in zip(words_form, xx_form)] == words_form
+        assert [t for t in words_form if t[0] not in "()"] == tree.words()
+        back = read_linearized(words_form, tree.words())
+        assert back.repairs == () and back.tree == read_linearized(xx_form, tree.words()).tree
+
+
+# The words form, ill-formed: the same rule, and step 8 for a leaf that is not the sentence's word.
+WORD_REPAIRS = {
+    "(S (NP Alice )NP (VP saw (NP a dog )NP )VP )S": (GOOD, [8]),
+    "(S (NP Alice )NP (VP saw (NP dog )NP )VP )S":
+        ("(S (NP (XX Alice)) (VP (XX saw) (NP (XX the))) (XX dog))", [7, 8]),
+    "(S (NP Alice )NP (VP saw (NP the XX )NP )VP )S": (GOOD, []),        # XX and words mix: XX matches any word
+    "(S (NP Alice )NP (VP saw (NP the dog <unk> )NP": (GOOD, [1, 4]),
+}
+
+
+@pytest.mark.parametrize("output", sorted(WORD_REPAIRS))
+def test_each_repair_step_of_the_words_form(output):
+    expected, steps = WORD_REPAIRS[output]
+    back = read_linearized(output.split(), WORDS)
+    assert str(back.tree) == expected
+    assert [int(r.split(":")[0].split()[1]) for r in back.repairs] == steps, back.repairs
+
+
 @pytest.mark.parametrize("output", sorted(REPAIRS))
 def test_each_repair_step(output):
     expected, steps = REPAIRS[output]
@@ -125,10 +153,11 @@ def test_any_output_reads_back_to_a_tree_over_the_sentence(sample):
     """Random edits of gold outputs: the result always has the sentence's words and no empty
     constituent, and it was called well-formed exactly when writing it out again gives the output."""
     rng = numpy.random.default_rng(3)
-    vocabulary = target_tokens(pcfg.GRAMMAR.phrase_labels) + ["<unk>"]
+    vocabulary = target_tokens(pcfg.GRAMMAR.phrase_labels) + ["<unk>", "dog", "saw"]
     ill = 0
-    for tree in sample:
-        tokens = linearize(tree)
+    for n, tree in enumerate(sample):
+        words_form = n % 2 == 1                       # half the outputs in each form
+        tokens = linearize(tree, words=words_form)
         for _ in range(int(rng.integers(0, 4))):
             k = int(rng.integers(len(tokens) + 1))
             edit = rng.integers(3)
@@ -140,7 +169,11 @@ def test_any_output_reads_back_to_a_tree_over_the_sentence(sample):
                 tokens[min(k, len(tokens) - 1)] = vocabulary[int(rng.integers(len(vocabulary)))]
         back = read_linearized(tokens, tree.words())
         assert back.tree.words() == tree.words()
-        assert (linearize(back.tree) == tokens) == (not back.ill_formed)
+        # Well-formed exactly when the output is the tree written out, each leaf XX or its word.
+        written = linearize(back.tree, words=True)
+        same = len(written) == len(tokens) and all(t == w or (t == XX and w[0] not in "()")
+                                                   for t, w in zip(tokens, written))
+        assert same == (not back.ill_formed)
         stack = [back.tree]
         while stack:
             node = stack.pop()

@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from minitransformer.data.bpe import BPE
 from minitransformer.data.vocab import (
     BOS,
     EOS,
@@ -45,8 +46,20 @@ def test_word_round_trip(words):
 
 @pytest.mark.parametrize("fn", [lambda lv: tokenize("abc", lv), lambda lv: detokenize(["a"], lv)])
 def test_bad_level_names_the_valid_ones(fn):
-    with pytest.raises(ValueError, match=r"one of \('char', 'word'\), got 'bpe'"):
-        fn("bpe")
+    with pytest.raises(ValueError, match=r"one of \('char', 'word', 'bpe'\), got 'sentencepiece'"):
+        fn("sentencepiece")
+
+
+def test_bpe_level_needs_its_merges_and_only_it_takes_them():
+    with pytest.raises(ValueError, match="level 'bpe' needs the learned merges"):
+        tokenize("abc", "bpe")
+    with pytest.raises(ValueError, match="applies to level 'bpe' only, not 'word'"):
+        tokenize("abc", "word", BPE([]))
+    bpe = BPE.learn(["viertausend dreitausend"] * 2, 10)
+    tokens = tokenize("viertausend drei", "bpe", bpe)
+    # "viertausend" was learned whole; "drei" never occurred, so no merge joins its letters
+    assert tokens == ["viertausend", "d@@", "r@@", "e@@", "i"]
+    assert detokenize(tokens, "bpe") == "viertausend drei"       # no merges needed to detokenize
 
 
 def test_char_text_with_the_space_marker_is_refused():

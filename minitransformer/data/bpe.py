@@ -66,11 +66,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from ..files import atomic_write_text
+from .tsv import read_tsv_rows
 
 __all__ = [
     "END", "SEPARATOR", "CODES_HEADER", "Merge", "BPEError", "BPETextError", "CodesFileError",
-    "check_word", "word_counts", "word_symbols", "initial_symbols",
+    "check_word", "line_words", "word_counts", "word_symbols", "initial_symbols",
     "learn_bpe", "learn_bpe_by_recounting", "BPE", "detokenize", "unapply", "write_codes", "read_codes",
+    "read_corpus",
 ]
 
 END = "</w>"                   # end-of-word marker, joined to a word's last symbol
@@ -143,6 +145,12 @@ def _check_line(line: str, where: str) -> str:
     return body
 
 
+def line_words(line: str, where: str = "") -> list[str]:
+    """The words of one line as learning reads them: split on spaces, empty words skipped,
+    each checked (BPETextError, which ``where`` starts, for a word that breaks a rule)."""
+    return [w for w in _check_line(line, where).split(" ") if w]
+
+
 def word_counts(lines: Iterable[str], source: str = "<text>") -> Counter[str]:
     """How often each word occurs in ``lines``: {word: count}, in order of first appearance.
 
@@ -152,7 +160,7 @@ def word_counts(lines: Iterable[str], source: str = "<text>") -> Counter[str]:
         raise TypeError("word_counts expects an iterable of lines, got one str (use text.splitlines())")
     counts: Counter[str] = Counter()
     for lineno, line in enumerate(lines, start=1):
-        counts.update(w for w in _check_line(line, f"{source}:{lineno}: ").split(" ") if w)
+        counts.update(line_words(line, f"{source}:{lineno}: "))
     return counts
 
 
@@ -479,6 +487,33 @@ class BPE:
     def __repr__(self) -> str:
         return f"BPE({len(self.merges)} merges)"
 
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, BPE):
+            return NotImplemented
+        return self.merges == other.merges and self.symbols == other.symbols
+
+    __hash__ = None  # value equality on mutable-looking lists: not hashable
+
+    # -- saving (in a checkpoint's metadata, next to the vocabulary) --------------
+    def to_dict(self) -> dict:
+        """{"merges": [[first, second], ...], "symbols": [...]}: JSON-able; ``from_dict`` reads it back."""
+        if self.symbols is None:
+            raise BPEError("this BPE does not know its initial symbols, so its vocabulary could not be rebuilt "
+                           "from what is saved; build it with BPE.learn")
+        return {"merges": [list(pair) for pair in self.merges], "symbols": list(self.symbols)}
+
+    @classmethod
+    def from_dict(cls, d) -> BPE:
+        """The BPE saved by ``to_dict``, every merge and symbol checked (BPEError saying which is wrong)."""
+        if not isinstance(d, dict) or not isinstance(d.get("merges"), list) or not isinstance(d.get("symbols"), list):
+            raise BPEError("expected an object with a 'merges' list and a 'symbols' list (from BPE.to_dict)")
+        merges = [tuple(pair) if isinstance(pair, list) else pair for pair in d["merges"]]
+        for k, symbol in enumerate(d["symbols"]):
+            if not (isinstance(symbol, str) and len(symbol.removesuffix(END)) == 1 and not symbol[0].isspace()):
+                raise BPEError(f"symbol {k}: an initial symbol is one character, or one character and {END!r}, "
+                               f"got {symbol!r:.40}")
+        return cls(merges, d["symbols"])
+
     def segment(self, word: str, where: str = "") -> tuple[str, ...]:
         """The pieces of one word, without markers: ``("lo", "west")`` for "lowest" in the example above.
 
@@ -592,6 +627,43 @@ def write_codes(path: str | os.PathLike, merges: Iterable[Merge]) -> None:
     """
     merges = [_check_merge(pair, f"merge {k}: ") for k, pair in enumerate(merges)]
     atomic_write_text(path, "".join([CODES_HEADER + "\n", *(f"{a} {b}\n" for a, b in merges)]))
+
+
+def read_corpus(paths: Iterable[str | os.PathLike]) -> Counter[str]:
+    """Word counts of text files, for learning: a ``.tsv`` file's two columns both count (the
+    joint vocabulary of §5.1), any other file is plain text, one sentence a line.
+
+    Lines are split on "\n" only; a UTF-8 byte-order mark is skipped. Each problem names
+    its file and line: bytes that are not UTF-8, a TSV line without exactly two columns
+    (``data.tsv``), a word breaking a rule of ``check_word`` (BPETextError).
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    counts: Counter[str] = Counter()
+    for path in paths:
+        name = os.fspath(path)
+        if name.endswith(".tsv"):
+            for lineno, src, tgt in read_tsv_rows(name):
+                counts.update(line_words(src, f"{name}:{lineno}: source: "))
+                counts.update(line_words(tgt, f"{name}:{lineno}: target: "))
+            continue
+        try:
+            with open(name, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            raise FileNotFoundError(f"text file not found: {name}") from None
+        except IsADirectoryError:
+            raise IsADirectoryError(f"{name} is a directory, not a text file") from None
+        except PermissionError:
+            raise PermissionError(f"{name}: no permission to read the file") from None
+        for lineno, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise BPETextError(f"{name}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start + 1} of the "
+                                   "line)") from None
+            counts.update(line_words(line, f"{name}:{lineno}: "))
+    return counts
 
 
 def read_codes(path: str | os.PathLike) -> list[Merge]:

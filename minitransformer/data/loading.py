@@ -12,6 +12,11 @@
 A task's pairs are plain text, ``(source sentence, target sentence)``; the
 task's levels say how each side becomes tokens (``vocab.tokenize``), so every
 task, built in or a user's file, reaches the model the same way.
+
+Byte-pair encoding (level "bpe", §5.1) is one more level, with one rule of its
+own: the merges are learned on the training split only, on both of its sides
+(one joint vocabulary, so the three-way tying of §3.4 is the paper's), and the
+valid and test splits are then encoded with them, as new text would be.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ import numpy
 
 from ..settings import Recipe
 from . import fingerprint as _fingerprint
+from .bpe import BPE
+from .bpe import detokenize as detokenize_bpe
 from .tsv import DataError, looks_like_header, read_tsv_rows
-from .vocab import LEVELS, Vocab, tokenize
+from .vocab import LEVELS, PLAIN_LEVELS, Vocab, bpe_vocab, tokenize
 
 TextPair = tuple[str, str]                     # (source sentence, target sentence)
 TokenPair = tuple[list[str], list[str]]        # the same, tokenized
@@ -48,12 +55,50 @@ class TaskData:
     notes: list = field(default_factory=list)    # what loading did that the user should know
     src_lowercase: bool = False                  # no training source holds a capital: lower-case new input
     recipe: Recipe | None = None                 # how it trains by default (the registry's, or DATA_RECIPE)
+    bpe: BPE | None = None                       # level "bpe": the merges, learned on the training split
+    entry: Task | None = None                    # the registry entry it came from (None: a --data file)
 
     @property
     def levels(self) -> dict:
-        """How the task tokenizes, saved in checkpoints so translate and evaluate do the same."""
-        return {"src": self.src_level, "tgt": self.tgt_level, "bleu_tokenize": self.bleu_tokenize,
-                "src_lowercase": self.src_lowercase}
+        """How the task tokenizes, saved in checkpoints so translate and evaluate do the same
+        (for "bpe", with the merges and initial symbols: ``levels["bpe"]``, see ``bpe_of``)."""
+        levels = {"src": self.src_level, "tgt": self.tgt_level, "bleu_tokenize": self.bleu_tokenize,
+                  "src_lowercase": self.src_lowercase}
+        if self.bpe is not None:
+            levels["bpe"] = self.bpe.to_dict()
+        return levels
+
+    def fingerprint(self) -> dict:
+        """Digests of the corpus and of its split (``data.fingerprint``), saved in checkpoints so a
+        resume or an evaluation can tell whether it sees the data the model was trained on."""
+        return _fingerprint.fingerprint(self.name, self.train, self.valid, self.test)
+
+
+def bpe_of(levels: dict) -> BPE | None:
+    """The merges saved in a checkpoint's ``extra["levels"]`` (``TaskData.levels``), or None when
+    it does not byte-pair encode. A malformed entry is a ``bpe.BPEError`` (a ValueError)."""
+    return BPE.from_dict(levels["bpe"]) if isinstance(levels, dict) and "bpe" in levels else None
+
+
+def learn_joint_bpe(train: list[TextPair], num_merges: int) -> BPE:
+    """Merges learned on both sides of the training pairs (text), and on nothing else: the joint
+    source-target vocabulary of §5.1. ``vocab.bpe_vocab`` makes the Vocab from it."""
+    return BPE.learn([src for src, _ in train] + [tgt for _, tgt in train], num_merges)
+
+
+def _check_bpe_request(level: str | None, bpe_merges: int | None, bpe: BPE | None, where: str) -> None:
+    if level is not None and level not in LEVELS:
+        raise ValueError(f"{where}: level must be one of {LEVELS}, got {level!r}")
+    if bpe_merges is not None and (isinstance(bpe_merges, bool) or not isinstance(bpe_merges, int)
+                                   or bpe_merges < 1):
+        raise ValueError(f"{where}: bpe_merges must be an integer ≥ 1, got {bpe_merges!r}")
+    if level != "bpe" and (bpe_merges is not None or bpe is not None):
+        raise ValueError(f"{where}: BPE merges apply to level 'bpe' only, not {level!r}")
+    if level == "bpe" and bpe_merges is None and bpe is None:
+        raise ValueError(f"{where}: level 'bpe' needs the number of merges to learn (bpe_merges)")
+    if bpe_merges is not None and bpe is not None:
+        raise ValueError(f"{where}: give a number of merges to learn (bpe_merges) or learned merges (bpe), "
+                         "not both")
 
     def fingerprint(self) -> dict:
         """Digests of the corpus and of its split (``data.fingerprint``), saved in checkpoints so a
@@ -71,7 +116,23 @@ class Task:
     disjoint. src_level / tgt_level: "char" or "word" tokenization of each side.
     bleu_tokenize: sacrebleu's tokenizer for scoring the target side. vocab:
     the training token pairs -> the Vocab (None: built from both sides of the
-    training split). source, license: where the data comes from.
+    training split). bpe_merges: the number of merges ``level="bpe"`` learns when
+    none is given (``train --task NAME --level bpe``), where one was measured to
+    work (docs/translation_results.md); None: the caller must give one. source,
+    license: where the data comes from.
+
+    Optional hooks, for a task whose output means more than a sentence (a
+    parse tree, say); None keeps the plain text behaviour:
+
+    render: (source text, output text) -> the line ``translate`` prints for it.
+    scores: (sources, outputs, references), lists of texts -> {name: value},
+        the task's own scores, which ``evaluate`` (and the report at the end of
+        ``train``) print instead of BLEU and chrF.
+    max_output_len: the most tokens decoding may produce (<eos> included) for
+        every sentence; None: the input length + 50 (§6.1).
+
+    A checkpoint saves its task's name, so ``translate`` and ``evaluate`` find
+    the hooks again through the registry.
     """
 
     name: str
@@ -84,6 +145,10 @@ class Task:
     vocab: Callable[[list], Vocab] | None = None
     source: str = "generated by the package"
     license: str = ""
+    bpe_merges: int | None = None
+    render: Callable[[str, str], str] | None = None
+    scores: Callable[[list, list, list], dict] | None = None
+    max_output_len: int | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip() or " " in self.name:
@@ -96,21 +161,49 @@ class Task:
         if not callable(self.splits):
             raise TypeError(f"Task {self.name!r}: splits must be a function seed -> {{train, valid, test}}")
         for side in ("src_level", "tgt_level"):
-            if getattr(self, side) not in LEVELS:
-                raise ValueError(f"Task {self.name!r}: {side} must be one of {LEVELS}, got {getattr(self, side)!r}")
+            if getattr(self, side) not in PLAIN_LEVELS:
+                raise ValueError(f"Task {self.name!r}: {side} must be one of {PLAIN_LEVELS} (a BPE task gives "
+                                 f"bpe_merges), got {getattr(self, side)!r}")
+        if self.bpe_merges is not None:
+            _check_bpe_request("bpe", self.bpe_merges, None, f"Task {self.name!r}")
+        for hook in ("render", "scores"):
+            if getattr(self, hook) is not None and not callable(getattr(self, hook)):
+                raise TypeError(f"Task {self.name!r}: {hook} must be a function or None")
+        n = self.max_output_len
+        if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
+            raise ValueError(f"Task {self.name!r}: max_output_len must be an integer >= 1 or None, got {n!r}")
 
-    def load(self, seed: int = 0) -> TaskData:
-        """The task's splits for ``seed``, tokenized, with their vocabulary."""
+    def load(self, seed: int = 0, level: str | None = None, bpe_merges: int | None = None,
+             bpe: BPE | None = None) -> TaskData:
+        """The task's splits for ``seed``, tokenized, with their vocabulary.
+
+        level: None, the task's own tokenization; "char" or "word", both sides at that
+        level; "bpe", both sides byte-pair encoded, with ``bpe_merges`` merges learned on
+        this seed's training split (both sides, never valid or test; default: the task's
+        own ``bpe_merges``), or with the given learned merges ``bpe`` (a checkpoint's:
+        ``bpe_of(ckpt.extra["levels"])``).
+        """
+        if level == "bpe" and bpe is None and bpe_merges is None:
+            bpe_merges = self.bpe_merges
+        _check_bpe_request(level, bpe_merges, bpe, f"task {self.name!r}")
         splits = self.splits(seed)
         if not isinstance(splits, dict) or set(splits) != set(SPLITS):
             raise ValueError(f"task {self.name!r}: splits() must return a dict with keys {SPLITS}")
-        tokens = {name: [(tokenize(s, self.src_level), tokenize(t, self.tgt_level)) for s, t in pairs]
+        src_level, tgt_level = (self.src_level, self.tgt_level) if level is None else (level, level)
+        if level == "bpe" and bpe is None:
+            bpe = learn_joint_bpe(splits["train"], bpe_merges)          # the training split only
+        tokens = {name: [(tokenize(s, src_level, bpe), tokenize(t, tgt_level, bpe)) for s, t in pairs]
                   for name, pairs in splits.items()}
         train = tokens["train"]
-        vocab = self.vocab(train) if self.vocab is not None else Vocab.build([s for s, _ in train] +
-                                                                             [t for _, t in train])
-        return TaskData(self.name, vocab, train, tokens["valid"], tokens["test"], self.src_level,
-                        self.tgt_level, self.bleu_tokenize, src_lowercase=_all_lowercase(train), recipe=self.recipe)
+        if bpe is not None:
+            vocab = bpe_vocab(bpe)
+        elif self.vocab is not None and level is None:
+            vocab = self.vocab(train)
+        else:
+            vocab = Vocab.build([s for s, _ in train] + [t for _, t in train])
+        return TaskData(self.name, vocab, train, tokens["valid"], tokens["test"], src_level, tgt_level,
+                        self.bleu_tokenize, src_lowercase=_all_lowercase(train), recipe=self.recipe, bpe=bpe,
+                        entry=self)
 
 
 def _all_lowercase(pairs: list[TokenPair]) -> bool:
@@ -128,8 +221,8 @@ MAX_DATA_LENGTH = 256
 
 
 def read_pairs(path: str, src_level: str, tgt_level: str, header: bool = False,
-               max_length: int | None = MAX_DATA_LENGTH,
-               max_source_length: int | None = None) -> tuple[list[TokenPair], list[str]]:
+               max_length: int | None = MAX_DATA_LENGTH, max_source_length: int | None = None,
+               bpe: BPE | None = None) -> tuple[list[TokenPair], list[str]]:
     """Tokenized (source, target) pairs of a TSV file, checked line by line; and notes for the user.
 
     A line that cannot be tokenized (a reserved character or word), or with a
@@ -137,7 +230,8 @@ def read_pairs(path: str, src_level: str, tgt_level: str, header: bool = False,
     the line. ``max_source_length``: the most source tokens a trained model
     takes (its max_len less the <eos>; ``evaluate`` gives it), a longer source
     is a DataError naming the line too. A first line that looks like column
-    names is reported in the notes (``header=True`` skips it).
+    names is reported in the notes (``header=True`` skips it). ``bpe``: the
+    learned merges, for a side of level "bpe".
     """
     rows = read_tsv_rows(path, header=header)
     notes = []
@@ -149,7 +243,7 @@ def read_pairs(path: str, src_level: str, tgt_level: str, header: bool = False,
         sides = []
         for side, text, level in (("source", src, src_level), ("target", tgt, tgt_level)):
             try:
-                tokens = tokenize(text, level)
+                tokens = tokenize(text, level, bpe if level == "bpe" else None)
             except ValueError as exc:
                 raise DataError(f"{path}:{lineno}: {side}: {exc}") from None
             if max_length is not None and len(tokens) > max_length:
@@ -201,22 +295,35 @@ def split_pairs(pairs, seed: int = 0, valid_fraction: float = 0.05, test_fractio
 
 def load_tsv_task(path: str, level: str = "char", seed: int = 0, valid_fraction: float = 0.05,
                   test_fraction: float = 0.05, header: bool = False,
-                  max_length: int | None = MAX_DATA_LENGTH) -> TaskData:
+                  max_length: int | None = MAX_DATA_LENGTH, bpe_merges: int | None = None,
+                  bpe: BPE | None = None) -> TaskData:
     """The splits and vocabulary of a user's TSV file (``train --data``).
 
     The file is checked line by line (``read_pairs``), deduplicated and split
     three ways (``split_pairs``): train, valid (validation during training) and
     test (scored once at the end; never seen during training or validation).
     ``TaskData.notes`` says what was done (duplicates removed, a likely header).
+    Level "bpe": ``bpe_merges`` merges learned on the training split's text (or
+    the learned merges ``bpe``), both sides, one vocabulary.
     """
-    pairs, notes = read_pairs(path, level, level, header=header, max_length=max_length)
+    _check_bpe_request(level, bpe_merges, bpe, path)
+    if level == "bpe" and bpe is None:
+        # Learn on the training split only. Split the text first: every line is checked
+        # by the rules of BPE text (merges-free pieces), so a bad line is named by number.
+        # BPE pieces give back their exact text, so equal texts are equal token lists and
+        # the token-level split below is this same split.
+        checked, _ = read_pairs(path, "bpe", "bpe", header=header, max_length=None, bpe=BPE([]))
+        text = [(detokenize_bpe(s), detokenize_bpe(t)) for s, t in checked]
+        train_text, _, _, _ = split_pairs(text, seed, valid_fraction, test_fraction, where=path)
+        bpe = learn_joint_bpe(train_text, bpe_merges)
+    pairs, notes = read_pairs(path, level, level, header=header, max_length=max_length, bpe=bpe)
     train, valid, test, duplicates = split_pairs(pairs, seed, valid_fraction, test_fraction, where=path)
     if duplicates:
         notes.append(f"{path}: removed {duplicates} duplicate pair(s) before splitting")
-    vocab = Vocab.build([s for s, _ in train] + [t for _, t in train])
+    vocab = bpe_vocab(bpe) if bpe is not None else Vocab.build([s for s, _ in train] + [t for _, t in train])
     return TaskData(os.path.basename(path), vocab, train, valid, test, level, level,
-                    "char" if level == "char" else "13a", notes, src_lowercase=_all_lowercase(train))
+                    "char" if level == "char" else "13a", notes, src_lowercase=_all_lowercase(train), bpe=bpe)
 
 
 __all__ = ["TaskData", "Task", "TextPair", "TokenPair", "SPLITS", "MAX_DATA_LENGTH", "read_pairs", "split_pairs",
-           "load_tsv_task"]
+           "load_tsv_task", "bpe_of", "learn_joint_bpe"]

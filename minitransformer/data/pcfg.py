@@ -26,7 +26,7 @@ expand differently, not because the scorer should tell them apart.
 
 Where the ambiguity is
 ----------------------
-* PP attachment: "Alice saw the dog with a telescope" is VP -> VT NP PP or
+* PP attachment: "Alice saw the dog with the telescope" is VP -> VT NP PP or
   VP -> VT NP with NP -> NP PP. The grammar is unlexicalised, so the words
   never settle it: the more probable rule always wins the Viterbi parse and
   the other reading is always lost (that is the ceiling's gap).

@@ -5,6 +5,7 @@
     get_task(name)     the entry, or a ValueError listing the names
     load_task(...)     a named task's TaskData, or a user's TSV file's
     recipe_for(name)   a named task's recipe; DATA_RECIPE for a --data file
+    saved_task(extra)  the entry a checkpoint was trained on (its extra's "task"), or None
 
 A task is one ``loading.Task`` entry in the module that generates its data; the
 command line (``tasks``, ``train --help``, ``train --task``), the training
@@ -14,11 +15,12 @@ added later joins the list in ``_MODULE_ENTRIES`` (its one line here).
 
 from __future__ import annotations
 
-from . import tasks, translation
+from . import parsing, tasks, translation
+from .bpe import BPE
 from .loading import MAX_DATA_LENGTH, Task, TaskData, load_tsv_task
 
 # Each task module's entries, in the order `tasks` lists them.
-_MODULE_ENTRIES = [tasks.TASKS, translation.REGISTRY_ENTRIES]
+_MODULE_ENTRIES = [tasks.TASKS, translation.REGISTRY_ENTRIES, parsing.TASKS]
 
 
 def _build(entry_lists) -> dict[str, Task]:
@@ -61,23 +63,39 @@ def recipe_for(name: str):
     return get_task(name).recipe
 
 
-def load_task(name: str | None = None, data: str | None = None, level: str = "char", seed: int = 0,
+def saved_task(extra: dict) -> Task | None:
+    """The registry entry a checkpoint was trained on, from its ``extra["task"]`` (``train.Trainer.save``).
+
+    None for a run on a --data file, a checkpoint written before the name was
+    saved, or a task this version of the package does not have: the caller
+    then treats outputs as plain text.
+    """
+    name = extra.get("task") if isinstance(extra, dict) else None
+    return TASKS.get(name) if isinstance(name, str) else None
+
+
+def load_task(name: str | None = None, data: str | None = None, level: str | None = None, seed: int = 0,
               valid_fraction: float = 0.05, test_fraction: float = 0.05, header: bool = False,
-              max_length: int | None = MAX_DATA_LENGTH) -> TaskData:
+              max_length: int | None = MAX_DATA_LENGTH, bpe_merges: int | None = None,
+              bpe: BPE | None = None) -> TaskData:
     """The splits and vocabulary of a named task (``name``), or of a user's TSV file (``data``).
 
-    Give exactly one. ``level``, ``header``, ``max_length`` and the fractions apply to
-    ``data`` only (a named task fixes its own tokenization and splits); see
-    ``loading.load_tsv_task``. ``seed`` chooses the split (and, for a generated task,
-    the sequences).
+    Give exactly one. ``level``: "char", "word" or "bpe" (both sides); default "char"
+    for ``data``, the task's own tokenization for ``name``. Level "bpe" takes
+    ``bpe_merges`` (merges to learn on the training split) or ``bpe`` (learned merges,
+    a checkpoint's); a BPE task has its own count. ``header``, ``max_length`` and the
+    fractions apply to ``data`` only (a named task fixes its own splits); see
+    ``loading.load_tsv_task`` and ``loading.Task.load``. ``seed`` chooses the split
+    (and, for a generated task, the sequences).
     """
     if (name is None) == (data is None):
         raise ValueError("load_task: give exactly one of a task name or a data file")
     if data is not None:
-        task = load_tsv_task(data, level, seed, valid_fraction, test_fraction, header, max_length)
+        task = load_tsv_task(data, level or "char", seed, valid_fraction, test_fraction, header, max_length,
+                             bpe_merges, bpe)
         task.recipe = DATA_RECIPE
         return task
-    return get_task(name).load(seed)
+    return get_task(name).load(seed, level, bpe_merges, bpe)
 
 
-__all__ = ["TASKS", "DATA_RECIPE", "task_names", "get_task", "recipe_for", "load_task"]
+__all__ = ["TASKS", "DATA_RECIPE", "task_names", "get_task", "recipe_for", "saved_task", "load_task"]

@@ -63,6 +63,7 @@ class TranslationTask:
     tgt_level: str       # "word" or "char"  (see minitransformer.data.vocab.tokenize)
     bleu_tokenize: str   # metrics.corpus_bleu tokenize mode for this target side
     recipe: Recipe       # how the task trains by default (measured: docs/translation_results.md)
+    bpe_merges: int | None = None   # merges for --level bpe, where measured (docs/translation_results.md)
 
 
 def translation_recipe(steps: int, batch_size: int, valid_every: int = 500) -> Recipe:
@@ -103,7 +104,7 @@ TASKS: dict[str, TranslationTask] = {t.name: t for t in [
         "('twenty-one' -> 'einundzwanzig'). English word level, German character "
         "level: German writes each number as one long compound word.",
         _src("num2words"), _NUM2WORDS_LICENSE, "word", "char", "char",
-        translation_recipe(steps=3000, batch_size=64)),
+        translation_recipe(steps=3000, batch_size=64), bpe_merges=200),
     TranslationTask(
         "dates-en-de",
         "Full English dates to German, every day of 1950..2049 "
@@ -347,7 +348,7 @@ def load_splits(name: str, seed: int = 0, valid_fraction: float | None = None,
 def _registry_entry(t: TranslationTask) -> Task:
     """The task registry's view of a translation task: its splits for a seed, as text pairs."""
     return Task(t.name, t.description, t.recipe, functools.partial(load_splits, t.name), t.src_level,
-                t.tgt_level, t.bleu_tokenize, source=t.source, license=t.license)
+                t.tgt_level, t.bleu_tokenize, source=t.source, license=t.license, bpe_merges=t.bpe_merges)
 
 
 REGISTRY_ENTRIES = [_registry_entry(t) for t in TASKS.values()]

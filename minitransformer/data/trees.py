@@ -18,38 +18,55 @@ a tree into such a sentence and back:
       (S (NP (NNP Alice)) (VP (VT saw) (NP (DT a) (NN dog))))
       ->  (S (NP XX )NP (VP XX (NP XX XX )NP )VP )S
 
+  ``linearize(tree, words=True)`` writes each word in place of its ``XX``:
+  ``(S (NP Alice )NP (VP saw (NP a dog )NP )VP )S``, what the parse tasks
+  train on (below).
 * ``read_linearized(tokens, words)``: a decoded token sequence back into a
   tree over the sentence's words, repairing an ill-formed one by a fixed rule
   (below) and saying what it repaired, so the ill-formed outputs can be
-  counted.
+  counted. It reads either form.
 
 What the target keeps, and why
 ------------------------------
-Vinyals et al. replaced every part-of-speech tag by ``XX`` and the words are
-not in the output at all. We do the same, for the same reasons: bracket F1
-(evalb, ``metrics.bracket_f1``) scores constituents and ignores preterminals,
-so the tags would be output the model has to learn and nobody scores; the
-words need no copying, since the input gives them, in order. One ``XX`` per
-word is kept because it places the brackets between words: the i-th ``XX`` is
-the i-th input word, which is how a tree is read back. We keep the phrase
-labels on *both* brackets, ``(NP`` and ``)NP``, as Vinyals et al. did: the
-closing label is redundant in a well-formed output, but it makes each closing
-token say which bracket it closes (the lesson looks at what the heads attend
-to there), and a closing label that disagrees with the open bracket is one more
-sign of an ill-formed output. Function tags (the ``-REL`` of ``SBAR-REL``) are
-dropped from the target, as evalb drops them before scoring (``evalb_label``).
-The target vocabulary is therefore one ``(X`` and one ``)X`` per phrase label,
-and ``XX``.
+Vinyals et al. replaced every part-of-speech tag by ``XX`` and left the words
+out of the output: bracket F1 (evalb, ``metrics.bracket_f1``) scores
+constituents and ignores preterminals, so the tags would be output the model
+has to learn and nobody scores, and the input gives the words, in order. One
+leaf token per word is kept because it places the brackets between words: the
+i-th leaf is the i-th input word, which is how a tree is read back.
+
+The parse tasks (``data/parsing.py``) keep the *words* as the leaves instead
+of ``XX``, for a reason we measured: to place a bracket the decoder must know
+which word comes next, and with ``XX`` it has to count the leaves it has
+written, which our small models barely learn; with the words it can find its
+place in the input by content, the way it copies in the copy task. The same
+model and recipe trained on both forms are compared in
+``lessons/experiments/parse_table4.json`` (its ``xx_targets`` row; lesson 15
+prints it, docs/datasets.md has the search that found it). The scores do not
+change: a leaf is read back as the input's word at its position whatever it
+says (step 8 below), so both forms give the same trees, brackets and F1.
+
+We keep the phrase labels on *both* brackets, ``(NP`` and ``)NP``, as Vinyals
+et al. did: the closing label is redundant in a well-formed output, but it
+makes each closing token say which bracket it closes (the lesson looks at what
+the heads attend to there), and a closing label that disagrees with the open
+bracket is one more sign of an ill-formed output. Function tags (the ``-REL``
+of ``SBAR-REL``) are dropped from the target, as evalb drops them before
+scoring (``evalb_label``). The target vocabulary is therefore one ``(X`` and
+one ``)X`` per phrase label, and ``XX`` or the words.
 
 The repair rule for ill-formed outputs
 --------------------------------------
-Vinyals et al. report that a few outputs were ill-formed and that adding
-brackets at the beginning or the end of the tree was enough to balance them.
-``read_linearized`` applies that idea as one fixed procedure, in this order,
-and names every step it took (``ReadBack.repairs``); an output needing none is
-well-formed:
+A decoder is free to emit any token sequence, so some outputs are not trees,
+and a scorer needs a tree for every sentence. Vinyals et al. (2015) discuss
+such outputs; we could not check the wording of what they did with them, so
+this module does not claim to reproduce their procedure. ``read_linearized``
+applies one fixed rule of its own (close what is open, add a bracket where one
+is missing, never move a word), in this order, and names every step it took
+(``ReadBack.repairs``); an output needing none is well-formed:
 
-1. A token that is neither ``(X``, ``)X`` nor ``XX`` (``<unk>``, say) is dropped.
+1. A token that is neither ``(X``, ``)X`` nor a leaf (``XX`` or a word) is
+   dropped: a special token such as ``<unk>``, or a bracket without a label.
 2. A closing bracket with no bracket open is dropped.
 3. A closing bracket whose label differs from the open one closes it anyway;
    the opening bracket's label is kept.
@@ -58,11 +75,14 @@ well-formed:
 6. If what is left is not one bracketed tree (several trees side by side, or
    ``XX`` outside every bracket), everything is put under one new root
    labelled ``S`` (a bracket added at the beginning and one at the end).
-7. Too few ``XX`` for the sentence: the missing ones are appended as the
-   root's last children. Too many: the surplus ``XX`` are removed from the
+7. Too few leaves for the sentence: the missing ones are appended as the
+   root's last children. Too many: the surplus leaves are removed from the
    right, and constituents left empty are removed as in step 5.
+8. A leaf written as a word other than the sentence's word at its place is
+   read as the sentence's word (leaves are read by position; an ``XX`` leaf
+   never needs this step).
 
-The ``XX`` leaves become preterminals ``(XX word)`` over the sentence's words,
+The leaves become preterminals ``(XX word)`` over the sentence's words,
 so a read-back tree has the same words as the gold tree and evalb can compare
 them (it ignores the tags).
 """
@@ -71,6 +91,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import NamedTuple
+
+from .vocab import SPECIALS
 
 __all__ = [
     "Tree", "parse_tree", "evalb_label", "linearize", "read_linearized", "ReadBack",
@@ -213,20 +235,21 @@ def evalb_label(label: str) -> str:
 # Trees as target sentences (Vinyals et al., 2015, §2)
 # --------------------------------------------------------------------------
 
-def linearize(tree: Tree) -> list[str]:
+def linearize(tree: Tree, words: bool = False) -> list[str]:
     """The tree as target tokens: ``(X`` ... ``)X`` around each phrase, ``XX`` per word.
 
     ``(S (NP (NNP Alice)) (VP (VI slept)))`` -> ``["(S", "(NP", "XX", ")NP", "(VP", "XX", ")VP", ")S"]``.
-    Labels lose their function tags (``evalb_label``).
+    words=True: the word itself in place of each ``XX`` (``["(S", "(NP", "Alice", ")NP", ...]``),
+    the target of the parse tasks. Labels lose their function tags (``evalb_label``).
     """
     if tree.is_preterminal():
-        return [XX]
+        return [tree.children[0] if words else XX]
     if any(isinstance(child, str) for child in tree.children):
         raise ValueError(f"({tree.label} ...) mixes words and brackets; every word needs a tag: {tree}")
     label = evalb_label(tree.label)
     tokens = [f"({label}"]
     for child in tree.children:
-        tokens.extend(linearize(child))
+        tokens.extend(linearize(child, words))
     tokens.append(f"){label}")
     return tokens
 
@@ -243,7 +266,7 @@ class ReadBack(NamedTuple):
     """A decoded output read back into a tree.
 
     tree: over the sentence's words, each tag ``XX``. repairs: one line per
-    repair step the output needed (module docstring, steps 1-7); empty when
+    repair step the output needed (module docstring, steps 1-8); empty when
     the output was well-formed. ``ill_formed`` is ``bool(repairs)``.
     """
 
@@ -258,19 +281,20 @@ class ReadBack(NamedTuple):
 def read_linearized(tokens: Sequence[str], words: Sequence[str]) -> ReadBack:
     """Read target tokens back into a tree over ``words``, repairing them if needed.
 
-    The repair rule is steps 1-7 of the module docstring; each step taken is
-    named in ``ReadBack.repairs``. A well-formed output comes back unchanged:
-    ``read_linearized(linearize(t), t.words()).tree`` is ``t`` with every tag
-    ``XX`` and every function tag cut.
+    The repair rule is steps 1-8 of the module docstring; each step taken is
+    named in ``ReadBack.repairs``. A leaf is ``XX`` or a word (any token that is
+    not a bracket or a special token). A well-formed output comes back unchanged:
+    ``read_linearized(linearize(t), t.words()).tree`` (or ``linearize(t, words=True)``)
+    is ``t`` with every tag ``XX`` and every function tag cut.
     """
     if isinstance(tokens, str) or isinstance(words, str):
         raise TypeError("read_linearized expects lists of tokens and words, got a str (split it first)")
     if len(words) == 0:
         raise ValueError("read_linearized needs the sentence's words: got none")
     repairs: list[str] = []
-    # A node under construction is [label, children]; a child is a node or XX.
+    # A node under construction is [label, children]; a child is a node or a leaf (a str: XX or a word).
     stack: list[list] = []
-    pieces: list = []                   # finished top-level nodes and stray XX
+    pieces: list = []                   # finished top-level nodes and stray leaves
 
     def attach(item) -> None:
         (stack[-1][1] if stack else pieces).append(item)
@@ -282,8 +306,8 @@ def read_linearized(tokens: Sequence[str], words: Sequence[str]) -> ReadBack:
             attach(node)
 
     for i, tok in enumerate(tokens):
-        if tok == XX:
-            attach(XX)
+        if _is_leaf(tok):
+            attach(tok)
         elif len(tok) > 1 and tok[0] == "(":
             stack.append([tok[1:], []])
         elif len(tok) > 1 and tok[0] == ")":
@@ -295,7 +319,7 @@ def read_linearized(tokens: Sequence[str], words: Sequence[str]) -> ReadBack:
                 repairs.append(f"step 3: {tok!r} at position {i} closes ({node[0]}; label {node[0]} kept")
             close(node)
         else:
-            repairs.append(f"step 1: token {tok!r} at position {i} is not a bracket or XX; dropped")
+            repairs.append(f"step 1: token {tok!r} at position {i} is not a bracket or a leaf; dropped")
     if stack:
         repairs.append(f"step 4: {len(stack)} bracket(s) left open; closed at the end")
         while stack:
@@ -310,28 +334,42 @@ def read_linearized(tokens: Sequence[str], words: Sequence[str]) -> ReadBack:
 
     have, n = _leaf_count(root), len(words)
     if have < n:
-        repairs.append(f"step 7: {have} XX for {n} words; {n - have} appended to the root")
+        repairs.append(f"step 7: {have} leaves for {n} words; {n - have} appended to the root")
         root[1].extend([XX] * (n - have))
     elif have > n:
-        repairs.append(f"step 7: {have} XX for {n} words; the last {have - n} removed")
+        repairs.append(f"step 7: {have} leaves for {n} words; the last {have - n} removed")
         root = _keep_leaves(root, n)
+    wrong = [k for k, leaf in enumerate(_leaves(root)) if leaf != XX and leaf != words[k]]
+    if wrong:
+        repairs.append(f"step 8: {len(wrong)} leaves are not the sentence's words at their places (first: "
+                       f"position {wrong[0]}, {_leaves(root)[wrong[0]]!r} for {words[wrong[0]]!r}); read as the "
+                       "sentence's words")
 
     word_iter = iter(words)
     return ReadBack(_to_tree(root, word_iter), tuple(repairs))
 
 
+def _is_leaf(token: str) -> bool:
+    """XX, or a word: a token that is neither a bracket ("(X", ")X") nor a special token (<unk>, ...)."""
+    return token == XX or (token[:1] not in ("(", ")") and token not in SPECIALS and bool(token))
+
+
 def _leaf_count(node) -> int:
-    return 1 if node == XX else sum(_leaf_count(child) for child in node[1])
+    return 1 if isinstance(node, str) else sum(_leaf_count(child) for child in node[1])
+
+
+def _leaves(node) -> list[str]:
+    return [node] if isinstance(node, str) else [leaf for child in node[1] for leaf in _leaves(child)]
 
 
 def _keep_leaves(node: list, budget: int) -> list:
-    """``node`` with only its first ``budget`` XX leaves; constituents left empty removed."""
+    """``node`` with only its first ``budget`` leaves; constituents left empty removed."""
     kept = []
     for child in node[1]:
         if budget == 0:
             break
-        if child == XX:
-            kept.append(XX)
+        if isinstance(child, str):
+            kept.append(child)
             budget -= 1
         else:
             n = min(_leaf_count(child), budget)
@@ -341,7 +379,8 @@ def _keep_leaves(node: list, budget: int) -> list:
 
 
 def _to_tree(node: list, words) -> Tree:
-    children = tuple(Tree(XX, (next(words),)) if child == XX else _to_tree(child, words) for child in node[1])
+    children = tuple(Tree(XX, (next(words),)) if isinstance(child, str) else _to_tree(child, words)
+                     for child in node[1])
     return Tree(node[0], children)
 
 

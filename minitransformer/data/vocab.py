@@ -6,8 +6,9 @@ distribution over the same V ids. This module makes those ids:
 
     text --tokenize--> tokens --Vocab.encode--> ids --model--> ids --Vocab.decode--> tokens --detokenize--> text
 
-The paper used byte-pair encoding (§5.1); this teaching package keeps to two
-tokenizations anyone can read, characters and whitespace-separated words.
+Three tokenization levels, one function each way (``tokenize``, ``detokenize``):
+characters, whitespace-separated words, and the byte-pair pieces of §5.1
+(``data/bpe.py``), which need the merges learned on the training text.
 
 Four special tokens always have the same ids, in every vocabulary:
 
@@ -30,6 +31,7 @@ from collections.abc import Iterable, Sequence
 
 from .. import backend
 from ..errors import TokenIdError
+from . import bpe as _bpe
 
 PAD, BOS, EOS, UNK = "<pad>", "<bos>", "<eos>", "<unk>"
 SPECIALS: tuple[str, ...] = (PAD, BOS, EOS, UNK)
@@ -40,7 +42,10 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 # "lower one eighth block" is the marker SentencePiece uses for the same job.
 SPACE = "\u2581"  # "▁"
 
-LEVELS: tuple[str, ...] = ("char", "word")
+# "char" and "word" need nothing but the text; "bpe" (byte-pair pieces, §5.1) needs the
+# merges learned on a training text, a data.bpe.BPE, passed as ``bpe=``.
+PLAIN_LEVELS: tuple[str, ...] = ("char", "word")
+LEVELS: tuple[str, ...] = (*PLAIN_LEVELS, "bpe")
 
 
 def _check_level(level: str) -> None:
@@ -48,7 +53,7 @@ def _check_level(level: str) -> None:
         raise ValueError(f"tokenization level must be one of {LEVELS}, got {level!r}")
 
 
-def tokenize(text: str, level: str) -> list[str]:
+def tokenize(text: str, level: str, bpe: _bpe.BPE | None = None) -> list[str]:
     """Split ``text`` into tokens.
 
     level="char": one token per character; a space becomes the visible token
@@ -59,10 +64,19 @@ def tokenize(text: str, level: str) -> list[str]:
         not kept, so detokenizing joins the words with single spaces. A word
         spelled like a special token ("<eos>", ...) is refused: it would be
         read as that token (an "<eos>" in a source would end it early).
+    level="bpe": the byte-pair pieces of ``bpe`` (the learned merges, ``data.bpe.BPE``),
+        "@@" ending every piece but a word's last: "viertausend" -> ["vier@@", "tausend"].
+        Words are separated by single spaces; spaces at either end or several in a
+        row are refused (``bpe.BPETextError``), since they would not come back.
     """
     _check_level(level)
     if not isinstance(text, str):
         raise TypeError(f"tokenize expects a str, got {type(text).__name__}")
+    if (bpe is not None) != (level == "bpe"):
+        raise ValueError("level 'bpe' needs the learned merges (bpe=data.bpe.BPE(...))" if bpe is None else
+                         f"bpe= (learned merges) applies to level 'bpe' only, not {level!r}")
+    if level == "bpe":
+        return bpe.tokens(text)
     if level == "word":
         words = text.split()
         reserved = sorted(set(words) & set(SPECIALS))
@@ -81,9 +95,14 @@ def tokenize(text: str, level: str) -> list[str]:
 
 
 def detokenize(tokens: Iterable[str], level: str) -> str:
-    """The inverse of :func:`tokenize`: tokens back to one string."""
+    """The inverse of :func:`tokenize`: tokens back to one string.
+
+    For "bpe" no merges are needed: a piece ending in "@@" joins the next one.
+    """
     _check_level(level)
     tokens = list(tokens)
+    if level == "bpe":
+        return _bpe.detokenize(tokens)
     if level == "word":
         return " ".join(tokens)
     return "".join(" " if tok == SPACE else tok for tok in tokens)
@@ -258,3 +277,21 @@ class Vocab:
         preview = ", ".join(repr(t) for t in self._itos[len(SPECIALS): len(SPECIALS) + 5])
         more = ", ..." if len(self._itos) > len(SPECIALS) + 5 else ""
         return f"Vocab(size={len(self)}, tokens=[{preview}{more}])"
+
+
+def bpe_vocab(bpe: _bpe.BPE) -> Vocab:
+    """The one vocabulary of a byte-pair encoded task, shared by source and target (§5.1):
+    the specials, then every piece the merges can make (``BPE.vocabulary``: the initial
+    symbols, then one piece per merge), so its size is 4 + symbols + merges.
+
+    A piece spelled like a special token is refused (``bpe.BPETextError``): a training
+    text with many words ending in "<eos>" would teach a merge whose piece is "<eos>",
+    and every such word would then end the sentence.
+    """
+    pieces = bpe.vocabulary()
+    reserved = [piece for piece in pieces if piece in SPECIALS]
+    if reserved:
+        raise _bpe.BPETextError(
+            f"the merges make the piece {reserved[0]!r}, spelled like the special token; the training text "
+            f"has words ending in {reserved[0]!r} (the special tokens {', '.join(SPECIALS)} are reserved)")
+    return Vocab(pieces)

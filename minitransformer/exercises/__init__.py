@@ -19,7 +19,19 @@ __all__ = ["arm", "registered", "seal"]
 def registered() -> dict:
     """Every checker, by "module.name" (e.g. "lessons_0_3.check_softmax_backward"), once every
     checker module is imported (imported here, on first use, not with the package)."""
-    from . import _verdict, lesson_08, lesson_09, lesson_10, lesson_11, lesson_12, lesson_14, lessons_0_3, lessons_4_7  # noqa: F401, PLC0415
+    from . import (  # noqa: F401, PLC0415
+        _verdict,
+        lesson_08,
+        lesson_09,
+        lesson_10,
+        lesson_11,
+        lesson_12,
+        lesson_13,
+        lesson_14,
+        lesson_15,
+        lessons_0_3,
+        lessons_4_7,
+    )
     return dict(_verdict._CHECKERS)
 
 

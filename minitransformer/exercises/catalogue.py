@@ -100,10 +100,22 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("12.3", "mystery bug 3", "lesson_12.check_mystery", 15, "lesson 12 §1-5"),
     Exercise("12.4", "close parity's gap with a property", "lesson_12.check_pe_property", 20,
              "Exercise 12.1; lesson 6: the encoding of §3.5"),
+    Exercise("13.1", "one merge step", "lesson_13.check_merge_step", 15,
+             "lesson 13 §1: the merge loop by hand"),
+    Exercise("13.2", "a word's pieces", "lesson_13.check_segment", 15,
+             "Exercise 13.1; lesson 13 §2: applying the merges, the earliest first"),
+    Exercise("13.3", "averaging two checkpoints", "lesson_13.check_average_two", 10,
+             "lesson 13 §6: the element-wise mean of §6.1"),
     Exercise("14.1", "a ring allreduce", "lesson_14.check_ring_allreduce", 30,
              "lesson 14 §3: allreduce by hand, a ring"),
     Exercise("14.2", "the token-weighted gradient", "lesson_14.check_token_weighted", 15,
              "lesson 14 §2 and §4: a batch's gradient is a sum; the token-count trap"),
+    Exercise("15.1", "a tree as target tokens", "lesson_15.check_linearize", 15,
+             "lesson 15 §2: a tree as a sentence"),
+    Exercise("15.2", "bracket F1 of one pair of trees", "lesson_15.check_bracket_f1", 20,
+             "lesson 15 §4: bracket F1 by hand"),
+    Exercise("15.3", "repair an ill-formed output", "lesson_15.check_repair", 25,
+             "Exercise 15.1; data/trees.py: the repair rule"),
 )
 
 

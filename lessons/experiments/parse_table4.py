@@ -1,0 +1,310 @@
+"""Table 4 of the paper (§6.3, English constituency parsing) in miniature.
+
+    OPENBLAS_NUM_THREADS=1 python lessons/experiments/parse_table4.py           # 2 sets x 3 seeds (resumes)
+    OPENBLAS_NUM_THREADS=1 python lessons/experiments/parse_table4.py --quick   # a smoke test, to --out
+
+The paper trains a 4-layer Transformer on the WSJ part of the Penn Treebank (40K
+sentences, "WSJ only") and on a much larger set that adds parsed sentences from other
+corpora ("semi-supervised"), and reports F1 on WSJ section 23: 91.3 and 92.7. Here the
+treebank is sampled from the grammar of ``data/pcfg.py``: the task ``parse`` (4,000
+training trees) stands for WSJ only, ``parse-large`` (40,000, the first 4,000 being
+parse's) for the larger set. Both have the same validation and test sentences for a
+seed. Each (task, seed) is trained with the task's own recipe (``train.settings_for``,
+``train.make_trainer``, ``Trainer.run``: the command line's path) and scored on the
+1,000 test sentences with bracket F1 (evalb, ``metrics.bracket_f1``) twice:
+
+* greedy decoding;
+* beam search with §6.3's settings, beam 21 and α = 0.3.
+
+Both decode at most ``data.parsing.PARSE_MAX_OUTPUT`` tokens, the scaled equivalent of
+§6.3's "input + 300": the longest linearized tree the grammar can give a 20-word
+sentence, so no tree is ever cut short (§6.1's input + 50 would cut those of 14 words
+or more).
+
+The JSON also holds the grammar's Viterbi parse (the ceiling) and a right-branching
+tree (the floor) from ``parse_baselines.json``, the paper's rows, and two more runs:
+
+* ``lesson``: the small parser that lesson 15 trains live (``LESSON``: the parse recipe
+  cut to a few hundred steps, trained in chunks so that no notebook cell runs long), so
+  that the lesson can re-check its own row against the record;
+* ``xx_targets``: the same small run on Vinyals et al.'s own targets, ``XX`` for every
+  word (``trees.linearize(tree)``), against the words the tasks keep
+  (``linearize(tree, words=True)``): the measurement behind that choice (trees.py).
+
+A row can also come from a checkpoint that ``python -m minitransformer train --task
+parse --seed S`` wrote with the task's default recipe (``--checkpoint PATH``; the
+script refuses one trained with other settings): the command line and this script
+train through the same functions, so the row is the one the script would have made.
+``--beam-test N`` scores the beam on the first N test sentences only (beam 21 is slow
+on a CPU); the record says how many.
+
+The file is rewritten after every run: a crash loses at most the run in progress, and
+a second call skips the runs already there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import pathlib
+import statistics
+import subprocess
+import sys
+import time
+
+from minitransformer.checkpoint import load_checkpoint
+from minitransformer.data import parsing, pcfg
+from minitransformer.data.registry import get_task, recipe_for
+from minitransformer.decoding import GREEDY, Beam
+from minitransformer.files import atomic_write_text
+from minitransformer.machine import machine_summary
+from minitransformer.train import make_trainer, settings_for
+from minitransformer.translate import score_translations
+
+HERE = pathlib.Path(__file__).resolve().parent
+OUT = HERE / "parse_table4.json"
+BASELINES = HERE / "parse_baselines.json"
+
+TASKS = {"small": "parse", "large": "parse-large"}
+SEEDS = (0, 1, 2)
+BEAM = {"size": 21, "alpha": 0.3}          # §6.3: "a beam size of 21 and α = 0.3"
+
+# The paper's Table 4 (WSJ section 23 F1): the Transformer's rows, and Vinyals & Kaiser et
+# al.'s LSTM with attention, the model this experiment's linearization comes from.
+PAPER = {
+    "Transformer (4 layers), WSJ only": 91.3,
+    "Transformer (4 layers), semi-supervised": 92.7,
+    "Vinyals & Kaiser et al. (2014), WSJ only": 88.3,
+    "Vinyals & Kaiser et al. (2014), semi-supervised": 92.1,
+}
+
+# The parser lesson 15 trains in the notebook: the parse task's recipe, shortened to fit
+# the lesson's time budget, scored greedily on the first LESSON["test"] test sentences.
+LESSON = {"task": "parse", "seed": 0, "chunks": (200, 200, 200), "test": 200}
+
+
+def _scores(model, vocab, pairs, strategy=GREEDY) -> dict:
+    r = score_translations(model, vocab, pairs, "word", "none", strategy=strategy,
+                           max_len=parsing.PARSE_MAX_OUTPUT, scores=parsing.tree_scores)
+    out = {k.replace(" %", "").replace(" ", "_").replace("-", "_").lower(): round(v, 2) for k, v in r["scores"].items()}
+    out["seconds"] = round(r["seconds"], 1)
+    return out
+
+
+def _xx_splits(seed: int) -> dict:
+    """parse's splits with Vinyals et al.'s targets: XX in place of every word."""
+    return {name: [(src, " ".join("XX" if tok[0] not in "()" else tok for tok in tgt.split())) for src, tgt in pairs]
+            for name, pairs in get_task("parse").splits(seed).items()}
+
+
+def parser_trainer(task_name: str, seed: int, steps: int | None = None, xx_targets: bool = False):
+    """(trainer, task): the task's recipe for ``seed`` (``steps`` to shorten it), set up by
+    ``train.settings_for`` and ``train.make_trainer`` as the command line does, not yet run.
+    xx_targets: train on XX leaves instead of the words (the same trees, brackets and scores)."""
+    entry = get_task(task_name)
+    task = (dataclasses.replace(entry, splits=_xx_splits) if xx_targets else entry).load(seed)
+    steps = steps or task.recipe.settings.steps
+    # Validation without decoding (valid_decode=0): the test set is decoded afterwards.
+    preset, settings = settings_for(task, seed=seed, steps=steps, valid_every=steps, valid_decode=0)
+    return make_trainer(task, settings, preset), task
+
+
+def train_more(trainer, steps: int) -> float:
+    """Run ``trainer`` on for ``steps`` more optimizer steps (``Trainer.run`` up to its new
+    ``settings.steps``); returns the seconds it took. Training in chunks this way takes the
+    same steps, batches and dropout masks as one run of the sum (the schedule, the batch plan
+    and the dropout seeds depend on the step number alone)."""
+    target = trainer.step + steps
+    trainer.settings = dataclasses.replace(trainer.settings, steps=target, valid_every=target)
+    t0 = time.perf_counter()
+    trainer.model.train()
+    trainer.run(progress=False)
+    return time.perf_counter() - t0
+
+
+def train_parser(task_name: str, seed: int, steps: int | None = None, xx_targets: bool = False):
+    """(model, vocab, task, seconds): ``parser_trainer`` run to the end in one go."""
+    trainer, task = parser_trainer(task_name, seed, steps, xx_targets)
+    seconds = train_more(trainer, trainer.settings.steps)
+    return trainer.model.eval(), trainer.vocab, task, seconds
+
+
+def _score_row(record: dict, model, vocab, task, n_test: int | None, beam: bool, beam_test: int | None) -> dict:
+    test = task.test[:n_test] if n_test else task.test
+    record.update({"test_sentences": len(test), "greedy": _scores(model, vocab, test)})
+    if beam:
+        beam_pairs = test[:beam_test] if beam_test else test
+        record["beam"] = _scores(model, vocab, beam_pairs, Beam(BEAM["size"], BEAM["alpha"]))
+        record["beam_test_sentences"] = len(beam_pairs)
+        if len(beam_pairs) < len(test):       # greedy on the same sentences, for a fair beam-vs-greedy
+            record["greedy_on_beam_sentences"] = _scores(model, vocab, beam_pairs)
+    record.update({"load_average": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M"),
+                   "commit": _commit()})
+    return record
+
+
+def run_one(size: str, seed: int, n_test: int | None = None, beam: bool = True, beam_test: int | None = None) -> dict:
+    model, vocab, task, seconds = train_parser(TASKS[size], seed)
+    record = {"size": size, "task": TASKS[size], "seed": seed, "train_trees": len(task.train),
+              "steps": task.recipe.settings.steps, "preset": task.recipe.preset, "trained_by": "this script",
+              "train_seconds": round(seconds, 1)}
+    return _score_row(record, model, vocab, task, n_test, beam, beam_test)
+
+
+def checkpoint_row(path: str, beam: bool = True, beam_test: int | None = None, train_seconds: float | None = None) -> dict:
+    """A row from a checkpoint of ``train --task parse[-large] --seed S`` with the task's default recipe."""
+    ckpt = load_checkpoint(path)
+    name = ckpt.extra.get("task")
+    size = next((k for k, v in TASKS.items() if v == name), None)
+    if size is None:
+        raise SystemExit(f"error: {path} was trained on {name!r}, not on one of {sorted(TASKS.values())} (--checkpoint)")
+    saved = ckpt.extra.get("settings", {})
+    recipe = vars(recipe_for(name).settings)
+    differ = {k: (saved.get(k), v) for k, v in recipe.items() if k not in ("seed", "valid_every", "checkpoint_every",
+                                                                          "valid_decode") and saved.get(k) != v}
+    if differ or ckpt.extra.get("preset") != recipe_for(name).preset or ckpt.step != recipe["steps"]:
+        raise SystemExit(f"error: {path} was not trained with {name}'s default recipe (saved vs recipe: {differ}, "
+                         f"preset {ckpt.extra.get('preset')!r}, step {ckpt.step}) (--checkpoint)")
+    seed = saved["seed"]
+    task = get_task(name).load(seed)
+    record = {"size": size, "task": name, "seed": seed, "train_trees": len(task.train), "steps": ckpt.step,
+              "preset": ckpt.extra.get("preset"),
+              "trained_by": f"python -m minitransformer train --task {name} --seed {seed}",
+              "train_seconds": train_seconds}
+    return _score_row(record, ckpt.model.eval(), ckpt.vocab, task, None, beam, beam_test)
+
+
+def _chunked_row(xx_targets: bool) -> dict:
+    trainer, task = parser_trainer(LESSON["task"], LESSON["seed"], sum(LESSON["chunks"]), xx_targets)
+    seconds = sum(train_more(trainer, steps) for steps in LESSON["chunks"])
+    return {**LESSON, "targets": "XX per word (Vinyals et al.)" if xx_targets else "words",
+            "steps": trainer.step, "train_seconds": round(seconds, 1),
+            "greedy": _scores(trainer.model.eval(), trainer.vocab, task.test[:LESSON["test"]]),
+            "load_average": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M"),
+            "commit": _commit()}
+
+
+def lesson_row() -> dict:
+    """The parser lesson 15 trains live, scored greedily on the first LESSON["test"] test sentences."""
+    return _chunked_row(xx_targets=False)
+
+
+def xx_row() -> dict:
+    """The lesson's run on XX targets: the same steps, seed and test sentences."""
+    return _chunked_row(xx_targets=True)
+
+
+def _commit() -> str:
+    """The commit of the code that ran, with "+changes" if the working tree differed from it."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              cwd=HERE, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "minitransformer"],
+                               capture_output=True, text=True, cwd=HERE, check=True).stdout.strip()
+        return head + ("+changes" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _summary(runs: list[dict]) -> dict:
+    out = {}
+    for size in TASKS:
+        rows = [r for r in runs if r["size"] == size]
+        if not rows:
+            continue
+        out[size] = {"seeds": [r["seed"] for r in rows]}
+        for decoder in ("greedy", "beam"):
+            f1s = [r[decoder]["bracket_f1"] for r in rows if decoder in r]
+            if f1s:
+                out[size][decoder] = {"f1_mean": round(statistics.fmean(f1s), 2),
+                                      "f1_min": min(f1s), "f1_max": max(f1s),
+                                      "ill_formed_mean": round(statistics.fmean(
+                                          r[decoder]["ill_formed"] for r in rows if decoder in r), 2)}
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
+    p.add_argument("--sizes", nargs="*", choices=list(TASKS), default=list(TASKS),
+                   help="the training sets to run (none: only the lesson's rows and the checkpoints')")
+    p.add_argument("--quick", action="store_true", help="seed 0, the small set, 50 test sentences, no beam")
+    p.add_argument("--no-lesson", action="store_true", help="skip the lesson's row")
+    p.add_argument("--no-xx", action="store_true", help="skip the row trained on XX targets")
+    p.add_argument("--checkpoint", action="append", default=[], metavar="PATH",
+                   help="score this checkpoint of `train --task parse[-large] --seed S` (the default recipe) "
+                        "as its (size, seed) row instead of training it; repeat for more")
+    p.add_argument("--train-seconds", type=float, action="append", default=[],
+                   help="the training time of each --checkpoint, as train printed it (recorded as given)")
+    p.add_argument("--beam-test", type=int, default=None, metavar="N",
+                   help="score the beam on the first N test sentences only (default: all 1,000)")
+    p.add_argument("--no-beam", action="store_true", help="greedy only")
+    p.add_argument("--out", default=str(OUT))
+    args = p.parse_args()
+    if args.quick and args.out == str(OUT):
+        p.error("--quick writes a smoke-test record: give it its own --out")
+    record = json.loads(pathlib.Path(args.out).read_text()) if os.path.exists(args.out) else {"runs": []}
+    baselines = json.loads(BASELINES.read_text())
+    seeds = [0] if args.quick else args.seeds
+    sizes = ["small"] if args.quick else args.sizes
+    call = {"command": "OPENBLAS_NUM_THREADS=1 python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
+            "date": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(), "machine": machine_summary(),
+            "threads": os.environ.get("OPENBLAS_NUM_THREADS")}
+    record.setdefault("calls", []).append(call)     # every call that added to the record, in order
+    record.update({
+        **call,                                         # the latest call's, as the other records have them
+        "sizes": {size: pcfg.SIZES[size] for size in TASKS}, "test_sentences": 1_000,
+        "recipes": {size: {"task": name, "preset": recipe_for(name).preset, **vars(recipe_for(name).settings)}
+                    for size, name in TASKS.items()},
+        "beam": BEAM, "max_output_len": parsing.PARSE_MAX_OUTPUT,
+        "paper": PAPER,
+        "ceiling_viterbi_f1": {s["seed"]: s["ceiling_viterbi"]["f1"] for s in baselines["seeds"]},
+        "floor_right_branching_f1": {s["seed"]: s["floor_right_branching"]["f1"] for s in baselines["seeds"]},
+        "ceiling_f1_mean": baselines["ceiling_f1_mean"], "floor_f1_mean": baselines["floor_f1_mean"],
+    })
+    t_all = time.perf_counter()
+    for k, path in enumerate(args.checkpoint):
+        seconds = args.train_seconds[k] if k < len(args.train_seconds) else None
+        run = checkpoint_row(path, beam=not args.no_beam, beam_test=args.beam_test, train_seconds=seconds)
+        record["runs"] = [r for r in record["runs"] if (r["size"], r["seed"]) != (run["size"], run["seed"])] + [run]
+        record["summary"] = _summary(record["runs"])
+        atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+        beam = f", beam {run['beam']['bracket_f1']}" if "beam" in run else ""
+        print(f"{run['size']} seed {run['seed']} (from {path}): greedy F1 {run['greedy']['bracket_f1']}{beam}",
+              flush=True)
+    if args.checkpoint:
+        sizes, seeds = [], []                 # only the checkpoints' rows this call
+    for size in sizes:
+        for seed in seeds:
+            if any(r["size"] == size and r["seed"] == seed for r in record["runs"]):
+                print(f"{size} seed {seed}: already in {args.out}, skipped")
+                continue
+            t0 = time.perf_counter()
+            run = run_one(size, seed, n_test=50 if args.quick else None, beam=not (args.quick or args.no_beam),
+                          beam_test=args.beam_test)
+            run["wall_seconds"] = round(time.perf_counter() - t0, 1)
+            record["runs"].append(run)
+            record["summary"] = _summary(record["runs"])
+            atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+            beam = f", beam {run['beam']['bracket_f1']}" if "beam" in run else ""
+            print(f"{size} seed {seed}: greedy F1 {run['greedy']['bracket_f1']}{beam} "
+                  f"(trained {run['train_seconds']} s, load {run['load_average']})", flush=True)
+    if not args.no_lesson and not args.quick and "lesson" not in record:
+        record["lesson"] = lesson_row()
+        atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+        print(f"lesson row: greedy F1 {record['lesson']['greedy']['bracket_f1']} on {LESSON['test']} sentences "
+              f"(trained {record['lesson']['train_seconds']} s)", flush=True)
+    if not args.no_xx and not args.quick and "xx_targets" not in record:
+        record["xx_targets"] = xx_row()
+        print(f"XX targets, the lesson's run: greedy F1 {record['xx_targets']['greedy']['bracket_f1']}", flush=True)
+    record["summary"] = _summary(record["runs"])
+    record["wall_seconds_this_call"] = round(time.perf_counter() - t_all, 1)
+    atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+    print("wrote", args.out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

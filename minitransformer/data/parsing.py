@@ -1,0 +1,132 @@
+"""Constituency parsing as translation (§6.3): the ``parse`` tasks of the registry.
+
+A sentence of the grammar in ``pcfg.py`` is the source; its tree, linearized
+as Vinyals et al. (2015) wrote it but with each word in place of its ``XX``
+(``trees.linearize(tree, words=True)``; trees.py says why), is the target:
+
+    source  Alice saw the dog
+    target  (S (NP Alice )NP (VP saw (NP the dog )NP )VP )S
+
+Two tasks, the two training sets of Table 4 in miniature (``pcfg.SIZES``):
+
+    parse        4,000 training trees, the "WSJ only" analogue
+    parse-large  40,000 training trees (the first 4,000 are parse's), the
+                 "semi-supervised" analogue
+
+Both share the 500 validation and 1,000 test sentences of a seed, so their
+scores are comparable, and one vocabulary (``pcfg.parse_vocab``: the bracket
+tokens, XX and every word of the grammar).
+
+What a parser's output means is the task's business, so the entries carry the
+two optional hooks of ``loading.Task``:
+
+    render_tree(source, output)      what ``translate`` prints: the output read
+                                     back into a tree (``trees.read_linearized``,
+                                     repaired if ill-formed) over the input's
+                                     words, ``(S (NP Alice) (VP saw ...))``
+    tree_scores(sources, hyps, refs) what ``evaluate`` prints: labelled bracket
+                                     F1 (evalb, ``metrics.bracket_f1``), exact
+                                     trees and the ill-formed rate
+
+and a longest output, ``PARSE_MAX_OUTPUT``: §6.3 lets a tree run to the input
+length + 300 tokens, where translation (§6.1) allows + 50; here the bound is
+exact, the longest linearized tree the grammar can give a 20-word sentence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..metrics import bracket_f1
+from ..settings import recipe
+from . import pcfg
+from .loading import Task
+from .trees import XX, Tree, linearize, read_linearized
+
+__all__ = ["TASKS", "PARSE_MAX_OUTPUT", "PARSE_RECIPE", "parse_text_splits", "render_tree", "tree_scores",
+           "without_tags"]
+
+# The longest output decoding may produce, <eos> included. Every phrase of the grammar
+# spans one word alone (NP -> NNP) or has two or more children, so a tree over n words has
+# at most n + (n - 1) = 2n - 1 phrases and its linearization at most n + 2(2n - 1) = 5n - 2
+# tokens: 98 for the longest sentence (pcfg.MAX_WORDS = 20 words), plus <eos>. This is the
+# scaled equivalent of §6.3's "input + 300": room for any tree the task can have, so a long
+# output is never cut short by the limit (§6.1's input + 50 would cut trees of 14+ words).
+PARSE_MAX_OUTPUT = 5 * pcfg.MAX_WORDS
+
+# The default recipe (measured: lessons/experiments/parse_table4.py and docs/paper_map.md §6.3).
+PARSE_RECIPE = recipe("parse", steps=5000, batch_size=64, lr_factor=1.0, warmup_steps=400, clip_norm=1.0,
+                      valid_every=1000)
+
+
+def parse_text_splits(n_train: int):
+    """seed -> {"train", "valid", "test"}: (sentence, linearized tree) text pairs from ``pcfg.parse_splits``."""
+    def splits(seed: int) -> dict:
+        parts = pcfg.parse_splits(n_train, seed)
+        return {name: [(" ".join(e.words), " ".join(linearize(e.tree, words=True))) for e in examples]
+                for name, examples in zip(("train", "valid", "test"), parts)}
+    return splits
+
+
+def _vocab(train):
+    return pcfg.parse_vocab()          # every word of the grammar, whether the training split drew it or not
+
+
+# -- the hooks ------------------------------------------------------------------------------
+
+def without_tags(tree: Tree) -> str:
+    """A bracket string with each ``(XX word)`` written as the bare word: ``(S (NP Alice) (VP slept))``."""
+    parts = []
+    for child in tree.children:
+        if isinstance(child, str):
+            parts.append(child)
+        elif child.is_preterminal() and child.label == XX:
+            parts.append(child.children[0])
+        else:
+            parts.append(without_tags(child))
+    return f"({tree.label} {' '.join(parts)})"
+
+
+def render_tree(source: str, output: str) -> str:
+    """What ``translate`` prints for one sentence: the decoded tokens read back into a tree over
+    the source's words (repaired by ``read_linearized``'s rule if ill-formed), written without the XX tags."""
+    return without_tags(read_linearized(output.split(), source.split()).tree)
+
+
+def tree_scores(sources: Sequence[str], hyps: Sequence[str], refs: Sequence[str]) -> dict[str, float]:
+    """Bracket F1 (evalb, COLLINS.prm), precision, recall, exact trees and ill-formed outputs, in percent.
+
+    sources: the sentences; hyps, refs: decoded and reference linearized trees (text).
+    A reference that is not a well-formed linearized tree of its sentence is a
+    ValueError naming it: a score against a repaired reference would mean nothing.
+    """
+    if not len(sources) == len(hyps) == len(refs):
+        raise ValueError(f"tree_scores: {len(sources)} sources, {len(hyps)} outputs and {len(refs)} references")
+    gold, test, ill = [], [], []
+    for i, (src, hyp, ref) in enumerate(zip(sources, hyps, refs)):
+        words = src.split()
+        read_ref = read_linearized(ref.split(), words)
+        if read_ref.ill_formed:
+            raise ValueError(f"reference {i + 1} is not a well-formed tree of its {len(words)} words "
+                             f"({read_ref.repairs[0]}): {ref!r}")
+        read_hyp = read_linearized(hyp.split(), words)
+        gold.append(read_ref.tree)
+        test.append(read_hyp.tree)
+        ill.append(read_hyp.ill_formed)
+    s = bracket_f1(gold, test, ill)
+    return {"bracket F1": s.f1, "precision": s.precision, "recall": s.recall, "exact trees %": s.exact,
+            "ill-formed %": s.ill_formed}
+
+
+def _entry(name: str, size: str, what: str) -> Task:
+    n = pcfg.SIZES[size]
+    return Task(name, f"parsing (§6.3): sentence -> linearized tree, {n:,} trees of a 25-rule PCFG ({what})",
+                PARSE_RECIPE, parse_text_splits(n), vocab=_vocab, bleu_tokenize="none",
+                render=render_tree, scores=tree_scores, max_output_len=PARSE_MAX_OUTPUT,
+                source="generated by the package (data/pcfg.py)")
+
+
+TASKS = [
+    _entry("parse", "small", "the 'WSJ only' analogue"),
+    _entry("parse-large", "large", "10x parse, the 'semi-supervised' analogue"),
+]

@@ -1,0 +1,76 @@
+"""lessons/experiments/parse_table4.py and its record: provenance, the rows lesson 15 reads,
+and the chunked training the lesson relies on (three runs of k steps are one run of 3k)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+
+import numpy as np
+import pytest
+
+HERE = pathlib.Path(__file__).resolve().parents[1] / "lessons" / "experiments"
+RECORD = HERE / "parse_table4.json"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location("parse_table4", HERE / "parse_table4.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_record_says_how_when_and_where_it_was_made():
+    record = json.loads(RECORD.read_text(encoding="utf-8"))
+    for key in ("command", "date", "commit", "machine", "calls"):
+        assert record.get(key), f"parse_table4.json has no {key!r}"
+    assert record["command"].startswith("OPENBLAS_NUM_THREADS=1 python lessons/experiments/parse_table4.py")
+    for call in record["calls"]:
+        assert {"command", "date", "commit", "machine"} <= set(call), call
+    for row in record["runs"] + [record["lesson"], record["xx_targets"]]:
+        assert {"date", "commit", "load_average", "greedy"} <= set(row), row
+        assert 0 <= row["greedy"]["bracket_f1"] <= 100 and "ill_formed" in row["greedy"], row["greedy"]
+
+
+def test_the_lesson_rows_are_the_script_s_lesson_run():
+    script, record = _script(), json.loads(RECORD.read_text(encoding="utf-8"))
+    for name, targets in (("lesson", "words"), ("xx_targets", "XX per word (Vinyals et al.)")):
+        row = record[name]
+        assert tuple(row["chunks"]) == tuple(script.LESSON["chunks"]), (name, row["chunks"])
+        assert (row["seed"], row["test"], row["steps"]) == (script.LESSON["seed"], script.LESSON["test"],
+                                                           sum(script.LESSON["chunks"]))
+        assert row["targets"] == targets
+
+
+@pytest.mark.slow
+def test_training_in_chunks_is_one_run():
+    script = _script()
+    chunked, _ = script.parser_trainer("parse", 0, 4)
+    script.train_more(chunked, 2)
+    script.train_more(chunked, 2)
+    whole, _ = script.parser_trainer("parse", 0, 4)
+    script.train_more(whole, 4)
+    assert chunked.step == whole.step == 4
+    for p, q in zip(chunked.model.parameters(), whole.model.parameters(), strict=True):
+        np.testing.assert_array_equal(p.data, q.data)
+
+
+def test_xx_splits_keep_the_brackets_and_replace_every_word():
+    script = _script()
+    from minitransformer.data.registry import get_task
+    words, xx = get_task("parse").splits(0)["valid"][:20], script._xx_splits(0)["valid"][:20]
+    for (src, tgt), (src_xx, tgt_xx) in zip(words, xx, strict=True):
+        assert src == src_xx
+        a, b = tgt.split(), tgt_xx.split()
+        assert len(a) == len(b)
+        assert [t for t in a if t[0] in "()"] == [t for t in b if t[0] in "()"]
+        assert b.count("XX") == len(src.split())
+
+
+def test_quick_refuses_to_overwrite_the_record(monkeypatch):
+    script = _script()
+    monkeypatch.setattr("sys.argv", ["parse_table4.py", "--quick"])
+    with pytest.raises(SystemExit) as exc:
+        script.main()
+    assert exc.value.code == 2
