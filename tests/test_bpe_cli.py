@@ -217,7 +217,7 @@ def test_train_saves_the_merges_and_translate_tokenizes_as_training_did(tmp_path
     # translate: the model replaced by one that returns its source, so the output must be the input, exactly
     seen = []
 
-    def echo(model, vocab, sources, strategy=None, batch_size=100):
+    def echo(model, vocab, sources, strategy=None, batch_size=100, max_len=None):
         seen.extend(sources)
         return [list(s) for s in sources]
 
@@ -239,7 +239,7 @@ def test_evaluate_scores_detokenized_text_and_gives_back_the_exact_references(tm
     out = tmp_path / "run"
     assert run(["train", "--data", copy, "--level", "bpe", "--bpe-merges", 50, "--out", out, *TRAIN])[0] == 0
     monkeypatch.setattr("minitransformer.translate.translate_tokens",
-                        lambda model, vocab, sources, strategy=None, batch_size=100: [list(s) for s in sources])
+                        lambda model, vocab, sources, strategy=None, batch_size=100, max_len=None: [list(s) for s in sources])
     code, stdout, err = run(["evaluate", "--checkpoint", out / "checkpoint.npz", "--data", copy, "--beam", "1",
                              "--samples", 3])
     assert code == 0, err
@@ -255,7 +255,7 @@ def test_evaluate_a_named_task_with_the_checkpoints_merges(tmp_path, monkeypatch
     assert code == 0, err
     seen = []
 
-    def echo(model, vocab, sources, strategy=None, batch_size=100):
+    def echo(model, vocab, sources, strategy=None, batch_size=100, max_len=None):
         seen.extend(sources)
         return [["x"] for _ in sources]
 
