@@ -46,9 +46,22 @@
 # | 10 decoding and translation | §6.1 | `minitransformer.decoding.greedy_decode`, `beam_search`; `minitransformer.metrics` |
 # | 11 model variations | §6.2, Table 3 | `minitransformer.model.TransformerConfig`, `PRESETS` |
 # | 12 planted bugs: which check catches what | — | `minitransformer.gradcheck`, the tests |
+# | 14 many processes: data-parallel training | §5.2 | `minitransformer.distributed` |
 #
 # Every backward pass in the package is derived step by step in [docs/derivations.md](../docs/derivations.md); this lesson's
 # linear layer is [its §1](../docs/derivations.md#1-linear-layer).
+#
+# **What each lesson costs.** The first cell of every lesson says how long the lesson took to run top
+# to bottom, and any cell that takes more than 20 s is flagged just before it. The figures are not
+# typed: `python lessons/build.py` times every cell each time it executes a lesson, writes the times
+# into `lessons/runtimes.json` with the machine and its load, and the cell renders them from there.
+# `python lessons/build.py --table` lists all the lessons with their runtimes. This lesson trains
+# nothing.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("00")
 
 # %% [markdown]
 # ## 1. Install, run, test
@@ -69,7 +82,8 @@
 # *Kernel → Restart*.
 #
 # * Open the lessons with `jupyter lab lessons/`, or open the `.ipynb` files in VS Code.
-#   Each one runs top to bottom on a laptop CPU in well under a minute.
+#   Each one says in its first cell how long it took to run top to bottom on a 2-core CPU when it
+#   was last built (`python lessons/build.py --table` lists them all).
 # * After `pip install -r requirements-dev.txt` (pytest, nbmake, torch for the parity tests, ...), run the
 #   tests with `python -m pytest` (`-m "not slow"` for the quick ones), and every notebook top to bottom,
 #   as CI does, with `python -m pytest --nbmake lessons/`.
@@ -179,12 +193,20 @@ for dtype, color in ((np.float32, "tab:red"), (np.float64, "tab:blue")):
     name = np.dtype(dtype).name
     ax.loglog(hs, np.maximum(central, 1e-17), color=color, label=f"central, {name}")
     ax.loglog(hs, np.maximum(one_sided, 1e-17), color=color, ls="--", label=f"one-sided, {name}")
+    if dtype is np.float32:
+        best32 = min(zip(central, hs))                 # (error, h) of float32's best central difference
 ax.axvline(1e-5, color="gray", lw=0.8)
 ax.text(1.3e-5, 1e-15, "h = 1e-5\n(the package's default)", fontsize=8, color="gray")
 ax.set(xlabel="step h", ylabel="relative error of d sin(x)/dx at x = 1", ylim=(1e-17, 10),
        title="Finite differences: truncation error (right) vs rounding error (left)")
 ax.legend(fontsize=8, loc="lower left", ncol=2)
 plt.show()
+
+from minitransformer.exercises.prose import claim
+
+print(f"float32's best central difference: relative error {best32[0]:.1e} at h = {best32[1]:.0e}")
+claim("in float32 the best is a few times 1e-5 (at h near 1e-2)", best32[0], low=1e-6, high=1e-4)
+claim("in float32 the best h is near 1e-2", best32[1], low=1e-3, high=1e-1)
 
 # %% [markdown]
 # `minitransformer.gradcheck` turns this into three small tools:

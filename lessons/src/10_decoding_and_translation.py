@@ -50,6 +50,13 @@
 #
 # The exercises at the end ask you to write one step of beam search, corpus BLEU, and greedy
 # decoding with the cache yourself.
+#
+# **What it trains:** a small English-to-Korean dates model, and the checker of Exercise 10.3 a tiny one. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("10")
 
 # %%
 # %matplotlib inline

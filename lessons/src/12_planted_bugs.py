@@ -53,6 +53,13 @@
 #
 # The tests this lesson imitates in miniature: `tests/test_layers_gradcheck.py`, `tests/test_torch_parity.py`
 # and `tests/test_properties.py`.
+#
+# **What it trains:** one tiny copy model per bug (and per mystery), a hundred steps each. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("12")
 
 # %%
 import inspect
