@@ -229,6 +229,7 @@ def build(source: pathlib.Path, execute: bool, timeout: int = 600, record: pathl
 
         started, seconds = {}, {}
         load_start = _load()
+        commit = _commit(source)                   # the code as it was when the run began
 
         def on_start(cell, cell_index):
             started[cell_index] = time.perf_counter()
@@ -242,7 +243,7 @@ def build(source: pathlib.Path, execute: bool, timeout: int = 600, record: pathl
         merge_streams(nb)
         lesson = source.name[:2]
         record = record or path.parent / runtimes.RECORD_NAME
-        entry = runtime_entry(nb, path, seconds, started, load_start, timeout)
+        entry = runtime_entry(nb, path, seconds, started, load_start, timeout, commit)
         entries = {**runtimes.load(record).get("lessons", {}), lesson: entry}
         data = {"format": 1, "about": RECORD_ABOUT, "slow_cell_seconds": runtimes.SLOW_CELL_SECONDS,
                 "lessons": dict(sorted(entries.items()))}
@@ -274,8 +275,10 @@ def _load() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
 
 
-def _commit(folder: pathlib.Path) -> tuple[str | None, bool | None]:
-    """HEAD of the checkout holding ``folder``, and whether the package or the lessons have uncommitted changes."""
+def _commit(source: pathlib.Path) -> tuple[str | None, bool | None]:
+    """HEAD of the checkout holding the lesson ``source``, and whether the package or this lesson's source
+    has uncommitted changes (the code the notebook ran; other lessons do not matter)."""
+    folder = source.parent
     def git(*args):
         try:
             done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=30, check=False)
@@ -284,15 +287,18 @@ def _commit(folder: pathlib.Path) -> tuple[str | None, bool | None]:
         return done.stdout if done.returncode == 0 else None
 
     head = (git("rev-parse", "HEAD") or "").strip() or None
-    status = git("status", "--porcelain", "--", "../minitransformer", ".")
+    package = pathlib.Path(__file__).resolve().parent.parent / "minitransformer"
+    status = git("status", "--porcelain", "--", str(package), source.name)
     return head, (bool(status.strip()) if status is not None else None)
 
 
-def runtime_entry(nb, path: pathlib.Path, seconds: dict, started: dict, load_start, timeout: int) -> dict:
-    """The record of one execution of a lesson (see minitransformer.exercises.runtimes)."""
+def runtime_entry(nb, path: pathlib.Path, seconds: dict, started: dict, load_start, timeout: int,
+                  commit: tuple[str | None, bool | None] | None = None) -> dict:
+    """The record of one execution of a lesson (see minitransformer.exercises.runtimes); ``commit`` is
+    ``_commit(source)`` taken before the run (default: taken now, from the notebook's folder)."""
     first = min(started.values())
     last = max(started[i] + s for i, s in seconds.items())
-    commit, dirty = _commit(path.parent)
+    commit, dirty = commit if commit is not None else _commit(path)
     cells = [{"index": i, "id": nb.cells[i].id, "seconds": round(s, 1),
               "label": runtimes.slow_label(nb.cells[i].source)}
              for i, s in sorted(seconds.items()) if s >= runtimes.LISTED_CELL_SECONDS]

@@ -43,7 +43,7 @@
 # **What it trains:** nothing; it checks an untrained model. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from minitransformer.exercises.runtimes import show_cost, show_slow_cell
 
 show_cost("07")
 
@@ -256,6 +256,10 @@ print("max |grad by hand - model.backward| over all", len(by_hand), "tensors:",
 # dropout generator on every call, so every one of the thousands of forward passes draws the same masks.
 
 # %%
+show_slow_cell("07", "the whole model's gradient check")
+
+# %%
+# slow: the whole model's gradient check
 import time
 from minitransformer.gradcheck import gradcheck
 
