@@ -61,6 +61,8 @@ def show_markdown(text: str) -> None:
 
 
 def _number(value) -> float:
+    if isinstance(value, (str, bytes)):         # float("0.95") works, but a measured value is never text
+        raise TypeError(f"claim: the measured value must be a number, got {type(value).__name__} {value!r}")
     try:
         return float(value)
     except (TypeError, ValueError):
