@@ -447,7 +447,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help='a JSON object of points per exercise, e.g. {"1.3": 2} (default: 1 each, or '
                         "minitransformer/exercises/catalogue.py's POINTS)")
     p.add_argument("--lessons", metavar="DIR", type=pathlib.Path,
-                   help="the lessons folder whose experiments/ and debug_attention.py each notebook gets a copy of "
+                   help="the lessons folder whose experiments/, debug_attention.py and runtimes.json each notebook "
+                        "gets a copy of "
                         f"(default: {LESSONS})")
 
 
