@@ -209,6 +209,11 @@ print(f"initial loss {loss:.4f}   ln V = ln {cfg.vocab_size} = {np.log(cfg.vocab
 p = np.exp(logits - logits.max(-1, keepdims=True)); p /= p.sum(-1, keepdims=True)
 print(f"largest predicted probability anywhere: {p.max():.3f}   (uniform would be {1 / cfg.vocab_size:.3f})")
 
+from minitransformer.exercises.prose import claim
+
+claim("every logit has variance about 1 (within a factor of 2)", sigma2, low=0.5, high=2.0)
+claim("we expect a first loss of about ln V + 0.5 (within 0.3)", loss, np.log(cfg.vocab_size) + 0.5, tol=0.3)
+
 # %% [markdown]
 # ## 3. Backward, one stage at a time
 #
