@@ -297,6 +297,12 @@ for std in scaled["std"]:
     claim("with the scale the scores keep unit spread", std, 1.0, tol=0.1)
 claim_true("with the scale a steady fraction of the gradient reaches the scores",
            max(scaled["gain"]) < 2 * min(scaled["gain"]), f"it ranges over {min(scaled['gain']):.2g}..{max(scaled['gain']):.2g}")
+claim_true("with the scale the weights stay spread over several keys (largest weight under 0.5 on average)",
+           max(scaled["max_w"]) < 0.5, f"up to {max(scaled['max_w']):.2f}")
+for d_k, std in zip(d_ks, unscaled["std"]):
+    claim(f"without it the spread grows like sqrt(d_k) (d_k = {d_k}: std / sqrt(d_k))", std / np.sqrt(d_k), 1.0, tol=0.1)
+claim("without it the softmax becomes nearly one-hot at the largest d_k (largest weight)", unscaled["max_w"][-1],
+      low=0.8)
 claim_true("without it the gradient collapses by orders of magnitude",
            unscaled["gain"][-1] < scaled["gain"][-1] / 100, f"{unscaled['gain'][-1]:.1e} against {scaled['gain'][-1]:.1e}")
 
