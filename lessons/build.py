@@ -401,7 +401,7 @@ def lesson_titles(folder: pathlib.Path = HERE) -> dict[str, tuple[str, str]]:
 def lesson_table(folder: pathlib.Path = HERE, record: dict | None = None) -> str:
     """The lessons' table in Markdown: number, title, paper section, runtime (from the record)."""
     record = runtimes.load(folder / runtimes.RECORD_NAME) if record is None else record
-    rows = ["| lesson | title | paper | runtime (2-core CPU, last build) |", "| ---: | --- | --- | ---: |"]
+    rows = ["| lesson | title | paper | runtime (last build; its machine and load at the lesson's top) |", "| ---: | --- | --- | ---: |"]
     for number, (title, section) in lesson_titles(folder).items():
         entry = record.get("lessons", {}).get(number)
         name = notebook_path(lessons(folder)[number]).name
