@@ -504,12 +504,13 @@ import json
 
 with open("experiments/lesson08_table1.json") as f:
     sweep = json.load(f)
-print("offline sweep:", sweep["command"])
-print(f"  {sweep['date']} on {sweep['machine']['cpu']}, {sweep['machine']['cores']} cores, "
-      f"NumPy {sweep['machine']['numpy']}, {sweep['settings']['dtype']}, "
+made = sweep["provenance"][0]                    # commit, command, dates, machine, BLAS threads, load
+print("offline sweep:", made["command"], "at commit", made["commit"][:10])
+print(f"  {made['started']} on {made['machine']['cpu']}, {made['machine']['cores']} cores, "
+      f"NumPy {made['machine']['numpy']}, {sweep['settings']['dtype']}, "
       f"{sweep['settings']['blas_threads']} BLAS thread, load average "
-      f"{sweep['load_average_1min']['before']:.1f} -> {sweep['load_average_1min']['after']:.1f}, "
-      f"{sweep['seconds']} s")
+      f"{made['load_average']['start'][0]:.1f} -> {made['load_average']['end'][0]:.1f}, "
+      f"{made['wall_seconds']} s")
 wall_over_cpu = np.concatenate([np.ravel(np.array(sweep["n_sweep"]["wall_s"][name])
                                          / np.array(sweep["n_sweep"]["time_s"][name]))
                                 for name in sweep["n_sweep"]["time_s"]])

@@ -357,7 +357,7 @@ for ax in axes:
 fig.suptitle("copy task, copy preset: blue = with warm-up, red = without (same rate from step 200 on); "
              f"saved runs: seeds {sorted({r['seed'] for r in warm['runs']})}", fontsize=9)
 plt.tight_layout(); plt.show()
-print("saved runs:", warm["command"], "|", warm["date"], "|", warm["machine"])
+print("saved runs:", *(warm["provenance"][0][k] for k in ("command", "started", "commit")), sep=" | ")
 print(f"{'factor':<8}{'peak lrate':>11}   mean training loss over the last 50 of {len(warm['runs'][0]['loss'])} steps, per seed")
 for factor in factors:
     runs = [r for r in warm["runs"] if r["factor"] == factor]
@@ -526,7 +526,8 @@ print(f"perplexity of p = q (eps_ls = 0.1, V = {len(cv)}): {1 / (1 - 0.1 + 0.1 /
 # proves little; here are the saved runs, three seeds each, on copy and reverse:
 
 # %%
-ls_saved = json.loads((EXPERIMENTS / "lesson09_label_smoothing.json").read_text())
+ls_record = json.loads((EXPERIMENTS / "lesson09_label_smoothing.json").read_text())
+ls_saved = ls_record["entries"]
 fig, axes = plt.subplots(len(ls_saved), 3, figsize=(10, 2.6 * len(ls_saved)), squeeze=False)
 for row, entry in zip(axes, ls_saved):
     for run in entry["runs"]:
@@ -543,7 +544,7 @@ for row, entry in zip(axes, ls_saved):
 fig.suptitle("gray: ε_ls = 0, green: ε_ls = 0.1 (dotted: the perplexity of p = q); one line per seed", fontsize=9)
 plt.tight_layout(); plt.show()
 for entry in ls_saved:
-    print(f"{entry['task']}: {entry['command']} | {entry['date']} | {entry['machine']}")
+    print(f"{entry['task']}:", *(ls_record["provenance"][0][k] for k in ("command", "started", "commit")), sep=" | ")
     print(f"  {'eps_ls':<7}{'seed':>5}{'perplexity':>11}{'token acc':>11}{'exact match':>13}{'BLEU':>7}   (step {entry['runs'][0]['curve'][-1]['step']})")
     for run in sorted(entry["runs"], key=lambda r: (r["eps_ls"], r["seed"])):
         final = run["curve"][-1]

@@ -63,13 +63,13 @@ sys.path.insert(0, str(pathlib.Path("experiments").resolve()))   # the notebook 
 import table3  # lessons/experiments/table3.py
 
 results = json.loads(pathlib.Path("experiments/table3.json").read_text())
-for h in results["history"]:
-    print(f"{h['started']}  {h['command']}" + (f"\n{'':25s}({h['note']})" if "note" in h else ""))
-machine = results["history"][0]["machine"]
+for h in results["provenance"]:                  # every command that wrote into the file, with its commit
+    print(f"{h['started']}  {h['command']}  (commit {h['commit'][:10]})")
+machine = results["provenance"][0]["machine"]
 print("last run: ", results["updated"])
 print("machine:  ", machine["cpu"], f"({machine['cores']} cores, numpy {machine['numpy']}, one BLAS thread per run; "
       "shared with other jobs,",
-      "load average", ", ".join(f"{h['machine']['load_average_at_start']:.1f}" for h in results["history"]), "at the starts)")
+      "load average", ", ".join(f"{h['load_average']['start'][0]:.1f}" for h in results["provenance"]), "at the starts)")
 print("runs:     ", len(results["runs"]), "for the table,", len(results["pilot"]["runs"]), "in the pilot,",
       len(results["extrapolation"]["runs"]), "for row E's longer inputs")
 
