@@ -4,6 +4,7 @@
     python lessons/build.py 03 08           # only lessons 3 and 8
     python lessons/build.py --no-execute    # write the notebooks without running them (outputs kept, see below)
     python lessons/build.py --check         # only verify that every notebook matches its source
+    python lessons/build.py --student DIR   # write the student edition of every lesson into DIR
 
 A lesson's source is ``lessons/src/NN_name.py``, in jupytext's percent format (``# %%``
 starts a code cell, ``# %% [markdown]`` a markdown cell), beginning with a jupytext header.
@@ -20,6 +21,15 @@ that really changed. ``--no-execute`` keeps, for every cell whose id (so type an
 is unchanged, the outputs of the notebook it replaces, and says which lessons have cells
 that changed and need executing; a change of tags or of markdown alone needs no run.
 
+Cells are tagged (lessons/src/README.md has the convention): ``stub`` (the cell a learner fills in),
+``check`` (its checking cell), ``solution`` (solutions and what uses them) and ``reveal`` (a
+cell whose output answers what the learner is asked to predict first). The notebooks in
+lessons/ are the teacher's edition: everything, executed. ``--student DIR`` derives the
+student edition from them (no kernel runs): solution cells removed, reveal cells marked
+"run this after you have written your prediction", the outputs of stub, check and reveal
+cells cleared, and a header saying what the edition is and how to check an answer. DIR also
+gets the files the notebooks read (experiments/, debug_attention.py), so it runs on its own.
+
 A notebook opens unmodified in JupyterLab: the kernelspec is written exactly as JupyterLab
 writes it when the ``python3`` kernel starts (``display_name`` "Python 3 (ipykernel)", as
 ipykernel installs it) and ``language_info`` is the kernel's own (see KERNELSPEC).
@@ -28,17 +38,20 @@ ipykernel installs it) and ``language_info`` is the kernel's own (see KERNELSPEC
 from __future__ import annotations
 
 import argparse
+import copy
 import hashlib
 import itertools
 import pathlib
+import shutil
 import sys
 import time
 
-import jupytext
 import nbformat
-from nbclient import NotebookClient
 
 from minitransformer.files import atomic_write_bytes
+
+# jupytext (reading the sources) and nbclient (executing) are imported where they are used:
+# --student needs neither, so a teacher builds the student edition on the learner's install.
 
 HERE = pathlib.Path(__file__).resolve().parent
 SOURCES = "src"                                    # lessons/src/NN_name.py -> lessons/NN_name.ipynb
@@ -48,6 +61,24 @@ HEADER = "# ---\n# jupyter:\n#   jupytext:\n"       # what jupytext writes at th
 # notebook shows as modified (the dot on its tab) before the learner has touched it. ipykernel
 # installs the python3 kernel as "Python 3 (ipykernel)"; a bare "Python 3" was the old cause.
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+
+TAGS = ("stub", "check", "solution", "reveal")       # lessons/src/README.md: what each one means
+CLEARED_IN_STUDENT = ("stub", "check", "reveal")     # their outputs would show the answers
+STUDENT_FILES = ("experiments", "debug_attention.py")  # what the notebooks read, copied beside them
+REVEAL_LINE = "# Run this after you have written your prediction: it computes the answer live."
+STUDENT_HEADER = """\
+> **Student edition** of lesson {lesson}: the solutions are left out, and so are the outputs of the
+> exercise cells and of the cells that reveal what you are asked to predict.
+>
+> **Checking an answer.** Fill in the function of each exercise, then run the checking cell under it.
+> It prints *not attempted yet* while your function returns `None`, stops with a `WrongAnswer` that
+> says what is wrong (with a `hint:` line when your answer matches a common mistake), or prints
+> `correct`. A cell that begins with `# Run this after you have written your prediction` computes the
+> answer to a question you are asked to predict: write your prediction down first.
+>
+> **Handing it in.** Run the whole notebook once more (*Kernel → Restart Kernel and Run All Cells*). It
+> is graded the same way, `python -m minitransformer grade {name}`, in a fresh kernel; only what the
+> checkers find counts, not what the notebook prints. You can run that command yourself."""
 
 
 def is_lesson(path: pathlib.Path) -> bool:
@@ -73,6 +104,8 @@ def notebook_path(source: pathlib.Path) -> pathlib.Path:
 
 def notebook(source: pathlib.Path) -> nbformat.NotebookNode:
     """Read a lesson's .py into a notebook without outputs, with stable cell ids."""
+    import jupytext
+
     nb = jupytext.read(source)
     nb.metadata.get("jupytext", {}).pop("text_representation", None)   # holds jupytext's version: noise
     nb.metadata["kernelspec"] = dict(KERNELSPEC)
@@ -81,6 +114,12 @@ def notebook(source: pathlib.Path) -> nbformat.NotebookNode:
         digest = hashlib.sha1(f"{cell.cell_type}\n{cell.source}".encode()).hexdigest()[:8]
         seen[digest] = seen.get(digest, 0) + 1                      # identical cells: -2, -3, ...
         cell.id = f"l{source.name[:2]}-{digest}" + (f"-{seen[digest]}" if seen[digest] > 1 else "")
+        bad = [tag for tag in cell.metadata.get("tags", []) if tag not in TAGS]
+        if bad:
+            raise SystemExit(f"{source}: cell {cell.id} has tags {bad}; the tags a lesson uses are {', '.join(TAGS)}")
+        if "reveal" in cell.metadata.get("tags", []) and cell.cell_type != "code":
+            raise SystemExit(f"{source}: cell {cell.id} is a markdown cell tagged reveal; a reveal cell computes "
+                             "its answer (a code cell)")
     nbformat.validate(nb)
     return nb
 
@@ -88,6 +127,8 @@ def notebook(source: pathlib.Path) -> nbformat.NotebookNode:
 def first_difference(source: pathlib.Path, ipynb: pathlib.Path) -> str | None:
     """None if the notebook holds the source's cells (types and sources; outputs and
     metadata are ignored), else a sentence naming the lesson and the first differing cell."""
+    import jupytext
+
     if not ipynb.exists():
         return f"{source.name} has no notebook {ipynb.name}: run python lessons/build.py {source.name[:2]}"
     want = [(c.cell_type, c.source) for c in jupytext.read(source).cells]
@@ -155,13 +196,15 @@ def write_notebook(nb: nbformat.NotebookNode, path: pathlib.Path) -> None:
     atomic_write_bytes(str(path), (text if text.endswith("\n") else text + "\n").encode())  # as nbformat.write does
 
 
-def build(source: pathlib.Path, execute: bool) -> bool:
+def build(source: pathlib.Path, execute: bool, timeout: int = 600) -> bool:
     """Write the lesson's notebook (executed, or with the outputs it had); False if it now lacks outputs."""
     nb, path = notebook(source), notebook_path(source)
     t0 = time.perf_counter()
     changed = []
     if execute:
-        NotebookClient(nb, timeout=600, kernel_name="python3", record_timing=False,
+        from nbclient import NotebookClient
+
+        NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         merge_streams(nb)
     else:
@@ -174,6 +217,64 @@ def build(source: pathlib.Path, execute: bool) -> bool:
     return not changed
 
 
+# -- the student edition ------------------------------------------------------------------
+
+def tags(cell) -> list[str]:
+    return list(cell.get("metadata", {}).get("tags", []))
+
+
+def student_edition(nb: nbformat.NotebookNode, lesson: str, name: str) -> nbformat.NotebookNode:
+    """The student edition of a teacher's notebook (see the module docstring); ``nb`` is not changed."""
+    student = copy.deepcopy(nb)
+    cells = [nbformat.v4.new_markdown_cell(STUDENT_HEADER.format(lesson=int(lesson), name=name))]
+    cells[0].id = f"l{lesson}-student-edition"
+    for cell in student.cells:
+        if "solution" in tags(cell):
+            continue
+        if "reveal" in tags(cell):
+            cell.source = f"{REVEAL_LINE}\n{cell.source}"
+        if cell.cell_type == "code" and set(tags(cell)) & set(CLEARED_IN_STUDENT):
+            cell.outputs, cell.execution_count = [], None
+        cells.append(cell)
+    student.cells = cells
+    student.metadata.pop("jupytext", None)           # no pairing: a student edition has no source
+    student.metadata["minitransformer"] = {"lesson": int(lesson), "edition": "student"}
+    nbformat.validate(student)
+    return student
+
+
+def write_student_edition(folder: pathlib.Path, numbers: list[str], found: dict[str, pathlib.Path],
+                          lessons_folder: pathlib.Path = HERE) -> list[pathlib.Path]:
+    """Write the student edition of the lessons ``numbers`` into ``folder``, with the files they read."""
+    folder = folder.resolve()
+    if folder == lessons_folder or lessons_folder in folder.parents:
+        raise SystemExit(f"error: the student edition must go outside {lessons_folder} (pytest --nbmake lessons "
+                         f"would run it as lessons) (--student {folder})")
+    try:
+        import jupytext  # noqa: F401  (only to check that the notebooks are up to date)
+        stale = [d for n in numbers if (d := first_difference(found[n], notebook_path(found[n])))]
+    except ImportError:                                   # a teacher's install: the CI checks the same
+        stale = []
+    if stale:
+        raise SystemExit("error: rebuild these notebooks first (python lessons/build.py NN): " + "; ".join(stale))
+    folder.mkdir(parents=True, exist_ok=True)
+    written = []
+    for n in numbers:
+        teacher = notebook_path(found[n])
+        student = student_edition(nbformat.read(teacher, as_version=4), n, teacher.name)
+        write_notebook(student, folder / teacher.name)
+        written.append(folder / teacher.name)
+    for name in STUDENT_FILES:
+        source = lessons_folder / name
+        if source.is_dir():
+            shutil.copytree(source, folder / name, dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        elif source.is_file():
+            shutil.copy2(source, folder / name)
+    print(f"student edition of {len(written)} lessons in {folder} (with {', '.join(STUDENT_FILES)})", file=sys.stderr)
+    return written
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("numbers", nargs="*", help="lesson numbers, e.g. 03 8 (default: every lesson)")
@@ -181,19 +282,26 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the notebooks without running them; cells whose source is unchanged keep "
                              "their outputs")
     parser.add_argument("--check", action="store_true", help="only check that every notebook matches its source")
+    parser.add_argument("--timeout", type=int, default=600, metavar="S",
+                        help="seconds a cell may run when executing (default 600; more on a busy machine)")
+    parser.add_argument("--student", metavar="DIR", type=pathlib.Path,
+                        help="write the student edition (no solutions, exercise outputs cleared) into DIR")
     args = parser.parse_args(argv)
     found = lessons()
     chosen = [n.zfill(2) for n in args.numbers] or list(found)
     unknown = [n for n in chosen if n not in found]
     if unknown:
         parser.error(f"no lesson {', '.join(unknown)} in lessons/ (there are {', '.join(found)})")
+    if args.student:
+        write_student_edition(args.student, chosen, found)
+        return 0
     if args.check:
         problems = [d for n in chosen if (d := first_difference(found[n], notebook_path(found[n])))]
         problems += orphans() if not args.numbers else []
         print("\n".join(problems) or f"{len(chosen)} notebooks match their sources", file=sys.stderr)
         return 1 if problems else 0
     for n in chosen:
-        build(found[n], execute=not args.no_execute)
+        build(found[n], execute=not args.no_execute, timeout=args.timeout)
     return 0
 
 

@@ -31,7 +31,9 @@ from minitransformer.layers.masks import causal_mask
 from minitransformer.gradcheck import gradcheck
 from minitransformer.layers.attention import attention_backward, attention_forward
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+# The repository the package is imported from (an editable install), wherever this script was
+# copied to: a student edition of the lessons lives outside the repository (docs/teachers.md).
+REPO = pathlib.Path(sys.modules["minitransformer"].__file__).resolve().parents[1]
 
 
 def line_of(func, start: str) -> str:

@@ -1,4 +1,4 @@
-"""Command line: ``python -m minitransformer {train,translate,evaluate,tasks} --help``.
+"""Command line: ``python -m minitransformer {train,translate,evaluate,tasks,grade} --help``.
 
 Errors reach the user as one line, ``error: <what> (<which option, file or variable>)``,
 with exit code 2 for bad input (options, files, data, environment variables) and 1
@@ -35,13 +35,18 @@ from contextlib import contextmanager
 from . import __version__
 
 DEBUG_VARIABLE = "MINITRANSFORMER_DEBUG"
+_several_ranks = False          # set once MPI has started with more than one rank (train under mpiexec -n N)
 
 
 # -- errors ----------------------------------------------------------------------------
 
 
 class CliError(Exception):
-    """An error to show as ``error: <what> (<which>)`` and exit with ``code``."""
+    """An error to show as ``error: <what> (<which>)`` and exit with ``code``.
+
+    Under ``mpiexec -n N`` every rank meets a CliError alike (the same options, files and
+    parameters), so rank 0 alone prints it.
+    """
 
     def __init__(self, what: str, which: str | None = None, code: int = 2):
         super().__init__(what)
@@ -396,8 +401,9 @@ def _report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> 
     return results
 
 
-def _resume_command(argv: list[str], checkpoint: str) -> str:
-    """The command line that continues an interrupted run: the same options, with --resume CHECKPOINT."""
+def _resume_command(argv: list[str], checkpoint: str, ranks: int = 1) -> str:
+    """The command line that continues an interrupted run: the same options, with --resume CHECKPOINT
+    (under ``mpiexec -n ranks`` if it ran on several; a checkpoint resumes on any number)."""
     kept, skip = [], False
     for arg in argv:
         if skip:
@@ -406,7 +412,8 @@ def _resume_command(argv: list[str], checkpoint: str) -> str:
             skip = True
         elif not arg.startswith("--resume="):
             kept.append(arg)
-    return shlex.join(["python", "-m", "minitransformer", *kept, "--resume", checkpoint])
+    launcher = ["mpiexec", "-n", str(ranks)] if ranks > 1 else []
+    return shlex.join([*launcher, "python", "-m", "minitransformer", *kept, "--resume", checkpoint])
 
 
 # -- train -------------------------------------------------------------------------------
@@ -451,12 +458,33 @@ def _check_resumed_model(ckpt, preset: str | None, changes: dict, path: str) -> 
                            f"{name}={value!r} (leave --preset out when resuming)", f"--preset {preset}")
 
 
+def _ranks(args):
+    """The communicator of this run (``distributed.world()``): one process, or the ranks of mpiexec.
+
+    On ranks other than 0, standard output and error go to /dev/null: rank 0 speaks for the run
+    (an error only one rank meets still reaches the terminal, see ``_main``)."""
+    from . import distributed  # noqa: PLC0415
+
+    try:
+        comm = distributed.world()
+    except distributed.MPIUnavailable as exc:
+        raise CliError(str(exc), exc.variable, 2) from None
+    if comm.size > 1:
+        global _several_ranks
+        _several_ranks = True
+        comm.check_every = args.check_sync_every
+    if not comm.is_root:
+        sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")      # for the rest of the process
+    return comm
+
+
 def cmd_train(args) -> int:
     from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
     from .data.registry import load_task  # noqa: PLC0415
     from .train import TrainSettings  # noqa: PLC0415
 
     _set_backend(args)
+    comm = _ranks(args)
     strategies = _eval_strategies(args)        # checked when parsed; used after the last step
     if (args.task is None) == (args.data is None):
         raise CliError("give exactly one of --task NAME or --data pairs.tsv", "--task/--data")
@@ -494,15 +522,18 @@ def cmd_train(args) -> int:
     if args.out is not None and not args.out.strip():
         raise CliError("the output folder is empty; leave --out out for runs/TASK, or name a folder", "--out")
     out_dir = args.out if args.out is not None else os.path.join("runs", task.name)
+    if not comm.is_root:                        # rank 0 alone writes into the folder and holds its lock
+        return _train_locked(args, task, out_dir, ckpt, saved, seed, changes, strategies, comm)
     _check_output_dir(out_dir, "--out")
     with _run_lock(out_dir):
-        return _train_locked(args, task, out_dir, ckpt, saved, seed, changes, strategies)
+        return _train_locked(args, task, out_dir, ckpt, saved, seed, changes, strategies, comm)
 
 
-def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dict, strategies: list) -> int:
+def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dict, strategies: list, comm) -> int:
     """The rest of ``train``, holding ``out_dir``'s run lock: no other run can start into the folder
     between the check for an earlier run below and this run's last save."""
     from . import backend  # noqa: PLC0415
+    from .distributed import describe as describe_ranks  # noqa: PLC0415
     from .model import describe  # noqa: PLC0415
     from .train import TrainSettings, make_trainer, settings_for  # noqa: PLC0415
 
@@ -513,8 +544,9 @@ def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dic
         raise CliError(f"{earlier} holds an earlier run; continue it with --resume {earlier}, train into another "
                        "folder with --out DIR, or replace it with --overwrite", f"--out {out_dir}")
     overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
-                     lr_factor=args.lr_factor, warmup_steps=args.warmup, clip_norm=args.clip_norm,
-                     seed=seed, valid_every=args.valid_every, checkpoint_every=args.checkpoint_every)
+                     accumulate=args.accumulate, lr_factor=args.lr_factor, warmup_steps=args.warmup,
+                     clip_norm=args.clip_norm, seed=seed, valid_every=args.valid_every,
+                     checkpoint_every=args.checkpoint_every)
     preset, settings = settings_for(task, preset=args.preset, **overrides)
     if saved is not None:
         # A resumed run continues with its own settings and model; options given now override the settings.
@@ -525,7 +557,7 @@ def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dic
     model_options = " ".join([f"--preset {preset}", *(f"--set {t}" for t in args.set or [])])
     with _about(f"--resume {args.resume}" if args.resume else model_options), \
             _memory_for("building the model", model_options, "choose a smaller --preset or --set smaller sizes"):
-        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes)
+        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes, comm=comm)
     model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
     _check_decoding_fits(model, [src for src, _ in task.test], strategies, "--eval", " at the end (the test set)")
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
@@ -533,6 +565,9 @@ def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dic
     changed = "".join(f" --set {name}={value}" for name, value in changes.items())
     print(f"model: preset {preset}{changed}, {model.num_parameters():,} parameters, backend {backend.backend_name()}")
     print(f"  config: {describe(cfg)}")
+    ranks_line = describe_ranks(comm, settings)
+    if ranks_line:
+        print(ranks_line)
     if ckpt is not None:
         print(f"resuming from {args.resume} at step {trainer.step}")
     return _train_and_report(args, task, trainer, settings, out_dir, strategies)
@@ -574,11 +609,11 @@ def _train_and_report(args, task, trainer, settings, out_dir: str, strategies: l
                   f"Score the checkpoint with: python -m minitransformer evaluate --checkpoint "
                   f"{shlex.quote(stop.checkpoint)} {source}", file=sys.stderr)
         elif stop.checkpoint:
-            print(f"resume with: {_resume_command(args.argv, stop.checkpoint)}", file=sys.stderr)
+            print(f"resume with: {_resume_command(args.argv, stop.checkpoint, trainer.comm.size)}", file=sys.stderr)
         return stop.exit_code
     except OutputWriteError as exc:
         how = (f"; make room (or fix the folder's permissions) and resume with: "
-               f"{_resume_command(args.argv, exc.intact[0])}" if exc.intact else
+               f"{_resume_command(args.argv, exc.intact[0], trainer.comm.size)}" if exc.intact else
                "; make room (or fix the folder's permissions) and start the run again")
         raise CliError(f"{exc}{how}", None, 1) from exc
     except NonFiniteError as exc:
@@ -589,6 +624,9 @@ def _train_and_report(args, task, trainer, settings, out_dir: str, strategies: l
     print(f"trained {trained} steps{resumed} in {time.perf_counter() - t0:.1f}s; checkpoint: "
           f"{checkpoint}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
           f"curve: {os.path.join(out_dir, 'loss.png')}")
+    if not trainer.comm.is_root:                # rank 0 reports; the others wait for it to finish
+        trainer.comm.barrier("the end of the run (rank 0 decoding the test set)", timeout=False)
+        return 0
     if proves_held_out(trainer.data_fingerprint):
         print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
     else:
@@ -601,6 +639,7 @@ def _train_and_report(args, task, trainer, settings, out_dir: str, strategies: l
                                      f"python -m minitransformer evaluate --checkpoint {shlex.quote(checkpoint)} "
                                      f"{source} --beam 1"):
         _report(model.eval(), task, vocab, task.test, strategies)
+    trainer.comm.barrier("the end of the run (rank 0 decoding the test set)", timeout=False)
     if streams.output_lost() == "stdout":
         print(f"standard output was closed: the test-set report was cut short; the checkpoint is saved ({checkpoint}). "
               f"Score it with: python -m minitransformer evaluate --checkpoint {shlex.quote(checkpoint)} {source}",
@@ -820,6 +859,12 @@ def cmd_tasks(args) -> int:
     return 0
 
 
+def cmd_grade(args) -> int:
+    from .grade import run  # noqa: PLC0415
+
+    return run(args)
+
+
 def _task_names_help() -> str:
     """The task names for --help, read from the registry (its modules import only numpy)."""
     from .data.registry import task_names  # noqa: PLC0415
@@ -860,6 +905,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=positive_int, help="optimizer steps (default: the task's)")
     p.add_argument("--batch-size", type=positive_int, help="sentence pairs per batch")
     p.add_argument("--max-tokens", type=positive_int, help="cap on padded tokens per batch")
+    p.add_argument("--accumulate", type=positive_int, metavar="K",
+                   help="K batches per optimizer step, their gradients summed (gradient accumulation: the "
+                        "update of one batch K times larger, in the memory of one; default 1)")
     p.add_argument("--lr-factor", type=positive_float, help="multiplier on the §5.3 learning-rate schedule")
     p.add_argument("--warmup", type=positive_int, help="warm-up steps of the schedule")
     p.add_argument("--clip-norm", type=positive_float, help="clip the global gradient norm to this value")
@@ -875,6 +923,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh even if --out holds an earlier run's checkpoint (it is replaced)")
     p.add_argument("--resume", help="continue from this checkpoint")
+    p.add_argument("--check-sync-every", type=positive_int, metavar="STEPS",
+                   help="under mpiexec -n N: compare a hash of the parameters on every rank every STEPS steps "
+                        "(default: at every checkpoint; one process: no effect)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
     p.add_argument("--progress-every", type=positive_float, default=30.0, metavar="SECONDS",
                    help="when the output is not a terminal, print a progress line this often (default 30)")
@@ -916,6 +967,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("tasks", help="list the built-in tasks")
     _add_common(p, backend_option=False)
     p.set_defaults(func=cmd_tasks)
+
+    from .grade import add_arguments as add_grade_arguments  # noqa: PLC0415
+
+    p = sub.add_parser("grade", help="score lesson notebooks with the lessons' own checkers (this runs them)",
+                       description="Run each notebook top to bottom in a fresh kernel and score its exercises "
+                                   "with the checkers (docs/teachers.md). This runs the notebooks' code with your "
+                                   "permissions: grade in a container or under a throwaway account.")
+    add_grade_arguments(p)
+    _add_common(p, backend_option=False)
+    p.set_defaults(func=cmd_grade)
     return parser
 
 
@@ -926,12 +987,28 @@ def _run(argv: list[str]) -> int:
         from . import backend  # noqa: F401, PLC0415  (reads the environment variables)
     except EnvironmentVariableError as exc:
         raise CliError(str(exc), exc.variable, 2) from exc
+    from .distributed import RanksOutOfSync, launched  # noqa: PLC0415
+
     args = build_parser().parse_args(argv)
     args.argv = argv
+    _, size, variable = launched()
+    if size > 1 and args.func is not cmd_train:
+        raise CliError(f"only train runs on several ranks; run {args.command} as one process, without mpiexec",
+                       f"{variable}={size}")
     try:
         return args.func(args)
-    except NonFiniteError as exc:
+    except (NonFiniteError, RanksOutOfSync) as exc:     # every rank meets these alike
         raise CliError(str(exc), None, 1) from exc
+
+
+def _launched_rank() -> int:
+    """This process's rank as its launcher says (0 without mpiexec), read without starting MPI."""
+    try:
+        from .distributed import launched  # noqa: PLC0415
+
+        return launched()[0]
+    except Exception:  # noqa: BLE001 - an unreadable environment is reported as an error of its own
+        return 0
 
 
 # Signals that end a command outside the training loop (which saves first): exit 128 + signal.
@@ -947,6 +1024,15 @@ def main(argv=None) -> int:
         code = _main(list(sys.argv[1:] if argv is None else argv))
         if code == 0 and streams.output_lost() == "stdout":
             code = OUTPUT_CLOSED            # the output was cut short: say so in the exit code, quietly
+    if code and _several_ranks:
+        # MPI_Finalize, which a normal exit calls, would wait for ranks that may be stuck in a
+        # collective: leave at once, and mpiexec stops the others.
+        for stream in (sys.stdout, sys.__stdout__, sys.__stderr__):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
     return code
 
 
@@ -959,11 +1045,18 @@ def _main(argv: list[str]) -> int:
             previous[sig] = signal.signal(sig, on_term)
     debug = False
 
-    def fail(line: str, code: int, exc: BaseException | None = None) -> int:
-        """Print ``error: line`` (after exc's traceback if --debug asked for it); return ``code``."""
+    def fail(line: str, code: int, exc: BaseException | None = None, alike: bool = True) -> int:
+        """Print ``error: line`` (after exc's traceback if --debug asked for it); return ``code``.
+
+        Under mpiexec: an error every rank meets ``alike`` (bad input, a diverged run) is printed
+        by rank 0 alone; any other is printed by the rank that met it, which names itself."""
+        rank = _launched_rank()
+        if rank and alike:
+            return code
+        stream = sys.__stderr__ if rank else sys.stderr      # other ranks' sys.stderr is /dev/null
         if debug and exc is not None:
-            traceback.print_exception(exc)
-        print(f"error: {line}", file=sys.stderr)
+            traceback.print_exception(exc, file=stream)
+        print(f"error: {f'rank {rank}: ' if rank else ''}{line}", file=stream, flush=True)
         return code
 
     try:
@@ -979,12 +1072,12 @@ def _main(argv: list[str]) -> int:
         return fail(_message(exc), 2, exc)
     except MemoryError as exc:
         # The commands name what ran out of memory (_memory_for); this is anything else.
-        return fail(f"out of memory ({exc})" if str(exc) else "out of memory", 1, exc)
+        return fail(f"out of memory ({exc})" if str(exc) else "out of memory", 1, exc, alike=False)
     except OSError as exc:
-        return fail(_message(exc), 1, exc)
+        return fail(_message(exc), 1, exc, alike=False)
     except Exception as exc:  # noqa: BLE001 - the one place every other error is turned into a line
         hint = "" if debug else f" (run with --debug or {DEBUG_VARIABLE}=1 for the traceback)"
-        return fail(f"internal error: {type(exc).__name__}: {exc}{hint}", 1, exc)
+        return fail(f"internal error: {type(exc).__name__}: {exc}{hint}", 1, exc, alike=False)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)

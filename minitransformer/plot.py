@@ -35,8 +35,16 @@ def save_figure(fig, path: str, dpi: int = 110) -> None:
     atomic_write_bytes(path, buffer.getvalue())
 
 
-def plot_loss_curve(records: list[dict], png_path: str) -> None:
+def loss_label(eps_ls: float) -> str:
+    """The name of the training loss for a run with label smoothing eps_ls."""
+    return f"label-smoothed cross-entropy (eps_ls = {eps_ls:g})" if eps_ls > 0 else "cross-entropy"
+
+
+def plot_loss_curve(records: list[dict], png_path: str, eps_ls: float) -> None:
     """Training loss (and validation loss, where logged) against step.
+
+    eps_ls: the run's label smoothing (§5.4); the y-axis names the loss that was
+    minimised, plain cross-entropy when it is 0.
 
     records: metric dicts as ``train.Trainer`` logs them, each with "step" and
     "loss" and/or "valid_loss" (the lines of metrics.jsonl).
@@ -51,7 +59,7 @@ def plot_loss_curve(records: list[dict], png_path: str) -> None:
     if valid:
         ax.plot(*zip(*valid), "o-", label="valid loss")
     ax.set_xlabel("step")
-    ax.set_ylabel("label-smoothed cross-entropy")
+    ax.set_ylabel(loss_label(eps_ls))
     ax.set_yscale("log")
     ax.grid(alpha=0.3)
     ax.legend()

@@ -3,7 +3,8 @@
 The model's own hyperparameters (d_model, h, N, d_ff, P_drop, ε_ls, ...) are a
 ``model.TransformerConfig``; everything else about a run lives here:
 
-    TrainSettings   steps, batch size, the §5.3 schedule's warm-up and factor,
+    TrainSettings   steps, batch size (and batches accumulated per step), the §5.3
+                    schedule's warm-up and factor,
                     clipping, seed, how often to validate, log and save
     Recipe          a task's defaults: a model preset (a name in model.PRESETS)
                     plus its TrainSettings
@@ -34,6 +35,7 @@ class TrainSettings:
     steps: int = 600
     batch_size: int | None = 64
     max_tokens: int | None = None
+    accumulate: int = 1                    # batches per optimizer step (gradient accumulation)
     lr_factor: float = 1.0
     warmup_steps: int = 4000               # §5.3's value for the base model
     clip_norm: float | None = None
@@ -51,7 +53,7 @@ class TrainSettings:
             if not ok(value):
                 raise ValueError(f"TrainSettings: {name} must be {what}, got {value!r}")
 
-        for name in ("steps", "warmup_steps", "valid_every", "log_every", "max_consecutive_skips"):
+        for name in ("steps", "accumulate", "warmup_steps", "valid_every", "log_every", "max_consecutive_skips"):
             check(name, lambda v: _is_int(v) and v >= 1, "an integer ≥ 1")
         for name in ("batch_size", "max_tokens", "checkpoint_every"):
             check(name, lambda v: v is None or (_is_int(v) and v >= 1), "an integer ≥ 1 or None")

@@ -39,16 +39,17 @@ class StopSignals:
     SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE")
                     if hasattr(signal, name))
 
-    def __init__(self):
+    def __init__(self, announce: bool = True):
         self.signum: int | None = None
+        self.announce = announce               # False on ranks other than 0 of mpiexec: one message per run
         self._previous: dict = {}
 
     def requested(self) -> bool:
         """True once a stop was asked for: a signal, or standard output or error found gone."""
         if self.signum is None and streams.output_lost():
             self.signum = int(signal.SIGPIPE) if hasattr(signal, "SIGPIPE") else int(signal.SIGTERM)
-            streams.write_stderr(f"\nstandard {'output' if streams.output_lost() == 'stdout' else 'error'} "
-                                 "was closed: finishing this step, then saving a checkpoint...\n")
+            self._say(f"\nstandard {'output' if streams.output_lost() == 'stdout' else 'error'} "
+                      "was closed: finishing this step, then saving a checkpoint...\n")
         return self.signum is not None
 
     def __enter__(self) -> StopSignals:
@@ -64,10 +65,13 @@ class StopSignals:
         name = signal.Signals(signum).name + _STOP_REASONS.get(int(signum), "")
         if self.signum is None:
             self.signum = signum
-            streams.write_stderr(f"\n{name} received: finishing this step, then saving a checkpoint...\n")
+            self._say(f"\n{name} received: finishing this step, then saving a checkpoint...\n")
         else:
-            streams.write_stderr(f"\n{name} received again: still saving the checkpoint; stopping as soon as "
-                                 "it is written\n")
+            self._say(f"\n{name} received again: still saving the checkpoint; stopping as soon as it is written\n")
+
+    def _say(self, text: str) -> None:
+        if self.announce:
+            streams.write_stderr(text)
 
     def __exit__(self, *exc) -> None:
         for sig, handler in self._previous.items():

@@ -52,12 +52,13 @@ import numpy
 
 from . import runlock
 from .checkpoint import save_checkpoint
-from .data.batching import batch_iterator
+from .data.batching import Batch, batch_iterator, batch_plan
 from .data.fingerprint import for_resume
 from .data.loading import TaskData
 from .data.registry import recipe_for
 from .data.vocab import Vocab
 from .decoding import EXTRA_OUTPUT_LEN, NonFiniteOutputError
+from .distributed import GradientSum, SingleProcess, StepBatches, agree_to_stop, check_in_sync, step_batches
 from .errors import NonFiniteError
 from .files import atomic_write_text, check_writable_dir, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
@@ -93,10 +94,13 @@ class Trainer:
     CHECKPOINT = "checkpoint.npz"
 
     def __init__(self, model: Transformer, vocab: Vocab, train_pairs, valid_pairs, settings: TrainSettings,
-                 out_dir: str | None = None, levels: dict | None = None):
+                 out_dir: str | None = None, levels: dict | None = None, comm=None):
         """levels: how the task tokenizes ({"src": "char", "tgt": "word", "bleu_tokenize": ...}),
-        saved in checkpoints so ``translate`` and ``evaluate`` tokenize the same way."""
+        saved in checkpoints so ``translate`` and ``evaluate`` tokenize the same way.
+        comm: a data-parallel run's ranks (``distributed.world()``; rank 0 writes, the CLI mutes the rest)."""
         self.model, self.vocab, self.settings, self.out_dir = model, vocab, settings, out_dir
+        self.comm = comm or SingleProcess()
+        self._gradient_sum = GradientSum(model.parameters())          # sums over the ranks (none for one)
         self.levels = levels or {}
         self.preset: str | None = None         # the model preset's name, saved for a resume to check
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
@@ -131,11 +135,16 @@ class Trainer:
                  "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset}
         if self.data_fingerprint is not None:
             extra["data"] = self.data_fingerprint
+        if self.comm.size > 1:               # only a state every rank holds is saved (by rank 0 alone)
+            check_in_sync(self.comm, self.model.parameters(), self.step)
         try:
-            save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
+            if self.comm.is_root:
+                save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
         except OSError as exc:
             raise OutputWriteError(path, self.step, exc.strerror or str(exc), self.intact_checkpoint) from exc
+        self.comm.barrier(f"rank 0 writing the checkpoint of step {self.step}", timeout=False)
         self.last_saved = (path, self.step)
+        self.comm.note = f"the last checkpoint, {path}, is from step {self.step}"
         return path
 
     @property
@@ -153,53 +162,72 @@ class Trainer:
         self.batch_in_epoch = ckpt.extra.get("batch_in_epoch", 0)
 
     # -- batches --------------------------------------------------------------------
-    def _epoch_batches(self, epoch: int):
-        """The batches of one epoch, a pure function of (seed, epoch)."""
+    def _plans(self):
+        """Endless global batches (index lists) from (epoch, batch_in_epoch); an epoch's depend on (seed, epoch)."""
         s = self.settings
-        rng = numpy.random.default_rng([s.seed, epoch])
-        return batch_iterator(self.train_pairs, s.batch_size, s.max_tokens, rng, shuffle=True,
-                              pad_id=self.vocab.pad_id, bos_id=self.vocab.bos_id, eos_id=self.vocab.eos_id,
-                              xp=self.xp)
-
-    def batches(self):
-        """Endless batches from the current (epoch, batch_in_epoch) position."""
         while True:
-            for i, batch in enumerate(self._epoch_batches(self.epoch)):
+            rng = numpy.random.default_rng([s.seed, self.epoch])
+            for i, indices in enumerate(batch_plan(self.train_pairs, s.batch_size, s.max_tokens, rng)):
                 if i < self.batch_in_epoch:
                     continue                      # already trained on before a resume
                 self.batch_in_epoch = i + 1
-                yield batch
+                yield indices
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
+    def batches(self):
+        """Endless steps: the ``accumulate`` global batches of each, as this rank's shards
+        (a ``distributed.StepBatches``). Every rank walks the same plan, so none depends on N."""
+        plans, v = self._plans(), self.vocab
+        while True:
+            step_plans = [next(plans) for _ in range(self.settings.accumulate)]
+            yield step_batches(step_plans, self.train_pairs, self.comm, v.pad_id, v.bos_id, v.eos_id, self.xp)
+
     # -- one step ---------------------------------------------------------------------
-    def train_step(self, batch) -> float:
+    def train_step(self, batch: Batch | StepBatches) -> float:
         """Forward, loss, backward and one Adam update; returns the loss.
+
+        batch: a Batch, or this rank's shards of a step's batches (``batches()``): each shard's dlogits
+        is scaled by n_shard / n (n: the step's target tokens on all ranks), so the sums are one batch's.
 
         A non-finite loss skips the backward and the update; a non-finite
         gradient makes Adam skip the update. Either way the step is counted,
         a warning names it, and ``max_consecutive_skips`` skips in a row raise.
         """
+        work = batch if isinstance(batch, StepBatches) else StepBatches.whole(batch)
         model = self.model.train()
-        if model.cfg.P_drop > 0:
-            model.reseed_dropout(self.dropout_seed(self.step))
-        logits = model.forward(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
-        loss = self.criterion.forward(logits, batch.tgt_out)
+        self.optimizer.zero_grad()
+        loss = 0.0                                # this rank's part of the step's mean loss
+        for k, shard in enumerate(work.shards):
+            if shard is None:
+                continue                          # an empty shard: no tokens, zero gradient
+            if model.cfg.P_drop > 0:
+                model.reseed_dropout(self.dropout_seed(self.step, self.comm.rank, k))
+            logits = model.forward(shard.src, shard.tgt_in, shard.src_mask, shard.tgt_mask)
+            weight = shard.n_tokens / work.n_tokens
+            loss += self.criterion.forward(logits, shard.tgt_out) * weight
+            if not math.isfinite(loss):
+                break                             # every rank sees the sum below, and skips
+            dlogits = self.criterion.backward()
+            if weight != 1.0:
+                dlogits *= weight                 # mean over the shard -> its share of the step's mean
+            model.backward(dlogits)
+        loss = self._gradient_sum(self.comm, loss, work, self.step + 1)      # the same on every rank
         self.step += 1
         if not math.isfinite(loss):
             self._skipped(f"the training loss is {loss}", NonFiniteLossError)
-            return loss
-        self.optimizer.zero_grad()
-        model.backward(self.criterion.backward())
-        if self.optimizer.step():
+        elif self.optimizer.step():
             self.consecutive_skips = 0
         else:
             self._skipped(self.optimizer.last_skip, NonFiniteGradientError)
+        if self.comm.check_every and self.step % self.comm.check_every == 0:
+            check_in_sync(self.comm, model.parameters(), self.step)       # bit-identical on every rank
         return loss
 
-    def dropout_seed(self, step: int) -> int:
-        """The seed of the dropout masks of step ``step`` (0-based): a pure function of
-        (settings.seed, step), so a resumed run draws the same masks as an uninterrupted one."""
-        return int(numpy.random.SeedSequence([self.settings.seed, step]).generate_state(1)[0])
+    def dropout_seed(self, step: int, rank: int = 0, micro: int = 0) -> int:
+        """The seed of the dropout masks of step ``step`` (0-based), rank ``rank``, batch ``micro``: a pure
+        function of them and settings.seed (a resumed run draws the same masks; no two ranks share)."""
+        key = [self.settings.seed, step] if rank == micro == 0 else [self.settings.seed, step, rank, micro]
+        return int(numpy.random.SeedSequence(key).generate_state(1)[0])
 
     def _skipped(self, problem: str, error: type) -> None:
         self.skipped_steps += 1
@@ -232,26 +260,34 @@ class Trainer:
 
     # -- validation -------------------------------------------------------------------
     def validate(self) -> dict:
+        """The validation loss (mean over non-pad target tokens) and the exact match of greedy decodes of
+        the first ``valid_decode`` pairs; rank r of N takes every N-th pair from the r-th, and sums."""
         model = self.model.eval()
-        v = self.vocab
+        v, r, N = self.vocab, self.comm.rank, self.comm.size
         total, n = 0.0, 0
-        for batch in batch_iterator(self.valid_pairs, 64, None, None, shuffle=False,
-                                    pad_id=v.pad_id, bos_id=v.bos_id, eos_id=v.eos_id, xp=self.xp):
+        mine = self.valid_pairs[r::N]
+        for batch in batch_iterator(mine, 64, None, None, shuffle=False, pad_id=v.pad_id, bos_id=v.bos_id,
+                                    eos_id=v.eos_id, xp=self.xp) if mine else ():
             logits = model.forward(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
             total += self.criterion.forward(logits, batch.tgt_out) * batch.n_tokens
             n += batch.n_tokens
+        pairs = self.valid_pairs[: self.settings.valid_decode]
+        failed = None
+        try:
+            hyps = translate_ids(model, v, [s for s, _ in pairs[r::N]]) if pairs[r::N] else []
+        except NonFiniteOutputError as exc:
+            hyps, failed = [], f"decoding the validation set gave NaN scores ({exc})"
+        correct = sum(h == t for h, (_, t) in zip(hyps, pairs[r::N]))
+        sums = numpy.array([total, n, correct, failed is not None], dtype=numpy.float64)
+        total, n, correct, failures = self.comm.allreduce_sum(sums, f"the validation at step {self.step}").tolist()
         if not math.isfinite(total):
             # The last update left weights whose forward overflows: the run has diverged, and
             # decoding (or saving) such a model would only fail later with a less useful message.
             self._diverged(f"the validation loss is {total / max(1, n)}")
-        pairs = self.valid_pairs[: self.settings.valid_decode]
-        try:
-            hyps = translate_ids(model, v, [s for s, _ in pairs]) if pairs else []
-        except NonFiniteOutputError as exc:
-            self._diverged(f"decoding the validation set gave NaN scores ({exc})")
-        acc = sum(h == t for h, (_, t) in zip(hyps, pairs)) / max(1, len(pairs))
+        if failures:
+            self._diverged(failed or "decoding the validation set gave NaN scores (on another rank)")
         model.train()
-        return {"valid_loss": total / max(1, n), "valid_exact_match": acc}
+        return {"valid_loss": total / max(1, n), "valid_exact_match": correct / max(1, len(pairs))}
 
     # -- the loop ---------------------------------------------------------------------
     def _trim_log(self, log_path: str) -> list[dict]:
@@ -287,7 +323,7 @@ class Trainer:
         whose forward overflows), OutputWriteError if a file cannot be written, and
         runlock.FolderInUseError if another process is training into ``out_dir``.
         """
-        if not self.out_dir:
+        if not self.out_dir or not self.comm.is_root:       # rank 0 alone writes into out_dir
             return self._run(progress, progress_every)
         check_writable_dir(self.out_dir)
         with runlock.hold(self.out_dir):
@@ -296,16 +332,17 @@ class Trainer:
     def _run(self, progress, progress_every) -> list[dict]:
         s = self.settings
         mode = "auto" if progress is True else "off" if progress is False else progress
-        log_path = os.path.join(self.out_dir, "metrics.jsonl") if self.out_dir else None
-        if self.out_dir:
+        writer = self.out_dir if self.comm.is_root else None     # rank 0 alone writes files and progress
+        log_path = os.path.join(writer, "metrics.jsonl") if writer else None
+        if writer:
             self._prepare_out_dir()
         history: list[dict] = self._trim_log(log_path) if log_path else []
-        self._progress = bar = Progress(mode, s.steps, self.step, progress_every)
+        self._progress = bar = Progress(mode if self.comm.is_root else "off", s.steps, self.step, progress_every)
         tokens, t0, losses, window_skips = 0, time.perf_counter(), [], 0
         batches = self.batches()
         try:
-            with StopSignals() as stop:
-                while self.step < s.steps and not stop.requested():
+            with StopSignals(announce=self.comm.is_root) as stop:
+                while self.step < s.steps and not agree_to_stop(self.comm, stop, self.step):
                     batch = next(batches)
                     skips_before = self.skipped_steps
                     loss = self.train_step(batch)
@@ -313,7 +350,7 @@ class Trainer:
                         losses.append(loss)
                     else:
                         window_skips += 1
-                    tokens += batch.n_tokens + int((batch.src != self.vocab.pad_id).sum())
+                    tokens += batch.tokens
                     record = None
                     if self.step % s.log_every == 0 or self.step == s.steps:
                         elapsed = time.perf_counter() - t0
@@ -341,14 +378,14 @@ class Trainer:
                         self.save()
                 if self.out_dir and (self.last_saved is None or self.last_saved[1] != self.step):
                     self.save()                    # the end, or the step an interruption stopped at
-                if stop.requested():
+                if agree_to_stop(self.comm, stop, self.step):
                     raise TrainingInterrupted(stop.signum, self.step, self.checkpoint_path)
         finally:
             bar.close()
             self._progress = None
-        if self.out_dir:
+        if writer:
             try:
-                plot_loss_curve(history, os.path.join(self.out_dir, "loss.png"))
+                plot_loss_curve(history, os.path.join(writer, "loss.png"), self.model.cfg.eps_ls)
             except Exception as exc:  # noqa: BLE001 - a picture is not worth losing the run's report
                 self._warn(f"could not draw the loss curve ({type(exc).__name__}: {exc}); the checkpoint and "
                            "metrics.jsonl are saved")
@@ -421,7 +458,7 @@ def settings_for(task: str | TaskData | Recipe, **overrides) -> tuple[str, Train
 
 
 def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: str | None = None,
-                 resume=None, config: dict | None = None) -> Trainer:
+                 resume=None, config: dict | None = None, comm=None) -> Trainer:
     """A Trainer for ``task``: a fresh model of ``preset`` with the TransformerConfig fields in
     ``config`` changed (``train --set``), or the model, vocabulary and optimizer state of a
     loaded checkpoint (``resume``, a ``checkpoint.Checkpoint``).
@@ -446,7 +483,7 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
         model, vocab = build_model(task, preset, seed=settings.seed, **(config or {})), task.vocab
         data = task.fingerprint()
     trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
-                      settings, out_dir, levels=task.levels)
+                      settings, out_dir, levels=task.levels, comm=comm)
     trainer.preset = preset
     trainer.data_fingerprint = data
     if resume is not None:

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import pytest
 
+from minitransformer.exercises._common import WrongAnswer
+
 
 def stub(*args, **kwargs):
     """What the learner's cell returns before it is filled in."""
@@ -28,12 +30,14 @@ def contract_tests(ex, cases: dict):
     @pytest.mark.parametrize("name", sorted(cases))
     def test_correct_answer_passes(name, capsys):
         correct, _ = cases[name]
-        assert getattr(ex, name)(correct) is True
+        verdict = getattr(ex, name)(correct)
+        assert verdict.status == "correct" and verdict, verdict
         assert capsys.readouterr().out.startswith("correct")
 
     @pytest.mark.parametrize("name", sorted(cases))
     def test_stub_is_not_attempted(name, capsys):
-        assert getattr(ex, name)(stub) is False                       # returns False, does not raise
+        verdict = getattr(ex, name)(stub)                             # a false verdict, no exception
+        assert verdict.status == "not attempted" and not verdict, verdict
         assert ex.NOT_ATTEMPTED in capsys.readouterr().out
 
     @pytest.mark.parametrize(
@@ -42,7 +46,7 @@ def contract_tests(ex, cases: dict):
          for name, (_, wrongs) in sorted(cases.items()) for label, wrong, pattern in wrongs],
     )
     def test_wrong_answer_gets_its_hint(name, wrong, pattern):
-        with pytest.raises(AssertionError, match="(?s)" + pattern):   # (?s): "." also matches the hint line
+        with pytest.raises(WrongAnswer, match="(?s)" + pattern):      # (?s): "." also matches the hint line
             getattr(ex, name)(wrong)
 
     return (test_every_checker_has_cases, test_correct_answer_passes, test_stub_is_not_attempted,

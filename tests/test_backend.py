@@ -295,6 +295,7 @@ ALLOWED = {
     "train.py": "training-loop bookkeeping (host-side logs, seeds, batching)",
     "translate.py": "token lists in and out; attention maps copied to the host for plotting",
     "checkpoint.py": "saves and loads .npz files, which are host arrays",
+    "distributed.py": "MPI sums host buffers (gradients staged through the host); shards are planned on the host",
     "exercises/": "lesson checkers: build fixed host inputs and host reference answers",
 }
 

@@ -49,13 +49,13 @@ CASES = [
 
 @pytest.mark.parametrize("check, answer", CASES, ids=lambda c: getattr(c, "__name__", ""))
 def test_right_answer_passes(check, answer, capsys):
-    assert check(answer) is True
+    assert check(answer).correct
     assert "correct" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("check", [c for c, _ in CASES], ids=lambda c: c.__name__)
 def test_stub_is_not_attempted(check, capsys):
-    assert check(lambda *a: None) is False
+    assert check(lambda *a: None).status == "not attempted"
     assert ex.NOT_ATTEMPTED in capsys.readouterr().out
 
 

@@ -160,13 +160,13 @@ def test_show_catalogue_lists_every_key(capsys):
 
 @pytest.mark.parametrize("number", [1, 2, 3])
 def test_check_mystery_not_attempted(number, capsys):
-    assert ex.check_mystery(number, None) is False
+    assert ex.check_mystery(number, None).status == "not attempted"
     assert ex.NOT_ATTEMPTED in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("number", [1, 2, 3])
 def test_check_mystery_right_answer(number, capsys):
-    assert ex.check_mystery(number, ex._MYSTERIES[number][0]) is True
+    assert ex.check_mystery(number, ex._MYSTERIES[number][0]).correct
     assert capsys.readouterr().out.startswith("correct")
 
 
@@ -222,13 +222,13 @@ def pe_property_loops(model):
 
 
 def test_check_pe_property_right_answers(capsys):
-    assert ex.check_pe_property(pe_property_ok) is True
-    assert ex.check_pe_property(pe_property_loops) is True
+    assert ex.check_pe_property(pe_property_ok).correct
+    assert ex.check_pe_property(pe_property_loops).correct
     assert "correct" in capsys.readouterr().out
 
 
 def test_check_pe_property_not_attempted(capsys):
-    assert ex.check_pe_property(lambda model: None) is False
+    assert ex.check_pe_property(lambda model: None).status == "not attempted"
     assert ex.NOT_ATTEMPTED in capsys.readouterr().out
 
 
@@ -248,4 +248,4 @@ def test_check_pe_property_wrong_answers():
     with pytest.raises(AssertionError, match="expected True or False"):
         ex.check_pe_property(lambda model: "yes")
     # a weak property that still tells the two apart passes: row 0 is (0, 1, 0, 1, ...) in §3.5
-    assert ex.check_pe_property(lambda model: bool(np.allclose(model.src_pos.table[0, 1::2], 1.0))) is True
+    assert ex.check_pe_property(lambda model: bool(np.allclose(model.src_pos.table[0, 1::2], 1.0))).correct

@@ -4,10 +4,11 @@ layer or below, and no two modules import each other (directly or in a circle).
     foundation  errors, backend, files, runlock, streams, machine
     layers      layers/* (layers/fast.py: the speed variants), gradcheck
     model       model, settings, data/*, metrics
-    search      decoding, optim, checkpoint, average, plot, progress, stops
+    search      decoding, optim, checkpoint, average, plot, progress, stops, distributed
     translate   translate
     train       train
     lessons     exercises/*
+    grade       grade
     cli         __main__
 
 docs/architecture.md draws the same graph. Imports inside functions count too:
@@ -25,10 +26,11 @@ LAYERS = [
     ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "__init__"]),
     ("layers", ["layers.fast", "layers.*", "gradcheck"]),
     ("model", ["model", "settings", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "average", "plot", "progress", "stops"]),
+    ("search", ["decoding", "optim", "checkpoint", "average", "plot", "progress", "stops", "distributed"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("lessons", ["exercises.*"]),
+    ("grade", ["grade"]),
     ("cli", ["__main__"]),
 ]
 

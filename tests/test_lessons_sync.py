@@ -160,12 +160,12 @@ def test_no_execute_keeps_the_outputs_of_unchanged_cells(copy_of_lesson_3):
     outputs = [c.outputs for c in before.cells if c.cell_type == "code"]
     assert any(outputs), "the committed lesson 3 has no outputs"
     text = copy_of_lesson_3.read_text()
-    copy_of_lesson_3.write_text(text.replace("# %% [markdown]", "# %% [markdown] tags=[\"note\"]", 1))
+    copy_of_lesson_3.write_text(text.replace("# %% [markdown]", "# %% [markdown] tags=[\"solution\"]", 1))
     assert build.build(copy_of_lesson_3, execute=False) is True
     after = nbformat.read(notebook, as_version=4)
     assert [c.outputs for c in after.cells if c.cell_type == "code"] == outputs
     assert after.metadata.language_info == before.metadata.language_info
-    assert after.cells[0].metadata.tags == ["note"]
+    assert after.cells[0].metadata.tags == ["solution"]
 
     line = "rng = np.random.default_rng(0)"
     index = next(i for i, c in enumerate(after.cells) if line in c.source)

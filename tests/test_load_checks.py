@@ -352,8 +352,8 @@ def test_the_loss_of_an_empty_batch_says_so_not_every_target_is_padding(B, T):
 TRAIN_OPTIONS = {
     "setup": {"--task", "--data", "--level", "--header", "--max-length", "--preset", "--set", "--seed", "--out",
               "--overwrite", "--resume", "--backend", "--debug", "--help"},
-    "training": {"--steps", "--batch-size", "--max-tokens", "--lr-factor", "--warmup", "--clip-norm",
-                 "--valid-every", "--checkpoint-every", "--no-progress", "--progress-every"},
+    "training": {"--steps", "--batch-size", "--max-tokens", "--accumulate", "--lr-factor", "--warmup", "--clip-norm",
+                 "--valid-every", "--checkpoint-every", "--check-sync-every", "--no-progress", "--progress-every"},
     "end": {"--eval"},
 }
 

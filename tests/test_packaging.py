@@ -69,6 +69,17 @@ def test_the_developer_gets_every_tool_the_tests_benchmarks_and_docs_use():
     assert dev["torch"].replace(" ", "") == "torch==2.13.0"    # any other version pulls GBs
 
 
+def test_mpi_is_an_extra_of_its_own_pinned_in_the_developer_install_and_not_the_learners():
+    mpi = {_requirement_name(spec): spec.replace(" ", "") for spec in PYPROJECT["project"]["optional-dependencies"]["mpi"]}
+    assert mpi["mpi4py"] == "mpi4py==4.1.2"
+    assert mpi["mpich"].startswith("mpich==5.0.2;")          # the MPI library itself, as a wheel
+    assert {"mpi4py", "mpich"} <= set(_closure("dev"))        # CI runs tests/test_mpi.py
+    for install in ("lessons", "test"):
+        assert not {"mpi4py", "mpich"} & set(_closure(install)), install
+    from minitransformer.distributed import INSTALL_HINT
+    assert "'.[mpi]'" in INSTALL_HINT                          # the error without mpi4py names this extra
+
+
 def test_version_is_written_once():
     project = PYPROJECT["project"]
     assert "version" not in project and "version" in project["dynamic"]

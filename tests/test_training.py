@@ -56,7 +56,7 @@ def test_resume_differs_with_other_dropout_masks(tmp_path, monkeypatch):
     resumed = Trainer(ckpt.model, ckpt.vocab, encode_pairs(task.vocab, task.train[:400]), [],
                       TrainSettings(**{**first.settings.__dict__, "steps": 8}))
     resumed.restore(ckpt)
-    monkeypatch.setattr(resumed, "dropout_seed", lambda step: 123 + step)   # other masks
+    monkeypatch.setattr(resumed, "dropout_seed", lambda step, *rank_micro: 123 + step)   # other masks
     resumed.run(progress=False)
     assert not all(np.array_equal(p.data, q.data)
                    for p, q in zip(full.model.parameters(), resumed.model.parameters()))
@@ -195,3 +195,17 @@ def test_progress_is_a_bar_on_a_terminal_and_plain_lines_elsewhere(monkeypatch):
     assert off.text == ""
     with pytest.raises(ValueError, match="progress must be"):
         _Progress("fancy", 6, 0)
+
+
+def test_loss_curve_names_the_loss_that_was_minimised(monkeypatch, tmp_path):
+    """loss.png's y-axis says label-smoothed only when eps_ls > 0 (issue 26: it said so at eps_ls = 0)."""
+    from minitransformer import plot
+
+    labels = []
+    real = plot.save_figure
+    monkeypatch.setattr(plot, "save_figure", lambda fig, path: (labels.append(fig.axes[0].get_ylabel()), real(fig, path)))
+    records = [{"step": 1, "loss": 2.0}, {"step": 2, "loss": 1.5, "valid_loss": 1.6}]
+    plot.plot_loss_curve(records, str(tmp_path / "a.png"), eps_ls=0.0)
+    plot.plot_loss_curve(records, str(tmp_path / "b.png"), eps_ls=0.1)
+    assert labels == ["cross-entropy", "label-smoothed cross-entropy (eps_ls = 0.1)"]
+    assert (tmp_path / "a.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -27,7 +27,7 @@
 #
 # Every later lesson has the same shape: the idea in our own words with the paper's section
 # and equation numbers, the math, a small worked example, the derivation of the backward
-# pass, a gradient check, a picture, and exercises with checking cells (solutions at the end).
+# pass, a gradient check, a picture, and exercises with checking cells (solutions at the end of the full notebook).
 #
 # The lessons, in reading order (each notebook `lessons/NN_name.ipynb` is built from `lessons/src/NN_name.py`):
 #
@@ -469,12 +469,12 @@ for cfg in launch["configurations"]:
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
 # runs your function on fixed random inputs and compares it with the package's answer **and**,
 # for a gradient, with a numerical gradient. While the stub still returns `None` it prints
-# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
 # `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
-# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
-# you want to peek.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
 
 # %% [markdown]
 # ### Exercise 0.1 — a numerical gradient
@@ -484,13 +484,13 @@ for cfg in launch["configurations"]:
 # Change `x` in place one entry at a time, and put each entry back afterwards.
 # (`np.ndindex(x.shape)` visits every index of an array of any shape.)
 
-# %%
+# %% tags=["stub"]
 def my_numerical_gradient(f, x, h=1e-5):
     # YOUR CODE HERE: return the central-difference gradient of f() with respect to x
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_numerical_gradient
 
 check_numerical_gradient(my_numerical_gradient)
@@ -504,25 +504,25 @@ check_numerical_gradient(my_numerical_gradient)
 # with `x` of shape `(B, S, d_in)`. (Tip: the derivation in §3; if you are stuck, put a
 # `breakpoint()` in your function and compare shapes and values in the debugger.)
 
-# %%
+# %% tags=["stub"]
 def my_linear_backward(dy, x, W, b):
     # YOUR CODE HERE: return (dx, dW, db)
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_linear_backward
 
 check_linear_backward(my_linear_backward)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ---
 # ## Solutions
 #
 # Try the exercises first. Each solution is followed by the checking cell that proves it.
 
-# %%
+# %% tags=["solution"]
 def solution_numerical_gradient(f, x, h=1e-5):
     grad = np.zeros_like(x)
     for i in np.ndindex(x.shape):
@@ -538,7 +538,7 @@ def solution_numerical_gradient(f, x, h=1e-5):
 check_numerical_gradient(solution_numerical_gradient)
 
 
-# %%
+# %% tags=["solution"]
 def solution_linear_backward(dy, x, W, b):
     d_in, d_out = W.shape
     dx = dy @ W.T                                        # (B, S, d_in)

@@ -370,12 +370,12 @@ report.assert_ok()
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
 # runs your function on fixed random inputs and compares it with the package's answer **and**,
 # for a gradient, with a numerical gradient. While the stub still returns `None` it prints
-# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
 # `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
-# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
-# you want to peek.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
 
 # %% [markdown]
 # ### Exercise 1.1 — softmax backward
@@ -383,13 +383,13 @@ report.assert_ok()
 # Given `A = softmax(S)` over the last axis and `dA` $= \partial L/\partial A$, both of shape
 # `(B, h, S_q, S_k)`, return `dS` $= \partial L/\partial S$ without building the Jacobian (§3).
 
-# %%
+# %% tags=["stub"]
 def my_softmax_backward(dA, A):
     # YOUR CODE HERE: return dS given dA = dL/dA and A = softmax(S) (rows)
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_softmax_backward
 
 check_softmax_backward(my_softmax_backward)
@@ -402,13 +402,13 @@ check_softmax_backward(my_softmax_backward)
 # True where query `i` may attend to key `j`, i.e. where `j <= i`. (`np.tril` helps.) The
 # checker also confirms that, with your mask, the last token cannot change earlier outputs.
 
-# %%
+# %% tags=["stub"]
 def my_causal_mask(T):
     # YOUR CODE HERE: return a (1, 1, T, T) boolean array, True where j <= i
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_causal_mask
 
 check_causal_mask(my_causal_mask)
@@ -423,40 +423,40 @@ check_causal_mask(my_causal_mask)
 # `dout` $= \partial L/\partial O$ of shape `(B, h, S_q, d_v)`. For a batched transpose of the
 # last two axes use `x.swapaxes(-1, -2)` (`.T` would reverse all four axes).
 
-# %%
+# %% tags=["stub"]
 def my_attention_backward(dout, cache):
     Q, K, V, A, scale = cache
     # YOUR CODE HERE: return (dQ, dK, dV)
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_attention_backward
 
 check_attention_backward(my_attention_backward)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ---
 # ## Solutions
 #
 # Try the exercises first. Each solution is followed by the checking cell that proves it.
 
-# %%
+# %% tags=["solution"]
 def solution_softmax_backward(dA, A):
     return A * (dA - (dA * A).sum(axis=-1, keepdims=True))     # a ⊙ (da − (da·a)) per row
 
 check_softmax_backward(solution_softmax_backward)
 
 
-# %%
+# %% tags=["solution"]
 def solution_causal_mask(T):
     return np.tril(np.ones((T, T), dtype=bool))[None, None, :, :]
 
 check_causal_mask(solution_causal_mask)
 
 
-# %%
+# %% tags=["solution"]
 def solution_attention_backward(dout, cache):
     Q, K, V, A, scale = cache
     dV = A.swapaxes(-1, -2) @ dout                              # O = A V

@@ -331,12 +331,12 @@ report.assert_ok()
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
 # runs your function on fixed random inputs and compares it with the package's answer **and**,
 # for a gradient, with a numerical gradient. While the stub still returns `None` it prints
-# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
 # `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
-# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
-# you want to peek.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
 
 # %% [markdown]
 # ### Exercise 2.1 — the backward of Concat
@@ -345,13 +345,13 @@ report.assert_ok()
 # Given `dconcat` $= \partial L / \partial\,\mathrm{concat}$ and `h`, return `dheads`, using only
 # `reshape` and `transpose` (not the package's `split_heads`).
 
-# %%
+# %% tags=["stub"]
 def my_merge_heads_backward(dconcat, h):
     # YOUR CODE HERE: return dheads of shape (B, h, S, d_model // h)
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_merge_heads_backward
 
 check_merge_heads_backward(my_merge_heads_backward)
@@ -367,13 +367,13 @@ check_merge_heads_backward(my_merge_heads_backward)
 # 2 FLOPs; leave out biases, the scaling and the softmax. (An $(m \times n)(n \times p)$ product
 # is $2mnp$ FLOPs.)
 
-# %%
+# %% tags=["stub"]
 def my_attention_flops(B, S_q, S_k, d_model, h):
     # YOUR CODE HERE: return the number of FLOPs (an int)
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_attention_flops
 
 check_attention_flops(my_attention_flops)
@@ -387,13 +387,13 @@ check_attention_flops(my_attention_flops)
 # key `j` if `j <= i` **and** token `j` is not padding. Build it yourself with NumPy (without
 # the package's `causal_mask`/`padding_mask`).
 
-# %%
+# %% tags=["stub"]
 def my_decoder_mask(tgt_ids, pad_id):
     # YOUR CODE HERE: return a (B, 1, T, T) boolean array
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_decoder_mask
 
 check_decoder_mask(my_decoder_mask)
@@ -415,25 +415,25 @@ check_decoder_mask(my_decoder_mask)
 # The derivation: [docs/derivations.md, the fused projection](../docs/derivations.md#the-fused-projection).
 # Use NumPy only (not `merge_heads`).
 
-# %%
+# %% tags=["stub"]
 def my_qkv_projection_backward(dQ, dK, dV, x, W_qkv):
     # YOUR CODE HERE: return (dx, dW_qkv, db_qkv) with the shapes of x, W_qkv and b_qkv
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_qkv_projection_backward
 
 check_qkv_projection_backward(my_qkv_projection_backward)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ---
 # ## Solutions
 #
 # Try the exercises first. Each solution is followed by the checking cell that proves it.
 
-# %%
+# %% tags=["solution"]
 def solution_merge_heads_backward(dconcat, h):
     B, S, d_model = dconcat.shape
     return dconcat.reshape(B, S, h, d_model // h).transpose(0, 2, 1, 3)   # = split_heads
@@ -441,7 +441,7 @@ def solution_merge_heads_backward(dconcat, h):
 check_merge_heads_backward(solution_merge_heads_backward)
 
 
-# %%
+# %% tags=["solution"]
 def solution_attention_flops(B, S_q, S_k, d_model, h):
     d_k = d_model // h
     q_proj = 2 * B * S_q * d_model * d_model           # x_q W^Q (all heads at once)
@@ -454,7 +454,7 @@ def solution_attention_flops(B, S_q, S_k, d_model, h):
 check_attention_flops(solution_attention_flops)
 
 
-# %%
+# %% tags=["solution"]
 def solution_decoder_mask(tgt_ids, pad_id):
     T = tgt_ids.shape[1]
     causal = np.tril(np.ones((T, T), dtype=bool))[None, None, :, :]   # (1, 1, T, T)
@@ -464,7 +464,7 @@ def solution_decoder_mask(tgt_ids, pad_id):
 check_decoder_mask(solution_decoder_mask)
 
 
-# %%
+# %% tags=["solution"]
 def solution_qkv_projection_backward(dQ, dK, dV, x, W_qkv):
     B, h, S, d_k = dQ.shape
     d_model = h * d_k

@@ -237,12 +237,12 @@ report.assert_ok()
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
 # runs your function on fixed random inputs and compares it with the package's answer **and**,
 # for a gradient, with a numerical gradient. While the stub still returns `None` it prints
-# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
 # `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
-# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
-# you want to peek.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
 
 # %% [markdown]
 # ### Exercise 3.1 — ReLU backward
@@ -250,13 +250,13 @@ report.assert_ok()
 # Given `dh` $= \partial L / \partial u$ for $u = \max(0, z)$ and the pre-activation `z`, return
 # `dz` $= \partial L / \partial z$ (same shape).
 
-# %%
+# %% tags=["stub"]
 def my_relu_backward(dh, z):
     # YOUR CODE HERE: return dz
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_relu_backward
 
 check_relu_backward(my_relu_backward)
@@ -271,32 +271,32 @@ check_relu_backward(my_relu_backward)
 # you need, and return `(dx, dW1, db1, dW2, db2)`. Remember that every position shares the
 # weights (§3): fold `B` and `S` into one axis with `reshape(-1, ...)`.
 
-# %%
+# %% tags=["stub"]
 def my_ffn_backward(dy, x, W1, b1, W2, b2):
     # YOUR CODE HERE: return (dx, dW1, db1, dW2, db2)
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_0_3 import check_ffn_backward
 
 check_ffn_backward(my_ffn_backward)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ---
 # ## Solutions
 #
 # Try the exercises first. Each solution is followed by the checking cell that proves it.
 
-# %%
+# %% tags=["solution"]
 def solution_relu_backward(dh, z):
     return dh * (z > 0)
 
 check_relu_backward(solution_relu_backward)
 
 
-# %%
+# %% tags=["solution"]
 def solution_ffn_backward(dy, x, W1, b1, W2, b2):
     d_model, d_ff = W1.shape
     z = x @ W1 + b1                                            # forward again: (B, S, d_ff)

@@ -456,12 +456,12 @@ for pre_ln in (False, True):
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
 # runs your function on fixed random inputs and compares it with the package's answer **and**,
 # for a gradient, with a numerical gradient. While the stub still returns `None` it prints
-# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
 # `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
-# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
-# you want to peek.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 4.1 — LayerNorm backward
 #
@@ -469,14 +469,14 @@ for pre_ln in (False, True):
 # with `x`, `dy` of shape `(B, S, d)` and `gamma` of shape `(d,)`. You get `x`, not a cache: recompute $\mu$,
 # $r$ and $\hat x$ first. Do not call `layernorm_backward`.
 
-# %%
+# %% tags=["stub"]
 def my_layernorm_backward(dy, x, gamma, eps=1e-5):
     """dy, x: (B, S, d); gamma: (d,) -> dx: (B, S, d), dgamma: (d,), dbeta: (d,)."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_4_7 import (
     check_layernorm_backward, check_post_ln_residual_backward, check_pre_ln_residual_backward)
 
@@ -490,14 +490,14 @@ check_layernorm_backward(my_layernorm_backward)
 # `(dx, dW)` given `dy`. You may call the package's `layernorm_forward` and `layernorm_backward`. Which term
 # does the skip connection contribute to `dx`?
 
-# %%
+# %% tags=["stub"]
 def my_post_ln_residual_backward(dy, x, W, eps=1e-5):
     """y = LayerNorm(x + x @ W). Returns dx: (B, S, d), dW: (d, d)."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_post_ln_residual_backward(my_post_ln_residual_backward)
 
 
@@ -506,23 +506,23 @@ check_post_ln_residual_backward(my_post_ln_residual_backward)
 #
 # Now $y = x + \mathrm{LN}(x)\,W$ (γ = 1, β = 0). Return `(dx, dW)`.
 
-# %%
+# %% tags=["stub"]
 def my_pre_ln_residual_backward(dy, x, W, eps=1e-5):
     """y = x + LayerNorm(x) @ W. Returns dx: (B, S, d), dW: (d, d)."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_pre_ln_residual_backward(my_pre_ln_residual_backward)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ## Solutions
 #
 # Try the exercises first. Each solution is followed by its checker.
 
-# %%
+# %% tags=["solution"]
 def layernorm_backward_solution(dy, x, gamma, eps=1e-5):
     d = x.shape[-1]
     mu = x.mean(axis=-1, keepdims=True)
@@ -537,7 +537,10 @@ def layernorm_backward_solution(dy, x, gamma, eps=1e-5):
 check_layernorm_backward(layernorm_backward_solution)
 
 
-# %%
+# %% tags=["solution"]
+from minitransformer.layers.layernorm import layernorm_backward, layernorm_forward
+
+
 def post_ln_residual_backward_solution(dy, x, W, eps=1e-5):
     d = x.shape[-1]
     z = x + x @ W                                               # the residual sum
@@ -550,7 +553,7 @@ def post_ln_residual_backward_solution(dy, x, W, eps=1e-5):
 check_post_ln_residual_backward(post_ln_residual_backward_solution)
 
 
-# %%
+# %% tags=["solution"]
 def pre_ln_residual_backward_solution(dy, x, W, eps=1e-5):
     d = x.shape[-1]
     n, cache = layernorm_forward(x, np.ones(d), np.zeros(d), eps)   # the branch's normalized input

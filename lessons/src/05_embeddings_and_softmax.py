@@ -316,12 +316,12 @@ print(f"saved = 2 V d_model   : {saved:>12,}   ({saved / (tied + saved):.1%} of 
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
 # runs your function on fixed random inputs and compares it with the package's answer **and**,
 # for a gradient, with a numerical gradient. While the stub still returns `None` it prints
-# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
 # `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
-# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
-# you want to peek.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 5.1 — embedding backward, with repeated tokens
 #
@@ -329,14 +329,14 @@ print(f"saved = 2 V d_model   : {saved:>12,}   ({saved / (tied + saved):.1%} of 
 # $\text{out} = \sqrt{d_\text{model}}\,E[\text{ids}]$ (`ids`: `(B, S)` ints, `dout`: `(B, S, d_model)`). Tokens repeat.
 # Don't call `embedding_backward`.
 
-# %%
+# %% tags=["stub"]
 def my_embedding_backward(dout, ids, V):
     """dout: (B, S, d_model), ids: (B, S) ints -> dE: (V, d_model)."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_4_7 import check_embedding_backward, check_tied_embedding_grad
 
 check_embedding_backward(my_embedding_backward)
@@ -351,21 +351,21 @@ check_embedding_backward(my_embedding_backward)
 # `logits = x_dec @ E.T` (upstream gradient `dlogits`, `(B, T, V)`). Return the gradient of the loss with
 # respect to $E$.
 
-# %%
+# %% tags=["stub"]
 def my_tied_embedding_grad(src_ids, d_src, tgt_ids, d_tgt, x_dec, dlogits):
     """-> dE: (V, d_model), V = dlogits.shape[-1], d_model = x_dec.shape[-1]."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_tied_embedding_grad(my_tied_embedding_grad)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ## Solutions
 
-# %%
+# %% tags=["solution"]
 def embedding_backward_solution(dout, ids, V):
     d = dout.shape[-1]
     dE = np.zeros((V, d))
@@ -375,7 +375,7 @@ def embedding_backward_solution(dout, ids, V):
 check_embedding_backward(embedding_backward_solution)
 
 
-# %%
+# %% tags=["solution"]
 def tied_embedding_grad_solution(src_ids, d_src, tgt_ids, d_tgt, x_dec, dlogits):
     V, d = dlogits.shape[-1], x_dec.shape[-1]
     dE = embedding_backward_solution(d_src, src_ids, V)          # source embedding

@@ -293,26 +293,26 @@ print("max_len=256: logits", longer.forward(src, tgt_in).shape)
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
 # runs your function on fixed random inputs and compares it with the package's answer **and**,
 # for a gradient, with a numerical gradient. While the stub still returns `None` it prints
-# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
 # `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
-# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
-# you want to peek.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 6.1 — the table
 #
 # Write `my_sinusoidal_pe(max_len, d_model)` returning the `(max_len, d_model)` table of §3.5 for an even
 # `d_model`, without calling `sinusoidal_table`.
 
-# %%
+# %% tags=["stub"]
 def my_sinusoidal_pe(max_len, d_model):
     """-> PE: (max_len, d_model); even columns sin(pos w_i), odd columns cos(pos w_i)."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_4_7 import check_pe_similarity, check_sinusoidal_pe
 
 check_sinusoidal_pe(my_sinusoidal_pe)
@@ -326,21 +326,21 @@ check_sinusoidal_pe(my_sinusoidal_pe)
 # `k` and returns the array of dot products, without building the table and without a Python loop over `k`.
 # The checker compares it with dot products of table rows from two different starting positions.
 
-# %%
+# %% tags=["stub"]
 def my_pe_similarity(k, d_model):
     """k: (n,) ints -> (n,) values of PE(pos) . PE(pos + k), for any pos."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_pe_similarity(my_pe_similarity)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ## Solutions
 
-# %%
+# %% tags=["solution"]
 def sinusoidal_pe_solution(max_len, d_model):
     pos = np.arange(max_len)[:, None]                               # (max_len, 1)
     omega = 10000.0 ** (-np.arange(0, d_model, 2) / d_model)        # (d_model/2,)
@@ -352,7 +352,7 @@ def sinusoidal_pe_solution(max_len, d_model):
 check_sinusoidal_pe(sinusoidal_pe_solution)
 
 
-# %%
+# %% tags=["solution"]
 def pe_similarity_solution(k, d_model):
     # sin(a) sin(b) + cos(a) cos(b) = cos(a - b), one term per frequency
     omega = 10000.0 ** (-np.arange(0, d_model, 2) / d_model)

@@ -377,12 +377,12 @@ print(f"max |difference| at the padded positions:  {np.abs(stepwise - teacher_fo
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker
 # runs your function on fixed random inputs and compares it with the package's answer **and**,
 # for a gradient, with a numerical gradient. While the stub still returns `None` it prints
-# *not attempted yet*; a wrong answer raises an `AssertionError` that says what is wrong (a
+# *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
 # `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
-# Exercises are numbered *lesson.exercise*. Solutions are at the very end of the notebook, if
-# you want to peek.
+# Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
+# end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 7.1 — shifting the target right
 #
@@ -392,14 +392,14 @@ print(f"max |difference| at the padded positions:  {np.abs(stepwise - teacher_fo
 # `(B, T)` with `T` = longest sentence + 1, where `tgt_in` is `<bos>` + sentence and `tgt_out` is sentence +
 # `<eos>`, both padded with `pad_id`.
 
-# %%
+# %% tags=["stub"]
 def my_shift_right(tgt_seqs, pad_id, bos_id, eos_id):
     """tgt_seqs: list of B lists of ids -> tgt_in, tgt_out: (B, T) int arrays."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lessons_4_7 import (
     check_encoder_layer_params, check_shift_right, check_transformer_params)
 
@@ -413,14 +413,14 @@ check_shift_right(my_shift_right)
 # `EncoderLayer`: its self-attention ($W^Q, W^K, W^V, W^O$ and their biases), its feed-forward network and its
 # two LayerNorms. The checker compares with layers it builds, including one of the base size.
 
-# %%
+# %% tags=["stub"]
 def my_encoder_layer_params(d_model, d_ff):
     """-> int."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_encoder_layer_params(my_encoder_layer_params)
 
 
@@ -432,21 +432,21 @@ check_encoder_layer_params(my_encoder_layer_params)
 # $E$. The checker builds two tiny models and counts them, then compares base and big with
 # `count_parameters`.
 
-# %%
+# %% tags=["stub"]
 def my_transformer_params(V, d_model, d_ff, N):
     """-> int."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_transformer_params(my_transformer_params)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ## Solutions
 
-# %%
+# %% tags=["solution"]
 def shift_right_solution(tgt_seqs, pad_id, bos_id, eos_id):
     T = max(len(t) for t in tgt_seqs) + 1                     # +1 for <bos> / <eos>
     tgt_in = np.full((len(tgt_seqs), T), pad_id, dtype=np.int64)
@@ -459,7 +459,7 @@ def shift_right_solution(tgt_seqs, pad_id, bos_id, eos_id):
 check_shift_right(shift_right_solution)
 
 
-# %%
+# %% tags=["solution"]
 def encoder_layer_params_solution(d_model, d_ff):
     attention = 4 * (d_model * d_model + d_model)              # W^Q, W^K, W^V, W^O, each with a bias
     ffn = d_model * d_ff + d_ff + d_ff * d_model + d_model      # W_1, b_1, W_2, b_2
@@ -469,7 +469,7 @@ def encoder_layer_params_solution(d_model, d_ff):
 check_encoder_layer_params(encoder_layer_params_solution)
 
 
-# %%
+# %% tags=["solution"]
 def transformer_params_solution(V, d_model, d_ff, N):
     attention = 4 * (d_model * d_model + d_model)
     ffn = 2 * d_model * d_ff + d_ff + d_model

@@ -1115,12 +1115,12 @@ Markdown("\n".join(lines))
 # ## Exercises
 #
 # Each exercise has a cell with a stub to fill in and a checking cell below it. While the
-# stub still returns `None` the checker prints *not attempted yet*; a wrong answer raises an
-# `AssertionError` that says what is wrong and, for the usual mistakes, names it; a right
-# one prints `correct`. The checkers live in `minitransformer.exercises.lesson_08`.
-# Solutions are at the very end of the notebook.
+# stub still returns `None` the checker prints *not attempted yet*; a wrong answer raises a
+# `WrongAnswer` (an `AssertionError`) that says what is wrong and, for the usual mistakes, names
+# it; a right one prints `correct`. The checkers live in `minitransformer.exercises.lesson_08`.
+# In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
 #
-# ### Exercise 1 — the backward of additive attention
+# ### Exercise 8.1 — the backward of additive attention
 #
 # Given the cache of `additive_attention_forward` (§8) and `dout` $= \partial L / \partial O$,
 # return `(dQ, dK, dV, dW_q, dW_k, dv)`. Go back through the forward one line at a time:
@@ -1129,21 +1129,21 @@ Markdown("\n".join(lines))
 # added to every pair $(i, j)$, so its gradient sums over $j$, and $k_jW_k$'s over $i$. The
 # checker compares with a reference and with central differences.
 
-# %%
+# %% tags=["stub"]
 def my_additive_attention_backward(dout, cache):
     Q, K, V, W_q, W_k, v, T, A = cache
     # YOUR CODE HERE: return (dQ, dK, dV, dW_q, dW_k, dv)
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_08 import check_additive_attention_backward
 
 check_additive_attention_backward(my_additive_attention_backward)
 
 
 # %% [markdown]
-# ### Exercise 2 — how many layers?
+# ### Exercise 8.2 — how many layers?
 #
 # Write `my_layers_needed(kind, n, k)`: the number of stacked layers after which output
 # position $n-1$ depends on input position $0$, for
@@ -1155,20 +1155,20 @@ check_additive_attention_backward(my_additive_attention_backward)
 # §5 measured these for a few $n$; the checker tests more, including sizes where a
 # floating-point logarithm rounds the wrong way.
 
-# %%
+# %% tags=["stub"]
 def my_layers_needed(kind, n, k):
     # YOUR CODE HERE: return a whole number of layers
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_08 import check_layers_needed
 
 check_layers_needed(my_layers_needed)
 
 
 # %% [markdown]
-# ### Exercise 3 — count the FLOPs
+# ### Exercise 8.3 — count the FLOPs
 #
 # Write `my_layer_flops(kind, n, d, r)`: the matrix-product FLOPs (a multiply-add is 2) of
 # one forward of one sentence through a `"recurrent"` layer (§2.1, $d_\text{in} = d$), a
@@ -1177,25 +1177,25 @@ check_layers_needed(my_layers_needed)
 # without looking at the table in §3. The checker counts the attention layer's FLOPs by running the
 # package's layer under a wrapped `backend.matmul`, as §3 did.
 
-# %%
+# %% tags=["stub"]
 def my_layer_flops(kind, n, d, r):
     # YOUR CODE HERE: return the number of FLOPs
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_08 import check_layer_flops
 
 check_layer_flops(my_layer_flops)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ---
 # ## Solutions
 #
 # Try the exercises first. Each solution is followed by the checking cell that proves it.
 
-# %%
+# %% tags=["solution"]
 def solution_additive_attention_backward(dout, cache):
     Q, K, V, W_q, W_k, v, T, A = cache
     dA = dout @ V.swapaxes(-1, -2)                               # O = A V
@@ -1213,7 +1213,7 @@ def solution_additive_attention_backward(dout, cache):
 check_additive_attention_backward(solution_additive_attention_backward)
 
 
-# %%
+# %% tags=["solution"]
 def solution_layers_needed(kind, n, k):
     if kind == "conv":
         return math.ceil((n - 1) / (k - 1))        # each layer reaches k-1 further back
@@ -1228,7 +1228,7 @@ def solution_layers_needed(kind, n, k):
 check_layers_needed(solution_layers_needed)
 
 
-# %%
+# %% tags=["solution"]
 def solution_layer_flops(kind, n, d, r):
     if kind == "recurrent":
         return 2 * n * d * d + 2 * n * d * d                      # x W_x, and h W_h at n steps

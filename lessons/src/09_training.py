@@ -858,22 +858,23 @@ ax.legend(loc="upper center", fontsize=8); plt.tight_layout(); plt.show()
 # %% [markdown]
 # ## Exercises
 #
-# Each checking cell prints *not attempted yet* until you fill in the function above it; a wrong answer raises an
-# `AssertionError` that says what is wrong and, for the usual slips, names the likely mistake.
+# Each checking cell prints *not attempted yet* until you fill in the function above it; a wrong answer raises a
+# `WrongAnswer` (an `AssertionError`) that says what is wrong and, for the usual slips, names the likely mistake.
+# In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 9.1 — the learning-rate schedule
 #
 # Write `my_lrate(step, d_model, warmup_steps)` returning Eq. (3)'s rate for one step (steps count from 1).
 # The checker compares it with `NoamSchedule` at steps from 1 to 20 000 for three $(d_\text{model}, \text{warmup})$ pairs.
 
-# %%
+# %% tags=["stub"]
 def my_lrate(step, d_model, warmup_steps):
     """-> float: d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_09 import check_adam_step, check_dlogits, check_noam_lr
 
 check_noam_lr(my_lrate)
@@ -887,14 +888,14 @@ check_noam_lr(my_lrate)
 # `(p_new, m_new, v_new)`, where `m_new`, `v_new` are the updated running averages (not the bias-corrected
 # ones: the next step continues from them). The checker loads the same state into `optim.Adam` and compares.
 
-# %%
+# %% tags=["stub"]
 def my_adam_step(p, g, m, v, t, lr):
     """p, g, m, v: arrays of one shape; t: int >= 1; lr: float -> (p_new, m_new, v_new)."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_adam_step(my_adam_step)
 
 
@@ -906,14 +907,14 @@ check_adam_step(my_adam_step)
 # $(B, T)$ ints, `pad_id` at padding. Return an array of the logits' shape. The checker compares it with
 # `cross_entropy_backward` and with central differences of the loss.
 
-# %%
+# %% tags=["stub"]
 def my_dlogits(logits, targets, pad_id, eps_ls):
     """logits: (B, T, V), targets: (B, T) -> dlogits: (B, T, V)."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_dlogits(my_dlogits)
 
 
@@ -924,8 +925,8 @@ check_dlogits(my_dlogits)
 # gradient that enters `Transformer.backward` is **yours**: the package's loss only provides the loss value
 # (and, for comparison, its own gradient, which is not used). If your `my_dlogits` is right, the loss falls and
 # the model learns to copy; the cell also prints the largest difference from the package's gradient over the
-# whole run. While `my_dlogits` is the stub, the cell skips the training. The solutions section runs it with
-# the solution.
+# whole run. While `my_dlogits` is the stub, the cell skips the training. The full notebook's solutions
+# section runs it with the solution.
 
 # %%
 def train_with_my_gradient(dlogits_fn, steps=400, seed=0):
@@ -963,17 +964,17 @@ def train_with_my_gradient(dlogits_fn, steps=400, seed=0):
 train_with_my_gradient(my_dlogits)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ## Solutions
 
-# %%
+# %% tags=["solution"]
 def lrate_solution(step, d_model, warmup_steps):
     return d_model ** -0.5 * min(step ** -0.5, step * warmup_steps ** -1.5)   # rises until warmup_steps, then decays
 
 check_noam_lr(lrate_solution)
 
 
-# %%
+# %% tags=["solution"]
 def adam_step_solution(p, g, m, v, t, lr):
     beta1, beta2, eps = 0.9, 0.98, 1e-9                  # §5.3
     m = beta1 * m + (1 - beta1) * g                       # running mean of g
@@ -985,7 +986,7 @@ def adam_step_solution(p, g, m, v, t, lr):
 check_adam_step(adam_step_solution)
 
 
-# %%
+# %% tags=["solution"]
 def dlogits_solution(logits, targets, pad_id, eps_ls):
     V = logits.shape[-1]
     p = np.exp(logits - logits.max(axis=-1, keepdims=True))
@@ -997,7 +998,9 @@ def dlogits_solution(logits, targets, pad_id, eps_ls):
 
 check_dlogits(dlogits_solution)
 
-# %%
+# %% tags=["solution"]
 train_with_my_gradient(dlogits_solution)
+
+# %%
 print(f"the whole lesson ran in {time.perf_counter() - LESSON_START:.0f} s of wall time, "
       f"{time.process_time():.0f} s of CPU time in this kernel")

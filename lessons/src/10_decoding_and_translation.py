@@ -820,10 +820,10 @@ print(f"encoder self-attention: diagonal {columns[:, 3].min():.2f} to {columns[:
 # ## Exercises
 #
 # Each exercise has a cell with a stub to fill in and a checking cell below it. While the stub
-# still returns `None` the checker prints *not attempted yet*; a wrong answer raises an
-# `AssertionError` that says what is wrong and, for the usual mistakes, names it; a right one
-# prints `correct`. The checkers are in `minitransformer.exercises.lesson_10`. Solutions are at
-# the very end of the notebook.
+# still returns `None` the checker prints *not attempted yet*; a wrong answer raises a
+# `WrongAnswer` (an `AssertionError`) that says what is wrong and, for the usual mistakes, names
+# it; a right one prints `correct`. The checkers are in `minitransformer.exercises.lesson_10`.
+# In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 10.1 — one step of beam search
 #
@@ -834,14 +834,14 @@ print(f"encoder self-attention: diagonal {columns[:, 3].min():.2f} to {columns[:
 # `live_logp[j] + next_logp[j, y]`. If two candidates tie, the one with the lower flat index
 # $j \cdot V + y$ comes first.
 
-# %%
+# %% tags=["stub"]
 def my_beam_step(live_logp, next_logp, k):
     """live_logp: (k,), next_logp: (k, V) -> parent (k,) ints, token (k,) ints, logp (k,)."""
     # YOUR CODE HERE
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_10 import check_beam_step
 
 check_beam_step(my_beam_step)
@@ -856,14 +856,14 @@ check_beam_step(my_beam_step)
 # checker's corpora have a match at every order. It compares with `metrics.corpus_bleu(...,
 # tokenize="none")`.
 
-# %%
+# %% tags=["stub"]
 def my_corpus_bleu(hyps, refs):
     """hyps, refs: lists of token lists -> BLEU in [0, 100]."""
     # YOUR CODE HERE
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_10 import check_corpus_bleu
 
 check_corpus_bleu(my_corpus_bleu)
@@ -880,26 +880,26 @@ check_corpus_bleu(my_corpus_bleu)
 # `model.decode` and `model.forward`: use the cache. It compares with `decoding.greedy_decode`
 # on a tiny model it trains first (a second or two) and on an untrained one.
 
-# %%
+# %% tags=["stub"]
 def my_greedy(model, src, bos_id, eos_id, max_len):
     """src: (1, S) ids -> list of output ids (no <bos>, no <eos>)."""
     # YOUR CODE HERE
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_10 import check_greedy_decode
 
 check_greedy_decode(my_greedy)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ---
 # ## Solutions
 #
 # Try the exercises first. Each solution is followed by the checking cell that proves it.
 
-# %%
+# %% tags=["solution"]
 def beam_step_solution(live_logp, next_logp, k):
     V = next_logp.shape[1]
     candidates = (live_logp[:, None] + next_logp).reshape(-1)      # (k·V,): parent's log P + token's
@@ -909,7 +909,14 @@ def beam_step_solution(live_logp, next_logp, k):
 check_beam_step(beam_step_solution)
 
 
-# %%
+# %% tags=["solution"]
+from collections import Counter
+
+
+def ngrams(tokens, n):                                              # as in section 4
+    return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+
+
 def corpus_bleu_solution(hyps, refs):
     matched, total = np.zeros(4), np.zeros(4)
     c = r = 0
@@ -925,7 +932,12 @@ def corpus_bleu_solution(hyps, refs):
 check_corpus_bleu(corpus_bleu_solution)
 
 
-# %%
+# %% tags=["solution"]
+from minitransformer import model as model_module
+from minitransformer.layers.masks import padding_mask
+from minitransformer.layers.parameter import eval_mode
+
+
 def greedy_solution(model, src, bos_id, eos_id, max_len):
     src_mask = padding_mask(src, model.cfg.pad_id)
     out, y = [], bos_id

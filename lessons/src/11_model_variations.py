@@ -627,7 +627,8 @@ print("sinusoidal model, same seed, max_len 256: logits", fixed.forward(np.full(
 #
 # ## Exercises
 #
-# Each checking cell prints *not attempted yet* until you fill in the function above it; a wrong answer raises an `AssertionError` that says what is wrong.
+# Each checking cell prints *not attempted yet* until you fill in the function above it; a wrong answer raises a
+# `WrongAnswer` (an `AssertionError`) that says what is wrong. In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 11.1 — the learned table's backward
 #
@@ -635,14 +636,14 @@ print("sinusoidal model, same seed, max_len 256: logits", fixed.forward(np.full(
 # $\bar y$ = `dout` of shape `(B, S, d_model)`, return `(dx, dP)`, with `dP` of the table's shape
 # `(max_len, d_model)`.
 
-# %%
+# %% tags=["stub"]
 def my_learned_pe_backward(dout, offset, max_len):
     """dout: (B, S, d_model) -> dx: (B, S, d_model), dP: (max_len, d_model)."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 from minitransformer.exercises.lesson_11 import (
     check_learned_pe_backward,
     check_perplexity,
@@ -659,14 +660,14 @@ check_learned_pe_backward(my_learned_pe_backward)
 # teacher-forced forward pass and the targets `(B, T)`, where `pad_id` marks positions without a token.
 # Natural logarithms, no label smoothing, one number for the whole batch.
 
-# %%
+# %% tags=["stub"]
 def my_perplexity(logits, targets, pad_id):
     """logits: (B, T, V), targets: (B, T) ints -> float."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_perplexity(my_perplexity)
 
 
@@ -681,21 +682,21 @@ check_perplexity(my_perplexity)
 # table of `learned_max_len` rows shared by both sides (0 for sinusoids). Then compare the drop from base to
 # $d_k = 16$ and $d_k = 32$ with the paper's.
 
-# %%
+# %% tags=["stub"]
 def my_variation_params(V, d_model, h, d_k, d_v, d_ff, N, learned_max_len):
     """-> int."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_variation_params(my_variation_params)
 
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ## Solutions
 
-# %%
+# %% tags=["solution"]
 def learned_pe_backward_solution(dout, offset, max_len):
     _, S, d = dout.shape
     dP = np.zeros((max_len, d))
@@ -705,7 +706,7 @@ def learned_pe_backward_solution(dout, offset, max_len):
 check_learned_pe_backward(learned_pe_backward_solution)
 
 
-# %%
+# %% tags=["solution"]
 def perplexity_solution(logits, targets, pad_id):
     z = logits - logits.max(axis=-1, keepdims=True)                    # stable log-softmax
     log_p = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))          # (B, T, V)
@@ -716,7 +717,7 @@ def perplexity_solution(logits, targets, pad_id):
 check_perplexity(perplexity_solution)
 
 
-# %%
+# %% tags=["solution"]
 def variation_params_solution(V, d_model, h, d_k, d_v, d_ff, N, learned_max_len):
     attention = (2 * (d_model * h * d_k + h * d_k)      # W^Q, W^K and their biases
                  + d_model * h * d_v + h * d_v           # W^V

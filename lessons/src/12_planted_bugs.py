@@ -709,7 +709,7 @@ def sticky_dropout_mask():
 
 BUG1 = Plant("1 dropout mask reused", "dropout", swaps=((dropout_module, "dropout_mask", sticky_dropout_mask()),))
 
-# %%
+# %% tags=["reveal"]
 MY_PREDICTIONS[1] = None                             # your prediction, before you run this cell
 run_row(BUG1)
 
@@ -775,7 +775,7 @@ assert gap < 1e-12
 BUG2 = Plant("2 Adam t = layer index", "optimizer",
              optimizer=lambda params, schedule: PlainAdam(params, schedule, t_from_layer_index=True))
 
-# %%
+# %% tags=["reveal"]
 MY_PREDICTIONS[2] = None
 run_row(BUG2)
 
@@ -810,7 +810,7 @@ ax.legend(loc="center right"); plt.tight_layout(); plt.show()
 # meant to give it 2/30 of the peak, and after step 30, where the real warm-up ends, every tensor gets about
 # $1/\sqrt{31}$ of the intended rate.
 
-# %%
+# %% tags=["reveal"]
 MY_PREDICTIONS[3] = None
 run_row(BUG3)
 
@@ -844,7 +844,7 @@ def cross_entropy_forward_via_probs(logits, targets, pad_id, eps_ls=0.0):
 BUG4 = Plant("4 label smoothing log(0)", "loss",
              swaps=((loss_module, "cross_entropy_forward", cross_entropy_forward_via_probs),))
 
-# %%
+# %% tags=["reveal"]
 MY_PREDICTIONS[4] = None
 run_row(BUG4)
 
@@ -859,7 +859,7 @@ run_row(BUG4)
 # %%
 BUG5 = Plant("5 pre-LN called post-LN", "residual + layer norm", pre_ln=True)
 
-# %%
+# %% tags=["reveal"]
 MY_PREDICTIONS[5] = None
 run_row(BUG5)
 
@@ -888,7 +888,7 @@ def attention_forward_unscaled(Q, K, V, mask=None):
 BUG6 = Plant("6 missing 1/√d_k", "attention",
              swaps=((attention_module, "attention_forward", attention_forward_unscaled),))
 
-# %%
+# %% tags=["reveal"]
 MY_PREDICTIONS[6] = None
 run_row(BUG6)
 
@@ -911,7 +911,7 @@ def causal_mask_transposed(T, xp=None):
 BUG7 = Plant("7 causal mask transposed", "attention mask",
              swaps=((masks_module, "causal_mask", causal_mask_transposed),))
 
-# %%
+# %% tags=["reveal"]
 MY_PREDICTIONS[7] = None
 run_row(BUG7)
 
@@ -934,7 +934,7 @@ def softmax_over_queries(S):
 BUG8 = Plant("8 softmax wrong axis", "attention",
              swaps=((attention_module, "softmax_lastaxis", softmax_over_queries),))
 
-# %%
+# %% tags=["reveal"]
 MY_PREDICTIONS[8] = None
 run_row(BUG8)
 
@@ -960,7 +960,7 @@ def embedding_backward_assigns(dout, cache, dE):
 BUG9 = Plant("9 tied gradient overwritten", "embedding",
              swaps=((embedding_module, "embedding_backward", embedding_backward_assigns),))
 
-# %%
+# %% tags=["reveal"]
 MY_PREDICTIONS[9] = None
 run_row(BUG9)
 
@@ -984,7 +984,7 @@ def cross_entropy_backward_by_value(cache, overwrite_cache=False):
 BUG10 = Plant("10 targets by value", "loss",
               swaps=((loss_module, "cross_entropy_backward", cross_entropy_backward_by_value),))
 
-# %%
+# %% tags=["reveal"]
 MY_PREDICTIONS[10] = None
 run_row(BUG10)
 
@@ -995,7 +995,7 @@ run_row(BUG10)
 # grey: it passed although the bug was there. Where you filled in `MY_PREDICTIONS`, each cell also says
 # whether you predicted it.
 
-# %%
+# %% tags=["reveal"]
 BUGS = [BUG1, BUG2, BUG3, BUG4, BUG5, BUG6, BUG7, BUG8, BUG9, BUG10]
 ROWS = [CLEAN] + BUGS
 WORD = {True: "caught", False: "missed", None: "skipped"}
@@ -1036,7 +1036,7 @@ print(f"your predictions: {right} of {scored} cells right" if scored else
 # %% [markdown]
 # Which property caught which bug:
 
-# %%
+# %% tags=["reveal"]
 names = list(PROPERTIES)
 failed = np.array([[not PROPERTY_NOTES[p.name][n][0] for n in names] for p in ROWS], dtype=float)
 fig, ax = plt.subplots(figsize=(9.5, 4.6))
@@ -1056,7 +1056,7 @@ plt.tight_layout(); plt.show()
 # %% [markdown]
 # And the training runs: the loss during training, and the held-out accuracy on the two paths.
 
-# %%
+# %% tags=["reveal"]
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 3.6))
 STYLE = {CLEAN.name: ("k", 2.2), BUG7.name: ("tab:red", 2), BUG8.name: ("tab:purple", 2)}
 for plant in ROWS:
@@ -1167,10 +1167,10 @@ for check in CHECKS:
 # Exercises 12.1–12.3 each plant a **mystery bug**: `mystery(n)` returns a `Plant` whose bug is not named.
 # Run the four checks on it with `run_row`, read the outcomes and their details, and name the bug: answer
 # with one key of the catalogue printed below. `check_mystery(n, answer)` prints *not attempted yet* while
-# the answer is `None`, raises an `AssertionError` with a `hint:` when the answer is wrong (the hint says
+# the answer is `None`, raises a `WrongAnswer` (an `AssertionError`) with a `hint:` when the answer is wrong (the hint says
 # what the checks rule out), and prints `correct` when it is right. None of the three mysteries is one of
 # the ten bugs above. The checkers live in `minitransformer.exercises.lesson_12`; reading its source
-# gives the answers away. Solutions are at the end of the notebook.
+# gives the answers away. In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
 
 # %%
 from minitransformer.exercises.lesson_12 import (
@@ -1189,9 +1189,12 @@ show_catalogue()
 MYSTERY1 = mystery(1)
 run_row(MYSTERY1)
 
-# %%
+# %% tags=["stub"]
 my_answer_1 = None                  # a key of CATALOGUE, e.g. "dropout-not-rescaled"
+
+# %% tags=["check"]
 check_mystery(1, my_answer_1)
+
 
 # %% [markdown]
 # ### Exercise 12.2 — mystery bug 2
@@ -1200,9 +1203,12 @@ check_mystery(1, my_answer_1)
 MYSTERY2 = mystery(2)
 run_row(MYSTERY2)
 
-# %%
+# %% tags=["stub"]
 my_answer_2 = None
+
+# %% tags=["check"]
 check_mystery(2, my_answer_2)
+
 
 # %% [markdown]
 # ### Exercise 12.3 — mystery bug 3
@@ -1211,9 +1217,12 @@ check_mystery(2, my_answer_2)
 MYSTERY3 = mystery(3)
 run_row(MYSTERY3)
 
-# %%
+# %% tags=["stub"]
 my_answer_3 = None
+
+# %% tags=["check"]
 check_mystery(3, my_answer_3)
+
 
 # %% [markdown]
 # ### Exercise 12.4 — close parity's gap with a property
@@ -1226,20 +1235,20 @@ check_mystery(3, my_answer_3)
 # (it must say `False`). Careful what you compare with: a reference computed by the code under test
 # compares the bug with itself.
 
-# %%
+# %% tags=["stub"]
 def my_pe_property(model):
     """model: a Transformer -> True if its positional-encoding table is the one of §3.5."""
     # your code here
     return None
 
 
-# %%
+# %% tags=["check"]
 check_pe_property(my_pe_property)
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # ## Solutions
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # **12.1.** Only parity fails, and its first failing comparison is the logits: the model computes a
 # different function from PyTorch's, its backward is consistent with it (gradient check), and it breaks
 # no property. The bench's parity compares the logits and everything behind them, so the difference can be
@@ -1247,7 +1256,7 @@ check_pe_property(my_pe_property)
 # encoding. Comparing the model's table with §3.5 shows cos where sin belongs. The copy task still trains,
 # because any distinct code per position will do for it.
 
-# %%
+# %% tags=["solution"]
 from minitransformer.exercises.lesson_12 import MYSTERY_SIGNATURES
 
 
@@ -1263,32 +1272,35 @@ for number, plant in ((1, MYSTERY1), (2, MYSTERY2), (3, MYSTERY3)):
 
 check_mystery(1, "pe-sin-cos-swapped")
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # **12.2.** The gradient check fails on almost every tensor, so some backward no longer matches its
 # forward; parity fails; and of the properties, only "post-LN outputs normalized" fails: its detail shows
 # a layer output whose variance is $(d_\text{model}-1)/d_\text{model} = 0.75$ instead of 1. That is a
 # LayerNorm whose forward divides the variance by $d_\text{model} - 1$ (NumPy's `ddof=1`, PyTorch's
 # `unbiased=True`) while its backward still assumes $d_\text{model}$.
 
-# %%
+# %% tags=["solution"]
 show_properties(MYSTERY2)
 check_mystery(2, "layernorm-unbiased-variance")
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # **12.3.** Every check that builds the model passes, and so does the Adam property and parity's five
 # optimizer steps, which set the gradients by hand. Only training fails, and badly (its accuracy is below
 # the source-blind ceiling): the model and one optimizer update are right, so the bug is in what happens
 # *between* updates. Here `Adam.zero_grad` does nothing, so every backward adds to the gradients of all
 # previous steps, and the update follows the sum of everything seen so far.
 
-# %%
+# %% tags=["solution"]
 assert CURVES[MYSTERY3.name][2] < source_blind_ceiling()
 check_mystery(3, "gradients-never-zeroed")
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # **12.4.** Compute the table from the formula, independently of the package, and compare:
 
-# %%
+# %% tags=["solution"]
+from minitransformer import backend
+
+
 def pe_property_solution(model):
     table = np.asarray(backend.to_numpy(model.src_pos.table), dtype=np.float64)
     max_len, d_model = table.shape
@@ -1300,12 +1312,14 @@ def pe_property_solution(model):
 
 check_pe_property(pe_property_solution)
 
-# %% [markdown]
+# %% [markdown] tags=["solution"]
 # With it added to the property tests, the properties catch mystery 1 as well:
 
-# %%
+# %% tags=["solution"]
 PROPERTIES["PE is §3.5's"] = lambda plant: (pe_property_solution(build(plant)), "table against §3.5's formula")
 print(property_check(mystery(1)))
 print(property_check(CLEAN))
-print(f"\nthe whole lesson: {time.perf_counter() - LESSON_START:.0f} s on the clock, {time.process_time():.0f} s of CPU "
+
+# %%
+print(f"the whole lesson: {time.perf_counter() - LESSON_START:.0f} s on the clock, {time.process_time():.0f} s of CPU "
       f"({machine.machine_summary()})")

@@ -225,6 +225,36 @@ def _plan_batches(
     return batches
 
 
+def batch_plan(
+    pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
+    batch_size: int | None = None,
+    max_tokens: int | None = None,
+    rng: numpy.random.Generator | None = None,
+    shuffle: bool = True,
+) -> list[list[int]]:
+    """One epoch's batches as lists of indices into ``pairs``, bucketed by length: what
+    :func:`batch_iterator` pads into Batches (its arguments, checked the same way).
+
+    Data-parallel training (``distributed.step_batches``) splits each of these lists
+    between the ranks, so every rank must compute the same plan: the same pairs and the
+    same ``rng`` state give the same lists.
+    """
+    batch_size = _positive_or_none("batch_size", batch_size)
+    max_tokens = _positive_or_none("max_tokens", max_tokens)
+    if batch_size is None and max_tokens is None:
+        raise ValueError("batch_iterator needs batch_size or max_tokens (or both)")
+    if len(pairs) == 0:
+        raise ValueError("batch_iterator: no sentence pairs given")
+    if rng is not None and not isinstance(rng, numpy.random.Generator):
+        raise TypeError(
+            f"rng must be a numpy.random.Generator (numpy.random.default_rng(seed)), got {type(rng).__name__}"
+        )
+    if shuffle and rng is None:
+        rng = numpy.random.default_rng()
+    lengths = [(len(src), len(tgt)) for src, tgt in pairs]
+    return _plan_batches(lengths, batch_size, max_tokens, rng, shuffle)
+
+
 def batch_iterator(
     pairs: Sequence[tuple[Sequence[int], Sequence[int]]],
     batch_size: int | None = None,
@@ -251,21 +281,7 @@ def batch_iterator(
 
     Arguments are checked when this is called, not at the first ``next()``.
     """
-    batch_size = _positive_or_none("batch_size", batch_size)
-    max_tokens = _positive_or_none("max_tokens", max_tokens)
-    if batch_size is None and max_tokens is None:
-        raise ValueError("batch_iterator needs batch_size or max_tokens (or both)")
-    if len(pairs) == 0:
-        raise ValueError("batch_iterator: no sentence pairs given")
-    if rng is not None and not isinstance(rng, numpy.random.Generator):
-        raise TypeError(
-            f"rng must be a numpy.random.Generator (numpy.random.default_rng(seed)), got {type(rng).__name__}"
-        )
-    if shuffle and rng is None:
-        rng = numpy.random.default_rng()
-
-    lengths = [(len(src), len(tgt)) for src, tgt in pairs]
-    plan = _plan_batches(lengths, batch_size, max_tokens, rng, shuffle)
+    plan = batch_plan(pairs, batch_size, max_tokens, rng, shuffle)
 
     def generate() -> Iterator[Batch]:
         for indices in plan:

@@ -2,9 +2,37 @@
 
 ``lessons_0_3`` checks the exercises of lessons 0-3, ``lessons_4_7`` those of
 lessons 4-7, and ``lesson_NN`` those of lesson NN from lesson 8 on; ``_common``
-holds what they share (one contract, one tolerance). Every checker takes the
-learner's function and runs it on fixed random inputs. It returns False (and
-says so) when the function still returns None, raises AssertionError naming
-what is wrong, with a hint at the likely mistake, when the answer is wrong,
-and prints "correct" with the measured errors and returns True when it is right.
+holds what they share (one contract, one tolerance), ``_verdict`` what a checker
+returns and how its verdict reaches the grader, and ``catalogue`` the table of every
+exercise with its points. Every checker takes the learner's function and runs it on
+fixed random inputs. It prints "not attempted yet" and returns a false Verdict when
+the function still returns None, raises WrongAnswer (an AssertionError) naming what
+is wrong, with a hint at the likely mistake, when the answer is wrong, and prints
+"correct" with the measured errors and returns a true Verdict when it is right.
 """
+
+from __future__ import annotations
+
+__all__ = ["arm", "registered", "seal"]
+
+
+def registered() -> dict:
+    """Every checker, by "module.name" (e.g. "lessons_0_3.check_softmax_backward"), once every
+    checker module is imported (imported here, on first use, not with the package)."""
+    from . import _verdict, lesson_08, lesson_09, lesson_10, lesson_11, lesson_12, lesson_14, lessons_0_3, lessons_4_7  # noqa: F401, PLC0415
+    return dict(_verdict._CHECKERS)
+
+
+def arm(key_path: str, log_path: str, nonce: str) -> None:
+    """The grader's first step in a kernel: import every checker, then arm the verdict channel."""
+    from . import _verdict  # noqa: PLC0415
+
+    registered()
+    _verdict.arm(key_path, log_path, nonce)
+
+
+def seal() -> None:
+    """The grader's last step in a kernel (see ``_verdict.seal``)."""
+    from . import _verdict  # noqa: PLC0415
+
+    _verdict.seal()

@@ -5,15 +5,20 @@ The contract (the lesson notebooks and tests/test_exercises_*.py rely on it):
 * the checker calls the learner's function on fixed, seeded float64 inputs (copies,
   so an answer that writes into its inputs cannot spoil the reference);
 * if the function returns ``None`` (the stub, not attempted yet) it prints
-  ``NOT_ATTEMPTED`` and returns False, without raising, so a notebook still runs
-  top to bottom;
-* if the answer is wrong it raises ``AssertionError`` saying what is wrong: a shape
-  (expected vs got), or the values' max relative error against the reference answer
-  and against the numerical gradient, and, when the answer matches a mistake people
-  often make, a ``hint:`` line naming that mistake;
-* if the answer is right it prints ``correct`` with the measured errors and returns True.
+  ``NOT_ATTEMPTED`` and returns a false Verdict ("not attempted"), without raising, so a
+  notebook still runs top to bottom;
+* if the answer is wrong it raises ``WrongAnswer`` (an AssertionError) saying what is
+  wrong: a shape (expected vs got), or the values' max relative error against the
+  reference answer and against the numerical gradient, and, when the answer matches a
+  mistake people often make, a ``hint:`` line naming that mistake;
+* if the answer is right it prints ``correct`` with the measured errors and returns a
+  true Verdict ("correct").
 
-Exercises are numbered "Exercise L.n" (lesson L, n-th exercise) in every lesson.
+A checker's body returns True (right) or False (not attempted) and raises WrongAnswer;
+its ``@exercise("L.n")`` decorator (``_verdict``) turns that into the Verdict, which a
+notebook does not display, and reports it to the grader when one runs the notebook.
+Exercises are numbered "Exercise L.n" (lesson L, n-th exercise) in every lesson, and
+listed with their points in ``catalogue``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,9 @@ import numpy as np
 
 from .. import backend
 from ..gradcheck import DEFAULT_TOL, rel_error
+from ._verdict import Verdict, WrongAnswer, exercise
+
+__all__ = ["NOT_ATTEMPTED", "TOL", "Verdict", "WrongAnswer", "exercise"]
 
 NOT_ATTEMPTED = "not attempted yet: fill in the cell above and run this cell again"
 # One tolerance for every checker, against the reference and against the numerical
@@ -47,20 +55,20 @@ def describe(value) -> str:
 
 
 def unpack(result, names):
-    """The learner's tuple of len(names) results, or an AssertionError saying what came instead."""
+    """The learner's tuple of len(names) results, or a WrongAnswer saying what came instead."""
     if not isinstance(result, (tuple, list)) or len(result) != len(names):
-        raise AssertionError(f"expected a tuple of {len(names)} arrays ({', '.join(names)}), got {describe(result)}")
+        raise WrongAnswer(f"expected a tuple of {len(names)} arrays ({', '.join(names)}), got {describe(result)}")
     return list(result)
 
 
 def as_array(name, value):
-    """The learner's answer as a host NumPy array, or an AssertionError saying why not."""
+    """The learner's answer as a host NumPy array, or a WrongAnswer saying why not."""
     if value is None:
-        raise AssertionError(f"{name} is None: return an array for it")
+        raise WrongAnswer(f"{name} is None: return an array for it")
     try:
         return np.asarray(backend.to_numpy(value))
     except Exception as exc:
-        raise AssertionError(f"{name}: expected an array, got {describe(value)}") from exc
+        raise WrongAnswer(f"{name}: expected an array, got {describe(value)}") from exc
 
 
 def check_array(name, got, reference, numeric=None, hints=()):
@@ -80,12 +88,12 @@ def check_array(name, got, reference, numeric=None, hints=()):
         else:
             if sorted(got.shape) == sorted(reference.shape):
                 msg += "\n  hint: the same sizes in another order: check which axes you transposed or swapped"
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
     if got.dtype.kind not in "fiu":
-        raise AssertionError(f"{name}: expected a float array, got dtype {got.dtype}")
+        raise WrongAnswer(f"{name}: expected a float array, got dtype {got.dtype}")
     got = got.astype(np.float64)
     if not np.all(np.isfinite(got)):
-        raise AssertionError(f"{name}: contains NaN or inf")
+        raise WrongAnswer(f"{name}: contains NaN or inf")
     err_ref = rel_error(got, reference)
     err_num = rel_error(got, numeric) if numeric is not None else None
     if err_ref > TOL or (err_num is not None and err_num > TOL):
@@ -97,7 +105,7 @@ def check_array(name, got, reference, numeric=None, hints=()):
             if alternative.shape == got.shape and rel_error(got, alternative) <= TOL:
                 msg += f"\n  hint: {text}"
                 break
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
     return err_ref, err_num
 
 
@@ -117,14 +125,14 @@ def report_correct(errors: dict) -> bool:
 def check_count(what, got, expected, hints=()) -> None:
     """An integer answer (a parameter or FLOP count). hints: (wrong value, text) pairs."""
     if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
-        raise AssertionError(f"{what}: expected an int, got {describe(got)}")
+        raise WrongAnswer(f"{what}: expected an int, got {describe(got)}")
     if int(got) != expected:
         msg = f"{what}: expected {expected:,}, got {int(got):,} (off by {int(got) - expected:+,})"
         for wrong, text in hints:
             if int(got) == wrong:
                 msg += f"\n  hint: {text}"
                 break
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
 
 
 def copy_all(*arrays):

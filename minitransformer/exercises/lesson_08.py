@@ -1,9 +1,9 @@
 """Checking cells for the exercises of lesson 8 (why self-attention: §1, §2, §4, Table 1).
 
 The checkers follow the contract documented at the top of ``_common`` and reuse its
-helpers: a stub that returns None prints ``NOT_ATTEMPTED`` and returns False; a wrong
-answer raises AssertionError naming the likely mistake; a right one prints ``correct``
-with the measured errors and returns True. Inputs are fixed, seeded float64 arrays,
+helpers: a stub that returns None prints ``NOT_ATTEMPTED`` and returns a false Verdict; a wrong
+answer raises WrongAnswer naming the likely mistake; a right one prints ``correct``
+with the measured errors and returns a true Verdict. Inputs are fixed, seeded float64 arrays,
 handed over as copies.
 
 check_additive_attention_backward   the backward of additive (Bahdanau) attention, which
@@ -24,7 +24,16 @@ import numpy as np
 from .. import backend
 from ..gradcheck import numerical_gradient
 from ..layers.attention import MultiHeadAttention, softmax_lastaxis
-from ._common import NOT_ATTEMPTED, check_array, describe, not_attempted, report_correct, unpack
+from ._common import (
+    NOT_ATTEMPTED,
+    WrongAnswer,
+    check_array,
+    describe,
+    exercise,
+    not_attempted,
+    report_correct,
+    unpack,
+)
 
 __all__ = [
     "NOT_ATTEMPTED",
@@ -36,7 +45,7 @@ __all__ = [
 ]
 
 
-# -- exercise 1: additive attention's backward -----------------------------------------
+# -- Exercise 8.1: additive attention's backward ------------------------------------
 
 class AdditiveCache(NamedTuple):
     Q: object       # (B, n_q, d_k)
@@ -71,6 +80,7 @@ def _additive_backward(dout, c, *, tanh_grad=True, rowsum=True, times_v=True):
     return dQa @ c.W_q.T, dKa @ c.W_k.T, dV, dW_q, dW_k, dv
 
 
+@exercise("8.1")
 def check_additive_attention_backward(fn) -> bool:
     """fn(dout, cache) -> (dQ, dK, dV, dW_q, dW_k, dv) for additive attention.
 
@@ -110,7 +120,7 @@ def check_additive_attention_backward(fn) -> bool:
     for i, name in enumerate(names[:2]):            # dQ, dK: the sum over pairs, on the wrong axis
         shape = getattr(got[i], "shape", None)
         if shape is not None and tuple(shape) == ref[1 - i].shape != ref[i].shape:
-            raise AssertionError(
+            raise WrongAnswer(
                 f"{name}: shape mismatch: expected {ref[i].shape}, got {tuple(shape)}\n  hint: q_i W_q is "
                 "added to every pair (i, j), so dQ sums dU over the keys j (axis 2); k_j W_k's "
                 "gradient dK sums over the queries i (axis 1)")
@@ -126,7 +136,7 @@ def check_additive_attention_backward(fn) -> bool:
     return report_correct(errors)
 
 
-# -- exercise 3: maximum path length -------------------------------------------------
+# -- Exercise 8.2: maximum path length ----------------------------------------------
 
 KINDS = ("conv", "dilated_conv", "restricted_attention")
 
@@ -169,13 +179,14 @@ def layers_needed_by_propagation(kind: str, n: int, k: int) -> int:
 
 def _as_count(got, label):
     if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.integer, np.floating)):
-        raise AssertionError(f"{label}: expected a whole number of layers, got {describe(got)}")
+        raise WrongAnswer(f"{label}: expected a whole number of layers, got {describe(got)}")
     if float(got) != round(float(got)):
-        raise AssertionError(f"{label}: expected a whole number of layers, got {got!r} "
+        raise WrongAnswer(f"{label}: expected a whole number of layers, got {got!r} "
                              f"(round up: a fraction of a layer does not exist)")
     return int(round(float(got)))
 
 
+@exercise("8.2")
 def check_layers_needed(fn) -> bool:
     """fn(kind, n, k) -> layers needed before output position n-1 depends on input position 0.
 
@@ -222,14 +233,14 @@ def check_layers_needed(fn) -> bool:
             elif got == math.ceil(math.log(n - 1, k)) or got == math.floor(math.log(n, k)):
                 msg += (f"\n  hint: after L layers the stack covers k^L positions (t − k^L + 1 .. t); "
                         f"it needs k^L ≥ n = {n}")
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
     print("correct")
     print(f"  all {len(cases)} cases match the layer counts found by propagating the dependence "
           f"on x_0 up a stack, one layer at a time")
     return True
 
 
-# -- exercise 3: exact FLOPs of a layer -------------------------------------------------
+# -- Exercise 8.3: exact FLOPs of a layer -----------------------------------------------
 
 FLOP_KINDS = ("recurrent", "attention", "restricted_attention")
 
@@ -265,6 +276,7 @@ def _reference_flops(kind: str, n: int, d: int, r: int) -> int:
     return 8 * n * d * d + 4 * n * (2 * r + 1) * d   # projections + Q·K and A·V over 2r+1 slots
 
 
+@exercise("8.3")
 def check_layer_flops(fn) -> bool:
     """fn(kind, n, d, r) -> the matrix-product FLOPs of one forward of one sequence (B = 1).
 
@@ -287,7 +299,7 @@ def check_layer_flops(fn) -> bool:
         try:
             value = float(got)
         except (TypeError, ValueError):
-            raise AssertionError(f"{label}: expected a number of FLOPs, got {describe(got)}") from None
+            raise WrongAnswer(f"{label}: expected a number of FLOPs, got {describe(got)}") from None
         expected = _reference_flops(kind, n, d, r)
         if value == expected:
             continue
@@ -318,7 +330,7 @@ def check_layer_flops(fn) -> bool:
             if text and value == alternative:
                 msg += f"\n  hint: {text}"
                 break
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
     print("correct")
     print(f"  all {len(cases)} cases match (attention: FLOPs counted on the package's "
           f"MultiHeadAttention by wrapping backend.matmul)")

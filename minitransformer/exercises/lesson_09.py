@@ -1,8 +1,8 @@
 """Checkers for the exercises of lesson 9, training (§5.3, §5.4).
 
 Every checker follows the contract of ``minitransformer.exercises._common``: fixed
-float64 inputs; the stub (returns None) prints a note and returns False; a wrong answer
-raises AssertionError with the max relative error against the package's answer (and
+float64 inputs; the stub (returns None) prints a note and returns a false Verdict; a wrong answer
+raises WrongAnswer with the max relative error against the package's answer (and
 against the numerical gradient where there is one), one tolerance (TOL = 1e-6), plus a
 ``hint:`` line when it matches a common mistake; a right answer prints "correct".
 
@@ -19,7 +19,17 @@ from ..gradcheck import numerical_gradient
 from ..layers.loss import cross_entropy_backward, cross_entropy_forward
 from ..layers.parameter import Parameter
 from ..optim import Adam, NoamSchedule
-from ._common import NOT_ATTEMPTED, check_array, copy_all, describe, not_attempted, report_correct, unpack
+from ._common import (
+    NOT_ATTEMPTED,
+    WrongAnswer,
+    check_array,
+    copy_all,
+    describe,
+    exercise,
+    not_attempted,
+    report_correct,
+    unpack,
+)
 
 __all__ = ["NOT_ATTEMPTED", "check_noam_lr", "check_adam_step", "check_dlogits"]
 
@@ -40,6 +50,7 @@ def _noam(step, d_model, warmup, d_power=-0.5, warmup_power=-1.5, pick=min):
     return d_model ** d_power * pick(step ** -0.5, step * warmup ** warmup_power)
 
 
+@exercise("9.1")
 def check_noam_lr(fn) -> bool:
     """fn(step, d_model, warmup_steps) -> lrate (a float) for step = 1, 2, ...:
     lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)  (§5.3).
@@ -53,7 +64,7 @@ def check_noam_lr(fn) -> bool:
             try:
                 got.append(float(value))
             except (TypeError, ValueError):
-                raise AssertionError(f"lrate(step={step}, d_model={d_model}, warmup_steps={warmup}): expected a "
+                raise WrongAnswer(f"lrate(step={step}, d_model={d_model}, warmup_steps={warmup}): expected a "
                                      f"number, got {describe(value)}") from None
     got = numpy.array(got)
 
@@ -105,6 +116,7 @@ def _adam_variant(p, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9, correct=(T
     return p - sign * lr * m_hat / denom, m, v
 
 
+@exercise("9.2")
 def check_adam_step(fn) -> bool:
     """fn(p, g, m, v, t, lr) -> (p_new, m_new, v_new): the t-th Adam update (t = 1, 2, ...)
     with the paper's β1 = 0.9, β2 = 0.98, ε = 1e-9 (§5.3), on float64 arrays of one shape.
@@ -188,6 +200,7 @@ def _dlogits_variant(logits, targets, pad_id, eps_ls, q_rule="ls", mask=True, de
     return d * valid[..., None] if mask else d
 
 
+@exercise("9.3")
 def check_dlogits(fn) -> bool:
     """fn(logits, targets, pad_id, eps_ls) -> dlogits: (B, T, V), the gradient of the mean
     label-smoothed cross-entropy over non-pad targets (§5.4) with respect to the logits.

@@ -1,9 +1,9 @@
 """Checking cells for the exercises of lesson 10 (decoding and translation, §6.1).
 
 The checkers follow the contract documented at the top of ``_common``: a stub that
-returns None prints ``NOT_ATTEMPTED`` and returns False; a wrong answer raises
-AssertionError naming the likely mistake; a right one prints ``correct`` and returns
-True. Inputs are fixed and seeded, handed over as copies.
+returns None prints ``NOT_ATTEMPTED`` and returns a false Verdict; a wrong answer raises
+WrongAnswer naming the likely mistake; a right one prints ``correct`` and returns
+a true Verdict. Inputs are fixed and seeded, handed over as copies.
 
 check_beam_step       one step of beam search: the k best extensions of k live
                       hypotheses, chosen over all k·V candidates together
@@ -32,8 +32,10 @@ from ..model import KVCache, Transformer, TransformerConfig
 from ..train import Trainer, TrainSettings, encode_pairs
 from ._common import (
     NOT_ATTEMPTED,
+    WrongAnswer,
     check_array,
     describe,
+    exercise,
     not_attempted,
     report_correct,
     unpack,
@@ -49,7 +51,7 @@ __all__ = [
 ]
 
 
-# -- exercise 1: one step of beam search -------------------------------------------------
+# -- Exercise 10.1: one step of beam search -------------------------------------------------
 
 def reference_beam_step(live_logp, next_logp, k: int):
     """The k best extensions, best first: (parent (k,), token (k,), logp (k,)).
@@ -96,15 +98,16 @@ def _beam_cases():
 def _as_index_array(name, value, k):
     arr = np.asarray(backend.to_numpy(value)) if value is not None else None
     if arr is None or arr.shape != (k,):
-        raise AssertionError(f"{name}: expected {k} integers (one per beam slot), got {describe(value)}")
+        raise WrongAnswer(f"{name}: expected {k} integers (one per beam slot), got {describe(value)}")
     if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
             arr = arr.astype(np.int64)
         else:
-            raise AssertionError(f"{name}: expected integer indices, got dtype {arr.dtype}")
+            raise WrongAnswer(f"{name}: expected integer indices, got dtype {arr.dtype}")
     return arr.astype(np.int64)
 
 
+@exercise("10.1")
 def check_beam_step(fn) -> bool:
     """fn(live_logp (k,), next_logp (k, V), k) -> (parent (k,), token (k,), logp (k,)), best first."""
     cases = _beam_cases()
@@ -125,16 +128,16 @@ def check_beam_step(fn) -> bool:
         per_row = np.array([live[j] + nxt[j].max() for j in range(k)])
         if got_logp is not None and got_logp.shape == (k,):
             if np.allclose(got_logp, no_parent) and not np.allclose(no_parent, ref_logp):
-                raise AssertionError(
+                raise WrongAnswer(
                     f"{where}: logp holds the k largest next-token log-probabilities alone\n  hint: a "
                     "candidate's score is its parent's log P plus the new token's: live_logp[j] + next_logp[j, y]")
             if np.allclose(np.sort(got_logp)[::-1], np.sort(per_row)[::-1]) and not np.allclose(per_row, ref_logp):
-                raise AssertionError(
+                raise WrongAnswer(
                     f"{where}: you kept the best extension of each hypothesis\n  hint: choose the k best of "
                     "all k·V candidates together (flatten them): one strong hypothesis may supply several, "
                     "and an empty slot (-inf) supplies none")
             if np.allclose(got_logp, ref_logp[::-1]) and not np.allclose(ref_logp, ref_logp[::-1]):
-                raise AssertionError(f"{where}: the right k candidates in the wrong order\n  hint: best first "
+                raise WrongAnswer(f"{where}: the right k candidates in the wrong order\n  hint: best first "
                                      "(the largest log P first): sort in descending order")
         if not (np.array_equal(parent, ref_parent) and np.array_equal(token, ref_token)):
             expected = list(zip(ref_parent.tolist(), ref_token.tolist()))
@@ -145,12 +148,12 @@ def check_beam_step(fn) -> bool:
                     np.array_equal(parent, flat // k) and np.array_equal(token, flat % k)):
                 msg += ("\n  hint: the flat index of candidate (j, y) in the (k, V) table is f = j·V + y, "
                         "so parent = f // V and token = f % V")
-            raise AssertionError(msg)
+            raise WrongAnswer(msg)
         errors[f"logp, case {n + 1}"] = check_array("logp", logp, ref_logp)
     return report_correct(errors)
 
 
-# -- exercise 2: corpus BLEU ------------------------------------------------------------------
+# -- Exercise 10.2: corpus BLEU ------------------------------------------------------------------
 
 def _ngrams(tokens, n):
     return Counter(tuple(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
@@ -194,6 +197,7 @@ _BLEU_CORPORA = [
 ]
 
 
+@exercise("10.2")
 def check_corpus_bleu(fn) -> bool:
     """fn(hyps, refs) -> corpus BLEU in [0, 100]; hyps/refs: lists of token lists."""
     def copy(corpus):
@@ -206,7 +210,7 @@ def check_corpus_bleu(fn) -> bool:
     for n, (hyps, refs) in enumerate(_BLEU_CORPORA):
         got = first if n == 0 else fn(copy(hyps), copy(refs))
         if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.integer, np.floating)):
-            raise AssertionError(f"corpus {n + 1}: expected one number (BLEU in 0..100), got {describe(got)}")
+            raise WrongAnswer(f"corpus {n + 1}: expected one number (BLEU in 0..100), got {describe(got)}")
         got = float(got)
         ref = reference_bleu(hyps, refs)
         package = corpus_bleu([" ".join(h) for h in hyps], [" ".join(r) for r in refs], tokenize="none").score
@@ -232,12 +236,12 @@ def check_corpus_bleu(fn) -> bool:
                 if abs(got - value) <= 1e-9 * max(abs(value), 1.0) and abs(value - ref) > 1e-9:
                     msg += f"\n  hint: {text}"
                     break
-            raise AssertionError(msg)
+            raise WrongAnswer(msg)
         errors[f"BLEU, corpus {n + 1}"] = (err, None)
     return report_correct(errors)
 
 
-# -- exercise 3: greedy decoding with the key/value cache ------------------------------------
+# -- Exercise 10.3: greedy decoding with the key/value cache ------------------------------------
 
 PAD, BOS, EOS = 0, 1, 2            # the ids every Vocab gives its special tokens
 
@@ -306,7 +310,7 @@ def _guard(model):
     step = model.decode_step
 
     def refuse(*args, **kwargs):
-        raise AssertionError("this exercise decodes with the key/value cache: call model.decode_step(y_t, t, "
+        raise WrongAnswer("this exercise decodes with the key/value cache: call model.decode_step(y_t, t, "
                              "cache) once per position, not model.decode or model.forward on the whole prefix")
 
     def watched_step(y_t, t, cache):
@@ -324,6 +328,7 @@ def _unguard(model):
         model.__dict__.pop(name, None)
 
 
+@exercise("10.3")
 def check_greedy_decode(fn) -> bool:
     """fn(model, src (1, S), bos_id, eos_id, max_len) -> list of output ids (no <bos>, no <eos>)."""
     cases = _greedy_cases()                             # built once per session (a tiny model is trained)
@@ -343,13 +348,13 @@ def check_greedy_decode(fn) -> bool:
         if n == 0 and not_attempted(got):
             return False
         if seen["dropout_on"]:
-            raise AssertionError(f"case {n + 1}: dropout was on while you decoded (the model came in training "
+            raise WrongAnswer(f"case {n + 1}: dropout was on while you decoded (the model came in training "
                                  "mode)\n  hint: wrap the loop in `with eval_mode(model):` "
                                  "(minitransformer.layers.parameter.eval_mode)")
         if isinstance(got, np.ndarray):
             got = got.tolist()
         if not isinstance(got, (list, tuple)) or not all(isinstance(x, (int, np.integer)) for x in got):
-            raise AssertionError(f"case {n + 1}: expected a list of token ids, got {describe(got)}")
+            raise WrongAnswer(f"case {n + 1}: expected a list of token ids, got {describe(got)}")
         got = [int(x) for x in got]
         if got == ref:
             how = "stopped at <eos>" if len(ref) < max_len else "ran to max_len"
@@ -370,7 +375,7 @@ def check_greedy_decode(fn) -> bool:
                     "argmax (they are never output words)")
         elif got == no_stop:
             msg += "\n  hint: <eos> was never checked: stop as soon as the argmax is eos_id"
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
     print("\n".join(["correct"] + lines))
     return True
 

@@ -1,8 +1,8 @@
 """Checkers for the exercises of lesson 11 (§6.2, Table 3: model variations).
 
 Every checker follows the contract of ``minitransformer.exercises._common``: fixed
-float64 inputs; the stub (returns None) prints a note and returns False; a wrong
-answer raises AssertionError saying what is wrong, with a ``hint:`` line when it
+float64 inputs; the stub (returns None) prints a note and returns a false Verdict; a wrong
+answer raises WrongAnswer saying what is wrong, with a ``hint:`` line when it
 matches a common mistake; a right answer prints "correct".
 
 Exercise 11.1 check_learned_pe_backward     the backward of x + P[offset : offset + S]
@@ -22,9 +22,11 @@ from ..layers.positional import LearnedPositionalEmbedding
 from ..model import TransformerConfig, count_parameters
 from ._common import (
     NOT_ATTEMPTED,
+    WrongAnswer,
     check_array,
     check_count,
     copy_all,
+    exercise,
     not_attempted,
     report_correct,
     unpack,
@@ -39,6 +41,7 @@ def _rng(seed):
 
 # -- Exercise 11.1: the learned positional embedding's backward ----------------------------
 
+@exercise("11.1")
 def check_learned_pe_backward(fn) -> bool:
     """fn(dout, offset, max_len) -> (dx, dP) for out = x + P[offset : offset + S].
 
@@ -95,6 +98,7 @@ def _log_softmax(logits):
     return z - numpy.log(numpy.exp(z).sum(axis=-1, keepdims=True))
 
 
+@exercise("11.2")
 def check_perplexity(fn) -> bool:
     """fn(logits, targets, pad_id) -> float: exp of the mean negative log-likelihood per
     non-pad target token (natural log), no label smoothing.
@@ -115,7 +119,7 @@ def check_perplexity(fn) -> bool:
         if isinstance(got, numpy.ndarray) and got.size == 1:
             got = float(got.reshape(()))
         if isinstance(got, bool) or not isinstance(got, (int, float, numpy.floating)):
-            raise AssertionError(f"perplexity: expected one number, got {type(got).__name__}: {got!r}"[:120])
+            raise WrongAnswer(f"perplexity: expected one number, got {type(got).__name__}: {got!r}"[:120])
         got = float(got)
         nll_mean, _ = cross_entropy_forward(logits, targets, pad_id, 0.0)
         want = math.exp(nll_mean)
@@ -142,7 +146,7 @@ def check_perplexity(fn) -> bool:
                 if abs(got - value) <= 1e-9 * max(1.0, abs(value)):
                     msg += f"\n  hint: {text}"
                     break
-            raise AssertionError(msg)
+            raise WrongAnswer(msg)
         errors[name] = (err, None)
     return report_correct(errors)
 
@@ -158,6 +162,7 @@ def _variation_params(V, d_model, h, d_k, d_v, d_ff, N, learned_max_len=0):
     return V * d_model + N * (enc + dec) + learned_max_len * d_model
 
 
+@exercise("11.3")
 def check_variation_params(fn) -> bool:
     """fn(V, d_model, h, d_k, d_v, d_ff, N, learned_max_len) -> int: learnable scalars of the
     post-LN Transformer with tied embeddings, h heads of key size d_k and value size d_v

@@ -17,8 +17,8 @@ check_mystery          Exercises 12.1-12.3: is ``answer`` (a CATALOGUE key) the 
 check_pe_property      Exercise 12.4: a property that catches mystery 1 without PyTorch
 
 The checkers follow the contract of ``_common``: an answer of None prints
-``NOT_ATTEMPTED`` and returns False; a wrong answer raises AssertionError with a
-``hint:`` line; a right one prints ``correct`` and returns True.
+``NOT_ATTEMPTED`` and returns a false Verdict; a wrong answer raises WrongAnswer with a
+``hint:`` line; a right one prints ``correct`` and returns a true Verdict.
 """
 
 from __future__ import annotations
@@ -35,7 +35,13 @@ from .. import backend
 from .. import model as model_module
 from ..layers import layernorm, positional
 from ..optim import Adam
-from ._common import NOT_ATTEMPTED, describe, not_attempted
+from ._common import (
+    NOT_ATTEMPTED,
+    WrongAnswer,
+    describe,
+    exercise,
+    not_attempted,
+)
 
 __all__ = [
     "CATALOGUE",
@@ -290,6 +296,7 @@ def _hint(number: int, answer: str) -> str:
     return " ".join([r[0].upper() + r[1:] + "." for r in reasons] + [_GENERIC_HINTS[number]])
 
 
+@exercise("12.{0}")
 def check_mystery(number: int, answer) -> bool:
     """Exercises 12.1-12.3: is ``answer`` (a key of CATALOGUE) the bug planted by mystery(number)?"""
     if number not in _MYSTERIES:
@@ -297,11 +304,11 @@ def check_mystery(number: int, answer) -> bool:
     if not_attempted(answer):
         return False
     if not isinstance(answer, str) or answer not in CATALOGUE:
-        raise AssertionError(f"mystery {number}: answer with one key of CATALOGUE (show_catalogue() lists "
+        raise WrongAnswer(f"mystery {number}: answer with one key of CATALOGUE (show_catalogue() lists "
                              f"them), got {describe(answer)}")
     truth = _MYSTERIES[number][0]
     if answer != truth:
-        raise AssertionError(f"mystery {number}: not {answer!r} ({CATALOGUE[answer].description})\n"
+        raise WrongAnswer(f"mystery {number}: not {answer!r} ({CATALOGUE[answer].description})\n"
                              f"  hint: {_hint(number, answer)}")
     caught = [name for name, hit in MYSTERY_SIGNATURES[number].items() if hit]
     print("correct")
@@ -318,6 +325,7 @@ def _small_model():
     return model_module.Transformer(cfg, seed=0)
 
 
+@exercise("12.4")
 def check_pe_property(fn) -> bool:
     """Exercise 12.4: fn(model) -> True if the model's positional encoding is the one of §3.5.
 
@@ -340,13 +348,13 @@ def check_pe_property(fn) -> bool:
         backend.set_default_dtype(old)
     for label, verdict in (("the package's model", verdict_clean), ("mystery 1's model", verdict_buggy)):
         if not isinstance(verdict, (bool, np.bool_)):
-            raise AssertionError(f"{label}: expected True or False, got {describe(verdict)}")
+            raise WrongAnswer(f"{label}: expected True or False, got {describe(verdict)}")
     if not verdict_clean:
-        raise AssertionError("your property says the package's own model is wrong: a property must pass on "
+        raise WrongAnswer("your property says the package's own model is wrong: a property must pass on "
                              "correct code\n  hint: compare with a tolerance (1e-12), and check the formula: "
                              "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same angle)")
     if verdict_buggy:
-        raise AssertionError("your property passes on mystery 1's model, so it cannot catch it\n  hint: compute "
+        raise WrongAnswer("your property passes on mystery 1's model, so it cannot catch it\n  hint: compute "
                              "the expected values yourself; comparing with minitransformer's sinusoidal_table "
                              "compares the bug with itself (mystery 1 swaps that very function)")
     print("correct")

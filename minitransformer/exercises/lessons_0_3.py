@@ -29,7 +29,18 @@ from ..layers.attention import (
 )
 from ..layers.linear import LinearCache, linear_backward, linear_forward
 from ..layers.masks import causal_mask, padding_mask
-from ._common import NOT_ATTEMPTED, as_array, check_array, copy_all, describe, not_attempted, report_correct, unpack
+from ._common import (
+    NOT_ATTEMPTED,
+    WrongAnswer,
+    as_array,
+    check_array,
+    copy_all,
+    describe,
+    exercise,
+    not_attempted,
+    report_correct,
+    unpack,
+)
 
 __all__ = [
     "NOT_ATTEMPTED",
@@ -49,6 +60,7 @@ __all__ = [
 
 # -- lesson 0: how to use ------------------------------------------------------------
 
+@exercise("0.1")
 def check_numerical_gradient(fn) -> bool:
     """fn(f, x, h) -> the central-difference gradient of the scalar f() w.r.t. x.
 
@@ -67,7 +79,7 @@ def check_numerical_gradient(fn) -> bool:
     if not_attempted(got):
         return False
     if not np.array_equal(x, x_before):
-        raise AssertionError(
+        raise WrongAnswer(
             "x was left changed after your function returned: put every entry back to "
             "its old value after perturbing it (f reads x, so later calls would see a wrong x)"
         )
@@ -89,6 +101,7 @@ def check_numerical_gradient(fn) -> bool:
     return report_correct({"grad": err})
 
 
+@exercise("0.2")
 def check_linear_backward(fn) -> bool:
     """fn(dy, x, W, b) -> (dx, dW, db) for y = x W + b with x: (B, S, d_in)."""
     rng = np.random.default_rng(1)
@@ -121,6 +134,7 @@ def check_linear_backward(fn) -> bool:
 
 # -- lesson 1: scaled dot-product attention (§3.2.1) -------------------------------
 
+@exercise("1.1")
 def check_softmax_backward(fn) -> bool:
     """fn(dA, A) -> dS, where A = softmax(S) over the last axis and dA = dL/dA."""
     rng = np.random.default_rng(2)
@@ -158,6 +172,7 @@ def _explain_mask_difference(got, expected, key_is_pad=None) -> str:
     return f"{where} is False, but query {i} should be allowed to see key {j}"
 
 
+@exercise("1.2")
 def check_causal_mask(fn) -> bool:
     """fn(T) -> bool array (1, 1, T, T), True where query i may attend to key j (j <= i)."""
     first = True
@@ -168,12 +183,12 @@ def check_causal_mask(fn) -> bool:
         first = False
         got = as_array(f"mask (T={T})", got)
         if got.dtype != np.bool_:
-            raise AssertionError(
+            raise WrongAnswer(
                 f"mask (T={T}): must be a boolean array (True = may attend), got dtype {got.dtype}"
             )
         expected = backend.to_numpy(causal_mask(T, np))
         if got.shape != expected.shape:
-            raise AssertionError(
+            raise WrongAnswer(
                 f"mask (T={T}): shape mismatch: expected {expected.shape} (so it broadcasts against "
                 f"the scores (B, h, S_q, S_k)), got {tuple(got.shape)}"
             )
@@ -186,7 +201,7 @@ def check_causal_mask(fn) -> bool:
                         "a query sees the keys at or before it")
             elif np.array_equal(got, expected & ~np.eye(T, dtype=bool)):
                 msg += "\n  hint: the diagonal is masked: a position may attend to itself"
-            raise AssertionError(msg)
+            raise WrongAnswer(msg)
     # What the mask buys: changing the last token cannot change any earlier output.
     rng = np.random.default_rng(3)
     Q, K, V = (rng.standard_normal((1, 1, 5, 4)) for _ in range(3))
@@ -201,6 +216,7 @@ def check_causal_mask(fn) -> bool:
     return True
 
 
+@exercise("1.3")
 def check_attention_backward(fn) -> bool:
     """fn(dout, cache) -> (dQ, dK, dV); cache is the AttentionCache of attention_forward."""
     rng = np.random.default_rng(4)
@@ -246,6 +262,7 @@ def check_attention_backward(fn) -> bool:
 
 # -- lesson 2: multi-head attention (§3.2.2-3.2.3) ---------------------------------
 
+@exercise("2.1")
 def check_merge_heads_backward(fn) -> bool:
     """fn(dconcat, h) -> dheads, the backward of merge_heads: (B, S, d_model) -> (B, h, S, d_k)."""
     rng = np.random.default_rng(5)
@@ -280,6 +297,7 @@ def _mha_flops(B, S_q, S_k, d_model, h):
     return projections + attention
 
 
+@exercise("2.2")
 def check_attention_flops(fn) -> bool:
     """fn(B, S_q, S_k, d_model, h) -> matmul FLOPs of one multi-head attention forward."""
     cases = [(1, 10, 10, 512, 8), (1, 10, 10, 512, 1), (2, 7, 13, 64, 4), (3, 5, 9, 96, 12), (4, 16, 16, 32, 32)]
@@ -295,7 +313,7 @@ def check_attention_flops(fn) -> bool:
         try:
             value = float(got)
         except (TypeError, ValueError):
-            raise AssertionError(f"for {label}: expected a number, got {describe(got)}") from None
+            raise WrongAnswer(f"for {label}: expected a number, got {describe(got)}") from None
         err = abs(value - expected) / expected
         if err > 1e-12:
             msg = (f"for {label}: expected {expected:,} FLOPs, got {value:,.0f} "
@@ -311,7 +329,7 @@ def check_attention_flops(fn) -> bool:
                 msg += "\n  hint: that is only Q Kᵀ and A V; count the four projections W^Q, W^K, W^V, W^O too"
             elif S_q != S_k and abs(value - k_on_q) < 1e-6 * expected:
                 msg += "\n  hint: the K and V projections act on the S_k key positions, not S_q"
-            raise AssertionError(msg)
+            raise WrongAnswer(msg)
         worst = max(worst, err)
     print("correct")
     print(f"  {len(cases)} settings, max relative error {worst:.1e} vs the reference count "
@@ -319,6 +337,7 @@ def check_attention_flops(fn) -> bool:
     return True
 
 
+@exercise("2.3")
 def check_decoder_mask(fn) -> bool:
     """fn(tgt_ids, pad_id) -> bool (B, 1, T, T): causal AND the key is not padding."""
     pad_id = 0
@@ -332,9 +351,9 @@ def check_decoder_mask(fn) -> bool:
     T = tgt_ids.shape[1]
     expected = backend.to_numpy(causal_mask(T, np) & padding_mask(tgt_ids, pad_id))
     if got.dtype != np.bool_:
-        raise AssertionError(f"mask: must be a boolean array (True = may attend), got dtype {got.dtype}")
+        raise WrongAnswer(f"mask: must be a boolean array (True = may attend), got dtype {got.dtype}")
     if got.shape != expected.shape:
-        raise AssertionError(
+        raise WrongAnswer(
             f"mask: shape mismatch: expected {expected.shape} = (B, 1, T, T), one mask per sentence "
             f"shared by all heads, got {tuple(got.shape)}"
         )
@@ -351,12 +370,13 @@ def check_decoder_mask(fn) -> bool:
             msg += "\n  hint: you masked padded queries (rows); the mask must hide padded keys (columns)"
         elif np.array_equal(got, np.broadcast_to(padding_mask(tgt_ids, pad_id), expected.shape)):
             msg += "\n  hint: only padding: a decoder position must not see later positions either"
-        raise AssertionError(msg)
+        raise WrongAnswer(msg)
     print("correct")
     print(f"  all {expected.size} entries match causal_mask(T) & padding_mask(ids, pad_id)")
     return True
 
 
+@exercise("2.4")
 def check_qkv_projection_backward(fn) -> bool:
     """fn(dQ, dK, dV, x, W_qkv) -> (dx, dW_qkv, db_qkv), the backward of self-attention's
     fused projection [Q | K | V] = x W_qkv + b_qkv followed by the split into heads.
@@ -427,6 +447,7 @@ def check_qkv_projection_backward(fn) -> bool:
 
 # -- lesson 3: position-wise feed-forward network (§3.3) ---------------------------
 
+@exercise("3.1")
 def check_relu_backward(fn) -> bool:
     """fn(dh, z) -> dz for h = max(0, z)."""
     rng = np.random.default_rng(6)
@@ -460,6 +481,7 @@ def _ffn_reference(dy, x, W1, b1, W2, b2):
     return (dx, dW1, db1, dW2, db2), dhidden, c1
 
 
+@exercise("3.2")
 def check_ffn_backward(fn) -> bool:
     """fn(dy, x, W1, b1, W2, b2) -> (dx, dW1, db1, dW2, db2) for Eq. (2)."""
     rng = np.random.default_rng(7)

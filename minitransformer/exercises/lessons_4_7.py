@@ -1,8 +1,8 @@
 """Checkers for the exercises of lessons 4-7 (§3.1, §3.4, §3.5).
 
 Every checker follows the contract of ``minitransformer.exercises._common``: fixed
-float64 inputs; the stub (returns None) prints a note and returns False; a wrong
-answer raises AssertionError with the max relative error vs the package's answer and
+float64 inputs; the stub (returns None) prints a note and returns a false Verdict; a wrong
+answer raises WrongAnswer with the max relative error vs the package's answer and
 vs the numerical gradient (one tolerance, TOL = 1e-6), plus a ``hint:`` line when it
 matches a common mistake; a right answer prints "correct" with the errors.
 
@@ -27,7 +27,17 @@ from ..layers.embedding import embedding_backward, embedding_forward
 from ..layers.layernorm import layernorm_backward, layernorm_forward
 from ..layers.linear import linear_backward, linear_forward
 from ..layers.positional import sinusoidal_table
-from ._common import NOT_ATTEMPTED, check_array, check_count, copy_all, not_attempted, report_correct, unpack
+from ._common import (
+    NOT_ATTEMPTED,
+    WrongAnswer,
+    check_array,
+    check_count,
+    copy_all,
+    exercise,
+    not_attempted,
+    report_correct,
+    unpack,
+)
 
 __all__ = [
     "NOT_ATTEMPTED",
@@ -67,6 +77,7 @@ def _layernorm_backward_variant(dy, x, gamma, eps, ddof=0, eps_outside=False, me
     return rstd * dx, (dy * x_hat).reshape(-1, d).sum(axis=0), dy.reshape(-1, d).sum(axis=0)
 
 
+@exercise("4.1")
 def check_layernorm_backward(fn, eps: float = 1e-5) -> bool:
     """fn(dy, x, gamma, eps) -> (dx, dgamma, dbeta) for y = LayerNorm(x) = gamma ⊙ x_hat + beta.
 
@@ -176,6 +187,7 @@ def _residual_check(fn, name, pre_ln: bool, eps: float) -> bool:
     return report_correct(errors)
 
 
+@exercise("4.2")
 def check_post_ln_residual_backward(fn, eps: float = 1e-5) -> bool:
     """fn(dy, x, W, eps) -> (dx, dW) for the paper's post-LN block with a linear
     sub-layer:  y = LayerNorm(x + x W)  (gamma = 1, beta = 0, no dropout).
@@ -183,6 +195,7 @@ def check_post_ln_residual_backward(fn, eps: float = 1e-5) -> bool:
     return _residual_check(fn, "post_ln_residual_backward", pre_ln=False, eps=eps)
 
 
+@exercise("4.3")
 def check_pre_ln_residual_backward(fn, eps: float = 1e-5) -> bool:
     """fn(dy, x, W, eps) -> (dx, dW) for the pre-LN block with a linear
     sub-layer:  y = x + LayerNorm(x) W  (gamma = 1, beta = 0, no dropout)."""
@@ -204,6 +217,7 @@ FANCY_INDEX_HINT = ("a token that occurs several times got only one of its updat
                     "(the package: backend.scatter_add)")
 
 
+@exercise("5.1")
 def check_embedding_backward(fn) -> bool:
     """fn(dout, ids, V) -> dE: (V, d_model) for out = E[ids] · sqrt(d_model).
 
@@ -230,6 +244,7 @@ def check_embedding_backward(fn) -> bool:
     return report_correct({"dE": check_array("dE", got, ref, numerical_gradient(f, E), hints=hints)})
 
 
+@exercise("5.2")
 def check_tied_embedding_grad(fn) -> bool:
     """fn(src_ids, d_src, tgt_ids, d_tgt, x_dec, dlogits) -> dE: (V, d_model).
 
@@ -303,6 +318,7 @@ def _pe_variants(max_len, d):
     ]
 
 
+@exercise("6.1")
 def check_sinusoidal_pe(fn) -> bool:
     """fn(max_len, d_model) -> PE: (max_len, d_model), the table of §3.5 (even d_model)."""
     errors = {}
@@ -316,6 +332,7 @@ def check_sinusoidal_pe(fn) -> bool:
     return report_correct(errors)
 
 
+@exercise("6.2")
 def check_pe_similarity(fn) -> bool:
     """fn(k, d_model) -> PE(pos) · PE(pos + k) in closed form, for an array of offsets k.
 
@@ -348,13 +365,14 @@ def check_pe_similarity(fn) -> bool:
 
 def _token_array(name, got):
     if got is None:
-        raise AssertionError(f"{name} is None: return an array of token ids")
+        raise WrongAnswer(f"{name} is None: return an array of token ids")
     arr = backend.to_numpy(got)
     if arr.dtype.kind not in "iu":
-        raise AssertionError(f"{name}: expected an integer array of token ids, got dtype {arr.dtype}")
+        raise WrongAnswer(f"{name}: expected an integer array of token ids, got dtype {arr.dtype}")
     return arr
 
 
+@exercise("7.1")
 def check_shift_right(fn) -> bool:
     """fn(tgt_seqs, pad_id, bos_id, eos_id) -> (tgt_in, tgt_out), each (B, T) ints, T = longest + 1.
 
@@ -367,7 +385,7 @@ def check_shift_right(fn) -> bool:
         if not_attempted(got):
             return False
         if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise AssertionError(f"shift_right must return a tuple (tgt_in, tgt_out), got {type(got).__name__}")
+            raise WrongAnswer(f"shift_right must return a tuple (tgt_in, tgt_out), got {type(got).__name__}")
         ref = make_batch([[3]] * len(tgt_seqs), tgt_seqs, pad_id, bos_id, eos_id, xp=numpy)
         where = f"(pad_id={pad_id}, bos_id={bos_id}, eos_id={eos_id})"
         arrays = {name: _token_array(name, g) for name, g in zip(("tgt_in", "tgt_out"), got)}
@@ -377,7 +395,7 @@ def check_shift_right(fn) -> bool:
                 msg = f"{name} {where}: shape mismatch: expected {r.shape}, got {arr.shape}"
                 if arr.shape == (r.shape[0], r.shape[1] - 1):
                     msg += "\n  hint: T = longest sentence + 1: <bos> (tgt_in) or <eos> (tgt_out) needs a place"
-                raise AssertionError(msg)
+                raise WrongAnswer(msg)
             if not numpy.array_equal(arr, r):
                 b = int(numpy.argwhere(arr != r)[0][0])
                 msg = (f"{name} {where}: {int((arr != r).sum())} ids wrong; sentence {b} "
@@ -388,12 +406,13 @@ def check_shift_right(fn) -> bool:
                             "predicts sentence + <eos>")
                 elif name == "tgt_out" and numpy.array_equal(arr[:, :-1], ref.tgt_in[:, 1:]):
                     msg += "\n  hint: <eos> is missing: tgt_out ends every sentence with eos_id"
-                raise AssertionError(msg)
+                raise WrongAnswer(msg)
     print("correct")
     print("  tgt_in = <bos> + sentence and tgt_out = sentence + <eos>, padded, match make_batch's for 2 batches")
     return True
 
 
+@exercise("7.2")
 def check_encoder_layer_params(fn) -> bool:
     """fn(d_model, d_ff) -> int, the number of learnable scalars in one EncoderLayer."""
     from ..model import EncoderLayer, TransformerConfig  # noqa: PLC0415  (model imports are heavier)
@@ -421,6 +440,7 @@ def check_encoder_layer_params(fn) -> bool:
     return True
 
 
+@exercise("7.3")
 def check_transformer_params(fn) -> bool:
     """fn(V, d_model, d_ff, N) -> int, the learnable scalars of the whole (post-LN) Transformer,
     with the embedding matrix shared three ways (§3.4)."""

@@ -1,0 +1,328 @@
+"""Data-parallel training, in one process: sharding a global batch, the token-weighted gradient,
+gradient accumulation, the gradient sum's packing, the parameter hash check, the watchdog, and the
+errors without MPI. The runs under mpiexec are in tests/test_mpi.py."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+from parameter_compare import compare
+
+from minitransformer import backend, distributed
+from minitransformer.data.batching import batch_plan, make_batch
+from minitransformer.data.registry import load_task
+from minitransformer.distributed import (
+    GradientSum,
+    RanksOutOfSync,
+    SingleProcess,
+    check_in_sync,
+    shard_batch,
+    step_batches,
+)
+from minitransformer.errors import EnvironmentVariableError
+from minitransformer.train import Trainer, TrainSettings, build_model, encode_pairs
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def copy_pairs():
+    task = load_task("copy", seed=0)
+    return task, encode_pairs(task.vocab, task.train[:600])
+
+
+# -- sharding ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 7])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_shards_cover_the_batch_once_contiguously_and_balanced(size, seed):
+    rng = np.random.default_rng(seed)
+    B = int(rng.integers(size, 40))
+    indices = [int(i) for i in rng.permutation(1000)[:B]]
+    costs = sorted(int(c) for c in rng.integers(3, 60, B))
+    shards = [shard_batch(indices, costs, r, size) for r in range(size)]
+    assert sum(shards, []) == indices                                  # each once, in order: contiguous
+    assert all(shards), "a rank got nothing although there are enough sentences"
+    cost_of = dict(zip(indices, costs))
+    loads = [sum(cost_of[k] for k in shard) for shard in shards]
+    assert max(loads) <= sum(costs) / size + max(costs), loads          # within one sentence of an even split
+
+
+def test_fewer_sentences_than_ranks_leave_the_last_ranks_empty():
+    assert [shard_batch([5, 9], [4, 4], r, 4) for r in range(4)] == [[5], [9], [], []]
+    with pytest.raises(ValueError, match="2 indices but 1 costs"):
+        shard_batch([5, 9], [4], 0, 2)
+
+
+def test_step_batches_count_the_whole_global_batch(copy_pairs):
+    task, pairs = copy_pairs
+    v = task.vocab
+    plans = batch_plan(pairs, 64, None, np.random.default_rng(0))[:3]
+    whole = sum(len(pairs[k][1]) + 1 for plan in plans for k in plan)
+    for size in (1, 2, 3):
+        per_rank = [step_batches(plans, pairs, FakeRanks(r, size), v.pad_id, v.bos_id, v.eos_id) for r in range(size)]
+        assert all(w.n_tokens == whole for w in per_rank)                # every rank knows n without asking
+        assert sum(b.n_tokens for w in per_rank for b in w.shards if b is not None) == whole
+
+
+# -- the token-weighted gradient: the whole batch, in pieces ------------------------------------
+
+def _gradients(model, criterion, batch, scale=1.0):
+    """Add this batch's gradient, dlogits scaled by ``scale``, into the parameters' grads."""
+    logits = model.forward(batch.src, batch.tgt_in, batch.src_mask, batch.tgt_mask)
+    criterion.forward(logits, batch.tgt_out)
+    model.backward(criterion.backward() * scale)
+
+
+def test_token_weighted_shards_give_the_whole_batch_gradient_and_the_plain_average_does_not(f64, copy_pairs,
+                                                                                          capsys):
+    from minitransformer.layers.loss import LabelSmoothedCrossEntropy
+
+    task, pairs = copy_pairs
+    v = task.vocab
+    model = build_model(task, "tiny", seed=0, P_drop=0.0, eps_ls=0.1)
+    criterion = LabelSmoothedCrossEntropy(v.pad_id, 0.1)
+    indices = sorted(range(48), key=lambda k: (len(pairs[k][0]), len(pairs[k][1])))   # lengths 1..10, sorted
+    costs = [len(pairs[k][0]) + len(pairs[k][1]) + 1 for k in indices]
+
+    def batch_of(ks):
+        return make_batch([pairs[k][0] for k in ks], [pairs[k][1] for k in ks], v.pad_id, v.bos_id, v.eos_id)
+
+    model.zero_grad()
+    _gradients(model, criterion, batch_of(indices))
+    whole = np.concatenate([p.grad.ravel().copy() for p in model.parameters()])
+    for size in (2, 3):
+        # Split by sentence count (equal numbers of sentences, unequal tokens) and by tokens.
+        for split in ("sentences", "tokens"):
+            if split == "tokens":
+                shards = [shard_batch(indices, costs, r, size) for r in range(size)]
+            else:
+                shards = [list(a) for a in np.array_split(indices, size)]
+            batches = [batch_of(s) for s in shards]
+            n = sum(b.n_tokens for b in batches)
+            results = {}
+            for rule in ("n_r / n", "1 / N"):
+                model.zero_grad()
+                for b in batches:
+                    _gradients(model, criterion, b, b.n_tokens / n if rule == "n_r / n" else 1 / size)
+                g = np.concatenate([p.grad.ravel() for p in model.parameters()])
+                results[rule] = float(np.abs(g - whole).max() / np.abs(whole).max())
+            print(f"N={size}, split by {split}: token counts {[b.n_tokens for b in batches]}, max relative "
+                  f"difference from one process: n_r/n weights {results['n_r / n']:.1e}, "
+                  f"plain average {results['1 / N']:.1e}")
+            assert results["n_r / n"] < 1e-12
+            if len({b.n_tokens for b in batches}) > 1:
+                assert results["1 / N"] > 1e-4                          # the trap: wrong whenever counts differ
+    out = capsys.readouterr().out
+    with capsys.disabled():
+        print("\n" + out, end="")
+
+
+# -- gradient accumulation: the same identity in time ---------------------------------------------
+
+def test_accumulating_k_batches_equals_one_batch_k_times_larger(f64, copy_pairs, capsys):
+    task, pairs = copy_pairs
+    v = task.vocab
+    K, steps = 4, 20
+    plan = batch_plan(pairs, 12, None, np.random.default_rng(0))
+    settings = TrainSettings(steps=steps, batch_size=12, accumulate=K, warmup_steps=10, valid_every=10**9)
+    trainers = [Trainer(build_model(task, "tiny", seed=0, P_drop=0.0), v, pairs, [], settings) for _ in range(2)]
+    one = SingleProcess()
+    for step in range(steps):
+        micro = plan[step * K:(step + 1) * K]
+        trainers[0].train_step(step_batches(micro, pairs, one, v.pad_id, v.bos_id, v.eos_id))
+        trainers[1].train_step(step_batches([sum(micro, [])], pairs, one, v.pad_id, v.bos_id, v.eos_id))
+    d = compare(trainers[1].model.named_parameters(), trainers[0].model.named_parameters())
+    with capsys.disabled():
+        print(f"\naccumulate {K} x 12 pairs vs one batch of {K * 12}, {steps} steps, float64: max relative "
+              f"difference {d['max_rel']:.1e} ({d['worst']}); key biases b_K (rounding noise) {d['b_K']:.1e}")
+    assert d["max_rel"] < 1e-10 and d["b_K"] < 1e-8
+    assert trainers[0].optimizer.step_count == steps
+
+
+def test_accumulate_walks_k_batches_of_the_plan_per_step(copy_pairs):
+    task, pairs = copy_pairs
+    settings = TrainSettings(steps=3, batch_size=16, accumulate=3, warmup_steps=10, valid_every=10**9)
+    trainer = Trainer(build_model(task, "tiny", seed=0), task.vocab, pairs, [], settings)
+    batches = trainer.batches()
+    first = next(batches)
+    assert len(first.shards) == 3 and trainer.batch_in_epoch == 3
+    next(batches)
+    assert trainer.batch_in_epoch == 6
+    with pytest.raises(ValueError, match="accumulate must be an integer ≥ 1"):
+        TrainSettings(accumulate=0)
+
+
+# -- the gradient sum and the hash check, with a stand-in for the other ranks ------------------------
+
+class FakeRanks(SingleProcess):
+    """Rank ``rank`` of ``size`` identical ranks: a sum over them is ``size`` times this rank's value."""
+
+    def __init__(self, rank=0, size=2, digests=None):
+        self.rank, self.size, self.is_root = rank, size, rank == 0
+        self.digests = digests
+
+    def allreduce_sum(self, buf, what):
+        buf *= self.size
+        return buf
+
+    def allgather(self, obj, what):
+        return self.digests or [obj] * self.size
+
+
+@pytest.mark.parametrize("on", ["numpy", "fake cupy"])
+def test_gradient_sum_adds_every_gradient_and_the_loss(on, request, copy_pairs):
+    task, pairs = copy_pairs
+    if on == "fake cupy":
+        request.getfixturevalue("fake_cp")             # gradients on the CuPy stand-in: staged through the host
+    model = build_model(task, "tiny", seed=0)
+    rng = np.random.default_rng(0)
+    expected = []
+    for p in model.parameters():
+        g = rng.standard_normal(p.grad.shape).astype(p.grad.dtype)
+        p.grad[...] = backend.to_backend(g, backend.get_array_module(p.grad))
+        expected.append(2 * g)
+    v = task.vocab
+    work = step_batches([[0, 1, 2]], pairs, FakeRanks(0, 1), v.pad_id, v.bos_id, v.eos_id)
+    work.n_tokens *= 2                                  # two ranks holding the same shard
+    summed = GradientSum(model.parameters())
+    assert summed.nbytes == (sum(p.grad.size for p in model.parameters()) + 2) * np.dtype(backend.default_dtype()).itemsize
+    loss = summed(FakeRanks(0, 2), 0.25, work, step=1)
+    assert loss == 0.5
+    for p, g in zip(model.parameters(), expected):
+        assert type(p.grad).__module__.split(".")[0] == ("cupy" if on == "fake cupy" else "numpy")
+        np.testing.assert_array_equal(backend.to_numpy(p.grad), g)
+    work.n_tokens += 1
+    with pytest.raises(RanksOutOfSync, match="hold .* target tokens, but the global batch has"):
+        summed(FakeRanks(0, 2), 0.25, work, step=2)
+
+
+def test_the_hash_check_passes_equal_ranks_and_names_the_ones_that_differ(copy_pairs):
+    task, _ = copy_pairs
+    params = build_model(task, "tiny", seed=0).parameters()
+    digest = check_in_sync(FakeRanks(0, 3), params, step=4)
+    assert digest == distributed.parameter_digest(params) and len(digest) == 64
+    x = params[0].data
+    x.flat[0] = np.nextafter(x.flat[0], np.inf, dtype=x.dtype)        # one bit of difference is enough
+    assert distributed.parameter_digest(params) != digest
+    with pytest.raises(RanksOutOfSync, match=r"after step 4 the ranks' parameters differ .*rank 1: 000000000000"):
+        check_in_sync(FakeRanks(0, 2, digests=[digest, "0" * 64]), params, step=4)
+
+
+def test_dropout_seeds_differ_by_rank_and_batch_and_keep_the_single_process_seed(copy_pairs):
+    task, pairs = copy_pairs
+    trainer = Trainer(build_model(task, "tiny", seed=0), task.vocab, pairs, [], TrainSettings(seed=3))
+    seeds = {trainer.dropout_seed(step, rank, k) for step in range(3) for rank in range(3) for k in range(2)}
+    assert len(seeds) == 18
+    old = int(np.random.SeedSequence([3, 5]).generate_state(1)[0])   # the single process's (seed, step) rule
+    assert trainer.dropout_seed(5) == trainer.dropout_seed(5, 0, 0) == old
+
+
+def test_the_banner_says_how_the_batch_is_split():
+    class Two(SingleProcess):
+        size, library = 2, "MPICH Version: 5.0.2"
+    assert distributed.describe(SingleProcess(), TrainSettings()) is None
+    line = distributed.describe(Two(), TrainSettings(batch_size=64, accumulate=4))
+    assert line.startswith("gradient accumulation: 4 batches of up to 64 pairs per optimizer step, one update; "
+                           "data parallel: 2 ranks (MPICH Version: 5.0.2)")
+    assert "split between them by tokens" in line and "Adam on every rank" in line
+
+
+# -- the launcher's environment, without MPI ----------------------------------------------------------
+
+def test_launched_reads_the_launchers_variables(monkeypatch):
+    for name in (*distributed.SIZE_VARIABLES, *distributed.RANK_VARIABLES):
+        monkeypatch.delenv(name, raising=False)
+    assert distributed.launched() == (0, 1, None)
+    monkeypatch.setenv("OMPI_COMM_WORLD_SIZE", "3")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "2")
+    assert distributed.launched() == (2, 3, "OMPI_COMM_WORLD_SIZE")
+    monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
+    with pytest.raises(EnvironmentVariableError, match="OMPI_COMM_WORLD_SIZE"):
+        distributed.launched()
+    monkeypatch.setenv(distributed.TIMEOUT_VARIABLE, "soon")
+    with pytest.raises(EnvironmentVariableError, match="MINITRANSFORMER_MPI_TIMEOUT='soon'"):
+        distributed._env_timeout()
+
+
+def _cli(args, env_changes, tmp_path, blocked_mpi4py=False):
+    env = {k: v for k, v in os.environ.items() if k not in (*distributed.SIZE_VARIABLES, *distributed.RANK_VARIABLES)}
+    env.update(env_changes, PYTHONPATH=ROOT, OPENBLAS_NUM_THREADS="1")
+    if blocked_mpi4py:
+        shim = tmp_path / "shim" / "mpi4py"
+        shim.mkdir(parents=True)
+        (shim / "__init__.py").write_text("raise ImportError('No module named mpi4py (blocked by the test)')\n")
+        env["PYTHONPATH"] = f"{shim.parent}{os.pathsep}{ROOT}"
+    code = ("import sys; from minitransformer.__main__ import main; code = main(sys.argv[1:]); "
+            "print('mpi4py imported' if 'mpi4py' in sys.modules else 'no mpi4py', file=sys.stderr); sys.exit(code)")
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env,
+                          timeout=300, cwd=tmp_path)
+
+
+def test_without_mpi4py_several_ranks_get_one_line_naming_the_extra(tmp_path):
+    args = ["train", "--data", _small_tsv(tmp_path), "--preset", "tiny", "--steps", "2", "--out",
+            str(tmp_path / "run")]
+    for rank, lines in (("0", 1), ("1", 0)):            # rank 0 says it; the others exit alike, silently
+        out = _cli(args, {"PMI_SIZE": "2", "PMI_RANK": rank}, tmp_path / rank, blocked_mpi4py=True)
+        errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+        assert out.returncode == 2 and len(errors) == lines, out.stderr
+        if lines:
+            assert "rank 0 of 2 (PMI_SIZE=2), but mpi4py is not installed" in errors[0]
+            assert "pip install -e '.[mpi]'" in errors[0] and errors[0].endswith("(PMI_SIZE)")
+
+
+def _small_tsv(tmp_path):
+    path = tmp_path / "pairs.tsv"
+    path.write_text("".join(f"{w}\t{w[::-1]}\n" for w in (f"{i:b}" for i in range(1, 61))), encoding="utf-8")
+    return str(path)
+
+
+@pytest.mark.slow
+def test_a_single_process_never_imports_mpi4py(tmp_path):
+    args = ["train", "--data", _small_tsv(tmp_path), "--preset", "tiny", "--steps", "2", "--valid-every", "2",
+            "--out", str(tmp_path / "run")]
+    for env in ({}, {"PMI_SIZE": "1", "PMI_RANK": "0"}):                 # plain, and mpiexec -n 1
+        out = _cli(args, env, tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert out.stderr.strip().splitlines()[-1] == "no mpi4py"
+        args.append("--overwrite")
+
+
+def test_only_train_runs_on_several_ranks(tmp_path):
+    out = _cli(["translate", "--checkpoint", "none.npz", "1 2"], {"PMI_SIZE": "2", "PMI_RANK": "0"}, tmp_path)
+    assert out.returncode == 2
+    assert "error: only train runs on several ranks; run translate as one process" in out.stderr
+
+
+def test_the_watchdog_ends_a_rank_that_waits_too_long():
+    code = textwrap.dedent("""
+        import time
+        from minitransformer.distributed import _Watchdog
+        dog = _Watchdog(0.5, lambda what, waited: f"waited {waited:g} s in {what}")
+        with dog.guard("the first wait"):
+            time.sleep(1.0)                 # the first wait may take ten timeouts (ranks start unevenly)
+        with dog.guard("a test wait"):
+            time.sleep(0.1)                 # a short wait passes
+        with dog.guard("the gradient allreduce of step 3"):
+            time.sleep(20)                  # a rank that never answers
+        print("not reached")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip() == "error: waited 0.5 s in the gradient allreduce of step 3"
+
+
+def test_a_launcher_of_another_mpi_library_is_named_not_run_as_n_copies(tmp_path):
+    """Open MPI's mpirun starting this MPICH-built mpi4py: every process would be rank 0 of 1 and
+    write the same files. Faked here with Open MPI's variables; mpi4py starts MPI as a singleton."""
+    pytest.importorskip("mpi4py", reason="the [mpi] extra is not installed")
+    args = ["train", "--data", _small_tsv(tmp_path), "--preset", "tiny", "--steps", "2", "--out", str(tmp_path / "r")]
+    out = _cli(args, {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0"}, tmp_path)
+    errors = [line for line in out.stderr.splitlines() if line.startswith("error:")]
+    assert out.returncode == 2 and len(errors) == 1, out.stderr
+    assert "started 2 ranks (OMPI_COMM_WORLD_SIZE=2), but mpi4py's MPI sees 1" in errors[0]
+    assert "different MPI libraries" in errors[0] and not (tmp_path / "r").exists()
