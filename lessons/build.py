@@ -3,8 +3,9 @@
     python lessons/build.py                 # every lesson: write the notebook and execute it
     python lessons/build.py 03 08           # only lessons 3 and 8
     python lessons/build.py --no-execute    # write the notebooks without running them (outputs kept, see below)
-    python lessons/build.py --check         # only verify that every notebook matches its source
+    python lessons/build.py --check         # only verify that every notebook matches its source and its runtime record
     python lessons/build.py --student DIR   # write the student edition of every lesson into DIR
+    python lessons/build.py --table         # print the lessons' table (number, title, section, runtime) as Markdown
 
 A lesson's source is ``lessons/src/NN_name.py``, in jupytext's percent format (``# %%``
 starts a code cell, ``# %% [markdown]`` a markdown cell), beginning with a jupytext header.
@@ -23,12 +24,24 @@ that changed and need executing; a change of tags or of markdown alone needs no 
 
 Cells are tagged (lessons/src/README.md has the convention): ``stub`` (the cell a learner fills in),
 ``check`` (its checking cell), ``solution`` (solutions and what uses them) and ``reveal`` (a
-cell whose output answers what the learner is asked to predict first). The notebooks in
+cell whose output gives an answer away: what the learner is asked to predict, or the package's own
+code for an exercise). The notebooks in
 lessons/ are the teacher's edition: everything, executed. ``--student DIR`` derives the
 student edition from them (no kernel runs): solution cells removed, reveal cells marked
-"run this after you have written your prediction", the outputs of stub, check and reveal
+"run this after you have written your answer", the outputs of stub, check and reveal
 cells cleared, and a header saying what the edition is and how to check an answer. DIR also
-gets the files the notebooks read (experiments/, debug_attention.py), so it runs on its own.
+gets the files the notebooks read (experiments/, debug_attention.py, runtimes.json), so it runs on
+its own, and a copy of docs/*.md, to which the notebooks' links to ../docs/ are pointed.
+
+**Runtimes.** Executing a lesson times each of its cells and writes the lesson's entry of
+``lessons/runtimes.json`` (seconds for the lesson and for every cell over 5 s, date, commit, machine,
+load average; ``minitransformer.exercises.runtimes`` documents the format). Each lesson shows that
+figure at its top (``show_cost("NN")``) and flags every cell over 20 s just before it
+(``show_slow_cell("NN", label)``, the slow cell beginning with ``# slow: label``); after writing the
+record the build re-renders those cells' outputs from it, so the notebook states the runtime of the
+run that produced it. ``python lessons/build.py`` (no numbers) rebuilds every lesson and its record in
+one go: run it on a quiet machine before a release. ``--table`` (and ``lesson_table()``) renders the
+lessons' table from the sources' titles and the record.
 
 A notebook opens unmodified in JupyterLab: the kernelspec is written exactly as JupyterLab
 writes it when the ``python3`` kernel starts (``display_name`` "Python 3 (ipykernel)", as
@@ -38,17 +51,24 @@ ipykernel installs it) and ``language_info`` is the kernel's own (see KERNELSPEC
 from __future__ import annotations
 
 import argparse
+import ast
 import copy
 import hashlib
 import itertools
+import json
+import os
 import pathlib
+import re
 import shutil
+import subprocess
 import sys
 import time
 
 import nbformat
 
-from minitransformer.files import atomic_write_bytes
+from minitransformer.exercises import runtimes
+from minitransformer.files import atomic_write_bytes, atomic_write_text
+from minitransformer.machine import machine_info
 
 # jupytext (reading the sources) and nbclient (executing) are imported where they are used:
 # --student needs neither, so a teacher builds the student edition on the learner's install.
@@ -64,8 +84,8 @@ KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "nam
 
 TAGS = ("stub", "check", "solution", "reveal")       # lessons/src/README.md: what each one means
 CLEARED_IN_STUDENT = ("stub", "check", "reveal")     # their outputs would show the answers
-STUDENT_FILES = ("experiments", "debug_attention.py")  # what the notebooks read, copied beside them
-REVEAL_LINE = "# Run this after you have written your prediction: it computes the answer live."
+STUDENT_FILES = ("experiments", "debug_attention.py", runtimes.RECORD_NAME)  # what the notebooks read, copied beside them
+REVEAL_LINE = "# Run this after you have written your answer (or prediction): its output gives it away."
 STUDENT_HEADER = """\
 > **Student edition** of lesson {lesson}: the solutions are left out, and so are the outputs of the
 > exercise cells and of the cells that reveal what you are asked to predict.
@@ -73,8 +93,9 @@ STUDENT_HEADER = """\
 > **Checking an answer.** Fill in the function of each exercise, then run the checking cell under it.
 > It prints *not attempted yet* while your function returns `None`, stops with a `WrongAnswer` that
 > says what is wrong (with a `hint:` line when your answer matches a common mistake), or prints
-> `correct`. A cell that begins with `# Run this after you have written your prediction` computes the
-> answer to a question you are asked to predict: write your prediction down first.
+> `correct`. A cell that begins with `# Run this after you have written your answer` shows an answer: the
+> package's own code for an exercise you are asked to write, or the outcome you are asked to predict. Write
+> yours down first.
 >
 > **Handing it in.** Run the whole notebook once more (*Kernel → Restart Kernel and Run All Cells*). It
 > is graded the same way, `python -m minitransformer grade {name}`, in a fresh kernel; only what the
@@ -196,17 +217,40 @@ def write_notebook(nb: nbformat.NotebookNode, path: pathlib.Path) -> None:
     atomic_write_bytes(str(path), (text if text.endswith("\n") else text + "\n").encode())  # as nbformat.write does
 
 
-def build(source: pathlib.Path, execute: bool, timeout: int = 600) -> bool:
-    """Write the lesson's notebook (executed, or with the outputs it had); False if it now lacks outputs."""
+def build(source: pathlib.Path, execute: bool, timeout: int = 600, record: pathlib.Path | None = None) -> bool:
+    """Write the lesson's notebook (executed, or with the outputs it had); False if it now lacks outputs.
+    Executing also writes the lesson's entry of the runtime record (``record``, default
+    lessons/runtimes.json) and re-renders the notebook's runtime cells from it."""
     nb, path = notebook(source), notebook_path(source)
     t0 = time.perf_counter()
     changed = []
     if execute:
         from nbclient import NotebookClient
 
+        started, seconds = {}, {}
+        load_start = _load()
+        commit = _commit(source)                   # the code as it was when the run began
+
+        def on_start(cell, cell_index):
+            started[cell_index] = time.perf_counter()
+
+        def on_done(cell, cell_index, execute_reply):
+            seconds[cell_index] = time.perf_counter() - started[cell_index]
+
         NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                       on_cell_execute=on_start, on_cell_executed=on_done,
                        resources={"metadata": {"path": str(path.parent)}}).execute()
         merge_streams(nb)
+        lesson = source.name[:2]
+        record = record or path.parent / runtimes.RECORD_NAME
+        entry = runtime_entry(nb, path, seconds, started, load_start, timeout, commit)
+        entries = {**runtimes.load(record).get("lessons", {}), lesson: entry}
+        data = {"format": 1, "about": RECORD_ABOUT, "slow_cell_seconds": runtimes.SLOW_CELL_SECONDS,
+                "lessons": dict(sorted(entries.items()))}
+        atomic_write_text(str(record), json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+        render_runtime_cells(nb, lesson, data)
+        for problem in runtime_problems(nb, lesson, data):
+            print(f"{path.name}: {problem}", file=sys.stderr)
     else:
         changed = carry_outputs(nb, path)
     write_notebook(nb, path)
@@ -215,6 +259,155 @@ def build(source: pathlib.Path, execute: bool, timeout: int = 600) -> bool:
         f"run python lessons/build.py {source.name[:2]}" if changed else "outputs kept")
     print(f"{path.name}: {note}, {path.stat().st_size / 1024:.0f} KB", file=sys.stderr)
     return not changed
+
+
+# -- the runtime record ----------------------------------------------------------------------
+
+RECORD_ABOUT = ("Written by python lessons/build.py each time it executes a lesson: the wall-clock seconds of "
+                "the whole lesson (kernel start excluded) and of every cell over 5 s, with the machine, its load "
+                "average and the commit. Each lesson renders its stated runtime from its entry "
+                "(minitransformer.exercises.runtimes); never edit it by hand.")
+COST_CALL = re.compile(r"^\s*show_cost\(", re.M)
+FLAG_CALL = re.compile(r"^\s*show_slow_cell\(", re.M)
+
+
+def _load() -> list[float] | None:
+    return [round(x, 2) for x in os.getloadavg()] if hasattr(os, "getloadavg") else None
+
+
+def _commit(source: pathlib.Path) -> tuple[str | None, bool | None]:
+    """HEAD of the checkout holding the lesson ``source``, and whether the package or this lesson's source
+    has uncommitted changes (the code the notebook ran; other lessons do not matter)."""
+    folder = source.parent
+    def git(*args):
+        try:
+            done = subprocess.run(["git", *args], cwd=folder, capture_output=True, text=True, timeout=30, check=False)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return done.stdout if done.returncode == 0 else None
+
+    head = (git("rev-parse", "HEAD") or "").strip() or None
+    package = pathlib.Path(__file__).resolve().parent.parent / "minitransformer"
+    status = git("status", "--porcelain", "--", str(package), source.name)
+    return head, (bool(status.strip()) if status is not None else None)
+
+
+def runtime_entry(nb, path: pathlib.Path, seconds: dict, started: dict, load_start, timeout: int,
+                  commit: tuple[str | None, bool | None] | None = None) -> dict:
+    """The record of one execution of a lesson (see minitransformer.exercises.runtimes); ``commit`` is
+    ``_commit(source)`` taken before the run (default: taken now, from the notebook's folder)."""
+    first = min(started.values())
+    last = max(started[i] + s for i, s in seconds.items())
+    commit, dirty = commit if commit is not None else _commit(path)
+    cells = [{"index": i, "id": nb.cells[i].id, "seconds": round(s, 1),
+              "label": runtimes.slow_label(nb.cells[i].source)}
+             for i, s in sorted(seconds.items()) if s >= runtimes.LISTED_CELL_SECONDS]
+    info = machine_info()
+    info.pop("load_average", None)                 # the load is recorded at the start and at the end
+    return {"notebook": path.name, "seconds": round(last - first, 1), "date": runtimes.now_utc(),
+            "commit": commit, "dirty": dirty, "machine": info,
+            "load_average": {"start": load_start, "end": _load()}, "timeout": timeout, "cells": cells}
+
+
+def _call_args(source: str, name: str) -> list:
+    """The literal arguments of the call of ``name`` in a cell (show_cost("09") -> ["09"])."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == name:
+            try:
+                return [ast.literal_eval(a) for a in node.args]
+            except ValueError:
+                break
+    raise SystemExit(f"a runtime cell calls {name} with literal arguments only, e.g. {name}(\"09\"): {source!r}")
+
+
+def runtime_markdown(cell, lesson: str, record: dict) -> str | None:
+    """What a runtime cell (show_cost / show_slow_cell) displays, from ``record``; None for other cells."""
+    if cell.cell_type != "code":
+        return None
+    if COST_CALL.search(cell.source):
+        (number,) = _call_args(cell.source, "show_cost")
+        return runtimes.cost_markdown(number, record)
+    if FLAG_CALL.search(cell.source):
+        number, label = _call_args(cell.source, "show_slow_cell")
+        return runtimes.slow_cell_markdown(number, label, record)
+    return None
+
+
+def render_runtime_cells(nb, lesson: str, record: dict) -> None:
+    """Replace the outputs of the lesson's runtime cells by what they display with ``record``."""
+    for cell in nb.cells:
+        text = runtime_markdown(cell, lesson, record)
+        if text is not None:
+            cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": text, "text/plain": text})]
+
+
+def runtime_problems(nb, lesson: str, record: dict) -> list[str]:
+    """What is wrong with a lesson's runtime cells against the record (empty: all is well): the cost
+    cell missing from the top, a slow cell without its '# slow:' label or its flag just before it, a
+    runtime cell whose output is not what the record renders."""
+    problems = []
+    code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
+    if not any(COST_CALL.search(nb.cells[i].source) for i in code[:3]):
+        problems.append(f"no show_cost({lesson!r}) among the first three code cells")
+    entry = record.get("lessons", {}).get(lesson)
+    if entry is None:
+        return problems + [f"lesson {lesson} has no entry in {runtimes.RECORD_NAME}: execute it"]
+    if entry.get("notebook") and not entry["notebook"].startswith(lesson):
+        problems.append(f"its entry names {entry['notebook']}")
+    ids = {c.id: i for i, c in enumerate(nb.cells)}
+    for cell in entry.get("cells", []):
+        if cell["seconds"] < record.get("slow_cell_seconds", runtimes.SLOW_CELL_SECONDS):
+            continue
+        i = ids.get(cell["id"])
+        where = f"cell {cell['index']} (id {cell['id']}) took {cell['seconds']} s"
+        if i is None:
+            problems.append(f"{where} and is no longer in the notebook: execute the lesson")
+            continue
+        if not cell["label"]:
+            problems.append(f"{where}: begin it with '# slow: <label>' and put show_slow_cell({lesson!r}, "
+                            f"'<label>') in a code cell just before it")
+            continue
+        before = [j for j in code if j < i]
+        if not before or runtime_markdown(nb.cells[before[-1]], lesson, record) != \
+                runtimes.slow_cell_markdown(lesson, cell["label"], record):
+            problems.append(f"{where}: the code cell before it must be show_slow_cell({lesson!r}, {cell['label']!r})")
+    for i, c in enumerate(nb.cells):
+        want = runtime_markdown(c, lesson, record)
+        if want is None:
+            continue
+        have = [o.get("data", {}).get("text/markdown") for o in c.get("outputs", [])]
+        if have != [want]:
+            problems.append(f"cell {i} shows {have!r}, not what {runtimes.RECORD_NAME} renders ({want!r}): "
+                            f"execute the lesson")
+    return problems
+
+
+def lesson_titles(folder: pathlib.Path = HERE) -> dict[str, tuple[str, str]]:
+    """{"08": ("Why self-attention", "§1, §2, §4, Table 1"), ...} from each source's first heading,
+    ``# Lesson N — Title (section)``; the section is "—" where the heading names none."""
+    import jupytext
+
+    titles = {}
+    for number, source in lessons(folder).items():
+        first = next(c.source for c in jupytext.read(source).cells if c.cell_type == "markdown")
+        heading = first.split("\n", 1)[0].lstrip("#").strip()
+        match = re.fullmatch(r"Lesson \d+ — (.*?)(?: \(([^()]*(?:\([^()]*\)[^()]*)*)\))?", heading)
+        if not match:
+            raise SystemExit(f"{source.name}: its first line must read '# Lesson N — Title (§...)', not {heading!r}")
+        titles[number] = (match.group(1), match.group(2) or "—")
+    return titles
+
+
+def lesson_table(folder: pathlib.Path = HERE, record: dict | None = None) -> str:
+    """The lessons' table in Markdown: number, title, paper section, runtime (from the record)."""
+    record = runtimes.load(folder / runtimes.RECORD_NAME) if record is None else record
+    rows = ["| lesson | title | paper | runtime (2-core CPU, last build) |", "| ---: | --- | --- | ---: |"]
+    for number, (title, section) in lesson_titles(folder).items():
+        entry = record.get("lessons", {}).get(number)
+        name = notebook_path(lessons(folder)[number]).name
+        cost = runtimes.format_seconds(entry["seconds"]) if entry else "not recorded"
+        rows.append(f"| {int(number)} | [{title}](lessons/{name}) | {section} | {cost} |")
+    return "\n".join(rows)
 
 
 # -- the student edition ------------------------------------------------------------------
@@ -231,6 +424,8 @@ def student_edition(nb: nbformat.NotebookNode, lesson: str, name: str) -> nbform
     for cell in student.cells:
         if "solution" in tags(cell):
             continue
+        if cell.cell_type == "markdown":
+            cell.source = cell.source.replace("](../docs/", "](docs/")   # the copy of docs/ beside the notebooks
         if "reveal" in tags(cell):
             cell.source = f"{REVEAL_LINE}\n{cell.source}"
         if cell.cell_type == "code" and set(tags(cell)) & set(CLEARED_IN_STUDENT):
@@ -264,6 +459,11 @@ def write_student_edition(folder: pathlib.Path, numbers: list[str], found: dict[
         student = student_edition(nbformat.read(teacher, as_version=4), n, teacher.name)
         write_notebook(student, folder / teacher.name)
         written.append(folder / teacher.name)
+    docs = lessons_folder.parent / "docs"
+    if docs.is_dir():                          # the lessons link ../docs/*.md: a copy beside them, links rewritten
+        (folder / "docs").mkdir(exist_ok=True)
+        for page in docs.glob("*.md"):
+            shutil.copy2(page, folder / "docs" / page.name)
     for name in STUDENT_FILES:
         source = lessons_folder / name
         if source.is_dir():
@@ -286,6 +486,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds a cell may run when executing (default 600; more on a busy machine)")
     parser.add_argument("--student", metavar="DIR", type=pathlib.Path,
                         help="write the student edition (no solutions, exercise outputs cleared) into DIR")
+    parser.add_argument("--table", action="store_true",
+                        help="print the lessons' table (number, title, paper section, runtime) in Markdown")
     args = parser.parse_args(argv)
     found = lessons()
     chosen = [n.zfill(2) for n in args.numbers] or list(found)
@@ -295,9 +497,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.student:
         write_student_edition(args.student, chosen, found)
         return 0
+    if args.table:
+        print(lesson_table())
+        return 0
     if args.check:
         problems = [d for n in chosen if (d := first_difference(found[n], notebook_path(found[n])))]
         problems += orphans() if not args.numbers else []
+        record = runtimes.load(HERE / runtimes.RECORD_NAME)
+        problems += [f"{notebook_path(found[n]).name}: {p}" for n in chosen
+                     for p in runtime_problems(nbformat.read(notebook_path(found[n]), as_version=4), n, record)]
         print("\n".join(problems) or f"{len(chosen)} notebooks match their sources", file=sys.stderr)
         return 1 if problems else 0
     for n in chosen:

@@ -3,7 +3,7 @@
     python -m minitransformer grade submissions/*.ipynb --csv grades.csv --json grades.json
 
 Each notebook runs top to bottom in a fresh kernel (nbclient), in a fresh temporary folder
-holding a copy of the files the lessons read (``--lessons``: experiments/, debug_attention.py),
+holding a copy of the files the lessons read (``--lessons``: experiments/, debug_attention.py, runtimes.json),
 with a time limit per cell (``--timeout``). A cell that raises does not stop the run; a
 cell over the limit is interrupted and the run goes on; a kernel that dies, or ignores the
 interrupt, ends the run, and the exercises it had not reached are marked "not run".
@@ -57,7 +57,7 @@ __all__ = ["ExerciseResult", "NotebookReport", "add_arguments", "format_report",
 
 # The repository's lessons folder (an editable install); a notebook runs beside a copy of these.
 LESSONS = pathlib.Path(__file__).resolve().parents[1] / "lessons"
-LESSON_FILES = ("experiments", "debug_attention.py")
+LESSON_FILES = ("experiments", "debug_attention.py", "runtimes.json")
 DEFAULT_TIMEOUT = 600.0       # seconds per cell: the limit lessons/build.py gives a cell
 GRACE = 15.0                  # seconds an interrupted kernel has to answer before it is stopped
 MAX_LOG_BYTES = 10_000_000    # a notebook that floods the verdict file is not read past this
@@ -447,7 +447,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help='a JSON object of points per exercise, e.g. {"1.3": 2} (default: 1 each, or '
                         "minitransformer/exercises/catalogue.py's POINTS)")
     p.add_argument("--lessons", metavar="DIR", type=pathlib.Path,
-                   help="the lessons folder whose experiments/ and debug_attention.py each notebook gets a copy of "
+                   help="the lessons folder whose experiments/, debug_attention.py and runtimes.json each notebook "
+                        "gets a copy of "
                         f"(default: {LESSONS})")
 
 

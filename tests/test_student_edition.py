@@ -63,6 +63,23 @@ def leaks(nb, number) -> list[str]:
 def test_every_lesson_is_written_with_the_files_it_reads(student):
     assert sorted(p.name for p in student.glob("*.ipynb")) == sorted(build.notebook_path(s).name for s in FOUND.values())
     assert (student / "experiments" / "table3.json").is_file() and (student / "debug_attention.py").is_file()
+    assert (student / "runtimes.json").is_file()
+
+
+def test_links_to_the_docs_work_outside_the_repository(student):
+    """The lessons link ../docs/*.md; the student edition points them at its own copy of docs/."""
+    import re
+
+    linked = 0
+    for number in FOUND:
+        for cell in _student(student, number).cells:
+            if cell.cell_type != "markdown":
+                continue
+            assert "](../docs/" not in cell.source, f"lesson {number}: a link still leaves the student edition"
+            for target in re.findall(r"\]\((docs/[^)#]+)", cell.source):
+                assert (student / target).is_file(), f"lesson {number}: {target} is not in the student edition"
+                linked += 1
+    assert linked, "no lesson links the docs: the test would check nothing"
 
 
 @pytest.mark.parametrize("number", sorted(FOUND))
@@ -91,6 +108,8 @@ def test_what_is_kept_cleared_and_removed(student, number):
         tags = build.tags(t_cell)
         if "reveal" in tags:
             assert s_cell.source == f"{build.REVEAL_LINE}\n{t_cell.source}"
+        elif t_cell.cell_type == "markdown":                  # links to ../docs/ point at the edition's copy
+            assert s_cell.source == t_cell.source.replace("](../docs/", "](docs/")
         else:
             assert s_cell.source == t_cell.source
         if t_cell.cell_type == "code":

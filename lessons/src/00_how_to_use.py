@@ -46,9 +46,22 @@
 # | 10 decoding and translation | §6.1 | `minitransformer.decoding.greedy_decode`, `beam_search`; `minitransformer.metrics` |
 # | 11 model variations | §6.2, Table 3 | `minitransformer.model.TransformerConfig`, `PRESETS` |
 # | 12 planted bugs: which check catches what | — | `minitransformer.gradcheck`, the tests |
+# | 14 many processes: data-parallel training | §5.2 | `minitransformer.distributed` |
 #
 # Every backward pass in the package is derived step by step in [docs/derivations.md](../docs/derivations.md); this lesson's
 # linear layer is [its §1](../docs/derivations.md#1-linear-layer).
+#
+# **What each lesson costs.** The first cell of every lesson says how long the lesson took to run top
+# to bottom, and any cell that takes more than 20 s is flagged just before it. The figures are not
+# typed: `python lessons/build.py` times every cell each time it executes a lesson, writes the times
+# into `lessons/runtimes.json` with the machine and its load, and the cell renders them from there.
+# `python lessons/build.py --table` lists all the lessons with their runtimes. This lesson trains
+# nothing.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("00")
 
 # %% [markdown]
 # ## 1. Install, run, test
@@ -69,7 +82,8 @@
 # *Kernel → Restart*.
 #
 # * Open the lessons with `jupyter lab lessons/`, or open the `.ipynb` files in VS Code.
-#   Each one runs top to bottom on a laptop CPU in well under a minute.
+#   Each one says in its first cell how long it took to run top to bottom on a 2-core CPU when it
+#   was last built (`python lessons/build.py --table` lists them all).
 # * After `pip install -r requirements-dev.txt` (pytest, nbmake, torch for the parity tests, ...), run the
 #   tests with `python -m pytest` (`-m "not slow"` for the quick ones), and every notebook top to bottom,
 #   as CI does, with `python -m pytest --nbmake lessons/`.
@@ -161,13 +175,14 @@ print("CuPy with a usable GPU here:", backend.cupy_available())
 # by $h$ magnifies it to about $\varepsilon |f| / h$. The total error
 # $\approx \tfrac{h^2}{6}|f'''| + \varepsilon|f|/h$ is smallest near $h \approx \varepsilon^{1/3}$:
 # about $10^{-5}$ in float64, where the error is around $10^{-10}$. In float32 the best one can
-# do is a few times $10^{-5}$ (at $h \approx 10^{-2}$) — too coarse to tell a right backward from
-# a slightly wrong one.
+# count on is around $10^{-5}$ (at $h \approx 10^{-2}$; one lucky $h$ can land lower, as the jagged
+# curve shows) — too coarse to tell a right backward from a slightly wrong one.
 # The picture shows both effects for $f = \sin$ at $x = 1$:
 
 # %%
 hs = np.logspace(-12, -0.5, 60)
 fig, ax = plt.subplots(figsize=(7, 3.6))
+h_opt, near = {"float32": 1e-2, "float64": 1e-5}, {}      # the best h of the text, and the median error within 3x of it
 for dtype, color in ((np.float32, "tab:red"), (np.float64, "tab:blue")):
     x0 = dtype(1.0)
     exact = np.cos(np.float64(1.0))
@@ -179,12 +194,22 @@ for dtype, color in ((np.float32, "tab:red"), (np.float64, "tab:blue")):
     name = np.dtype(dtype).name
     ax.loglog(hs, np.maximum(central, 1e-17), color=color, label=f"central, {name}")
     ax.loglog(hs, np.maximum(one_sided, 1e-17), color=color, ls="--", label=f"one-sided, {name}")
+    near[name] = np.median([e for e, h in zip(central, hs) if h_opt[name] / 3 <= h <= h_opt[name] * 3])
 ax.axvline(1e-5, color="gray", lw=0.8)
 ax.text(1.3e-5, 1e-15, "h = 1e-5\n(the package's default)", fontsize=8, color="gray")
 ax.set(xlabel="step h", ylabel="relative error of d sin(x)/dx at x = 1", ylim=(1e-17, 10),
        title="Finite differences: truncation error (right) vs rounding error (left)")
 ax.legend(fontsize=8, loc="lower left", ncol=2)
 plt.show()
+
+from minitransformer.exercises.prose import claim
+
+for name, h in h_opt.items():
+    print(f"{name}: median relative error of the central difference for h within 3x of {h:g}: {near[name]:.1e}")
+claim("in float64, at h near 1e-5, the error is around 1e-10 (within a factor of 10)", near["float64"],
+      low=1e-11, high=1e-9)
+claim("in float32, at h near 1e-2, the error is around 1e-5 (within a factor of 10)", near["float32"],
+      low=1e-6, high=1e-4)
 
 # %% [markdown]
 # `minitransformer.gradcheck` turns this into three small tools:
@@ -345,6 +370,7 @@ for command, note in debug_attention.WALKTHROUGH:
 transcript = debug_attention.run_walkthrough()
 print(str(transcript).replace(repo, "<repo>"))
 assert transcript.returncode == 0, transcript.stderr
+assert "it ran attention_forward 36 times" in str(transcript), "the text below counts 36 forward runs: rewrite it"
 
 # %% [markdown]
 # What to notice:

@@ -40,6 +40,13 @@
 #
 # The derivations in full: [docs/derivations.md §4, the softmax Jacobian](../docs/derivations.md#4-softmax-and-its-jacobian)
 # and [§5, scaled dot-product attention with masks](../docs/derivations.md#5-scaled-dot-product-attention-321-eq-1-with-masks).
+#
+# **What it trains:** nothing; every array is small and random. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("01")
 
 # %%
 import numpy as np
@@ -90,8 +97,9 @@ print("scores / sqrt(d_k):\n", Q @ K.T / 2)
 print("A = softmax(rows):\n", cache.A[0, 0])
 print("output A V:\n", out[0, 0])
 
-by_hand = np.array([[0.8446, 0.5777], [0.5777, 0.8446]])
-print("matches the hand computation:", np.allclose(out[0, 0], by_hand, atol=1e-4))
+by_hand = np.array([[0.8446, 0.5777], [0.5777, 0.8446]])    # the four-digit numbers of the text above
+assert np.allclose(out[0, 0], by_hand, atol=1e-4), "the package no longer gives the hand computation"
+print("matches the hand computation to the 4 digits written above")
 
 # %% [markdown]
 # The softmax subtracts each row's maximum before exponentiating: it changes nothing
@@ -282,6 +290,16 @@ for name, st in stats.items():
     print(f"{name:15s} d_k = 64: std {st['std'][5]:5.2f}, max weight {st['max_w'][5]:.2f}, gradient fraction {st['gain'][5]:.1e}"
           f" | d_k = 1024: {st['gain'][-1]:.1e}")
 
+from minitransformer.exercises.prose import claim, claim_true
+
+scaled, unscaled = stats["scaled (Eq. 1)"], stats["unscaled"]
+for std in scaled["std"]:
+    claim("with the scale the scores keep unit spread", std, 1.0, tol=0.1)
+claim_true("with the scale a steady fraction of the gradient reaches the scores",
+           max(scaled["gain"]) < 2 * min(scaled["gain"]), f"it ranges over {min(scaled['gain']):.2g}..{max(scaled['gain']):.2g}")
+claim_true("without it the gradient collapses by orders of magnitude",
+           unscaled["gain"][-1] < scaled["gain"][-1] / 100, f"{unscaled['gain'][-1]:.1e} against {scaled['gain'][-1]:.1e}")
+
 # %% [markdown]
 # With the scale, nothing depends on $d_k$: the scores keep unit spread, the weights stay
 # spread over several keys, and a steady fraction of the gradient reaches the scores. Without
@@ -316,13 +334,9 @@ for name, st in stats.items():
 # mask itself needs no backward.
 #
 # The backward needs $Q$, $K$, $V$ and $A$ (not $S$: the softmax's backward is written in
-# terms of its output), which is exactly what `AttentionCache` holds. Here is the package's
-# code; each line is one of the equations above:
-
-# %%
-import inspect
-print(inspect.getsource(attention_backward))
-
+# terms of its output), which is exactly what `AttentionCache` holds. The package's
+# `attention_backward` is these equations, one line each; its source is printed after Exercise 1.3,
+# which asks you to write it.
 
 # %% [markdown]
 # ## 6. Gradient check
@@ -434,6 +448,15 @@ def my_attention_backward(dout, cache):
 from minitransformer.exercises.lessons_0_3 import check_attention_backward
 
 check_attention_backward(my_attention_backward)
+
+
+# %% [markdown]
+# The package's `attention_backward`, to compare with yours (each line is one equation of §5):
+
+# %% tags=["reveal"]
+import inspect
+
+print(inspect.getsource(attention_backward))
 
 
 # %% [markdown] tags=["solution"]

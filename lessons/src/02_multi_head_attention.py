@@ -42,6 +42,13 @@
 #
 # The derivations in full: [docs/derivations.md §6, multi-head attention](../docs/derivations.md#6-multi-head-attention-projections-split-and-concat-322),
 # including [the fused projection](../docs/derivations.md#the-fused-projection) that exercise 2.4 asks you to differentiate.
+#
+# **What it trains:** nothing; it times one attention layer for several head counts. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("02")
 
 # %%
 import os
@@ -214,12 +221,22 @@ axes[0].legend(fontsize=8)
 fig.tight_layout()
 plt.show()
 
+# %%
+from minitransformer.exercises.prose import show_markdown
+
+moderate = [h for h in hs if h <= 8]
+spread = max(best[h] for h in moderate) / min(best[h] for h in moderate)
+show_markdown(
+    f"The matrix-product FLOPs are the same for every $h$. In this run the time from $h = 1$ to $h = 8$ "
+    f"stays within a factor of {spread:.2f} of its fastest, and at $h = {hs[-1]}$ ($d_k = {d_model // hs[-1]}$) "
+    f"it is {best[hs[-1]] / best[8]:.1f} times the time at $h = 8$.")
+
 # %% [markdown]
-# The matrix-product FLOPs are the same for every $h$. For moderate numbers of heads the time
-# is about flat too, as the count predicts. When the heads get narrow (a few tens of
-# dimensions or fewer; where exactly depends on the machine), the time climbs: the per-score
-# work and memory grow with $h$, and many tiny matrix products run far below a CPU's peak speed. The paper's $h = 8$,
-# $d_k = 64$ (its Table 3 also shows quality dropping with too many heads) sits in the flat part.
+# Where the heads get narrow, the time climbs, although the count of matrix-product FLOPs does
+# not change: the per-score work and memory grow with $h$, and many tiny matrix products run far
+# below a CPU's peak speed (where exactly it starts depends on the machine, and on a shared one
+# on its load at the moment). The paper's $h = 8$, $d_k = 64$ (its Table 3 also shows quality
+# dropping with too many heads) is among the moderate settings.
 #
 # ## 4. The three uses of attention and their masks (§3.2.3)
 #

@@ -31,6 +31,13 @@
 #
 # The derivation in full: [docs/derivations.md §7, the feed-forward network and ReLU](../docs/derivations.md#7-position-wise-feed-forward-network-and-relu-33-eq-2),
 # built on [§1, the linear layer](../docs/derivations.md#1-linear-layer).
+#
+# **What it trains:** nothing. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("03")
 
 # %%
 import numpy as np
@@ -157,6 +164,7 @@ y_each = np.concatenate([ffn.forward(x[:, s:s + 1]) for s in range(5)], axis=1)
 perm = rng.permutation(5)
 print("whole batch == one position at a time:", np.allclose(y_all, y_each))
 print("FFN(shuffled x) == shuffled FFN(x):    ", np.allclose(ffn.forward(x[:, perm]), y_all[:, perm]))
+assert np.allclose(y_all, y_each) and np.allclose(ffn.forward(x[:, perm]), y_all[:, perm])
 
 # %% [markdown]
 # **Backward.** Every position used the same $W_1$, so $W_1$'s gradient collects a
@@ -201,14 +209,7 @@ for name, p in ffn.named_parameters():
 # `linear1.backward` (each `Linear` calls `linear_backward` and adds into its parameters' `.grad`).
 # The activation is a pair of functions chosen by name, `relu` and `relu_backward` here;
 # `TransformerConfig(activation="gelu")` picks GELU's pair instead (both in `layers/feedforward.py`).
-
-# %%
-import inspect
-from minitransformer.layers.feedforward import relu, relu_backward
-print(inspect.getsource(FeedForward.forward))
-print(inspect.getsource(FeedForward.backward))
-print(inspect.getsource(relu))
-print(inspect.getsource(relu_backward))
+# Their source is printed after Exercise 3.2, which asks you to write this backward.
 
 # %% [markdown]
 # ## 5. Gradient check
@@ -281,6 +282,20 @@ def my_ffn_backward(dy, x, W1, b1, W2, b2):
 from minitransformer.exercises.lessons_0_3 import check_ffn_backward
 
 check_ffn_backward(my_ffn_backward)
+
+
+# %% [markdown]
+# The package's `FeedForward.forward` and `backward`, and the ReLU pair they call, to compare with yours:
+
+# %% tags=["reveal"]
+import inspect
+
+from minitransformer.layers.feedforward import relu, relu_backward
+
+print(inspect.getsource(FeedForward.forward))
+print(inspect.getsource(FeedForward.backward))
+print(inspect.getsource(relu))
+print(inspect.getsource(relu_backward))
 
 
 # %% [markdown] tags=["solution"]

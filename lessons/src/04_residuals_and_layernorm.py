@@ -34,6 +34,13 @@
 #
 # The derivations in full: [docs/derivations.md §8, layer normalization](../docs/derivations.md#8-layer-normalization-31-ba-et-al-2016),
 # [§9, residual connections](../docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54) and [§10, dropout](../docs/derivations.md#10-dropout-54).
+#
+# **What it trains:** nothing; it sends gradients through deep random stacks. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("04")
 
 # %%
 import numpy as np
@@ -99,18 +106,8 @@ print("the cache keeps      :", cache._fields)
 #
 # $$\boxed{\;\frac{\partial L}{\partial x} = r\,\Big(g - \overline{g} - \hat x\;\overline{g\odot\hat x}\Big)\;}$$
 #
-# with the bars meaning "mean over the $n$ features". Here is the package's `layernorm_backward`,
-# printed from its source:
-
-# %%
-import inspect
-
-print(inspect.getsource(layernorm_backward))
-
-# %% [markdown]
-# The line `dx = rstd * (g - mean_g - x_hat * mean_g_xhat)` is the boxed formula, with `g` $= \delta y\odot\gamma$,
-# `mean_g` $= \overline g$ and `mean_g_xhat` $= \overline{g\odot\hat x}$ computed just above it. The gradients of
-# $\gamma$ and $\beta$ are the two sums below it, over every position (they act on all of them).
+# with the bars meaning "mean over the $n$ features". The package's `layernorm_backward` is this formula;
+# its source is printed after Exercise 4.1, which asks you to write it.
 #
 # **What the formula says.** The Jacobian is $J = r\,(I - \tfrac1n\mathbf 1\mathbf 1^\top - \tfrac1n\hat x\hat x^\top)$.
 # Because $\hat x \perp \mathbf 1$ and $\|\hat x\|^2 = n\,\sigma^2/(\sigma^2+\epsilon)\approx n$, it is (up to
@@ -191,8 +188,8 @@ report.assert_ok()
 # One trap when checking anything with a ReLU inside: the ReLU has a kink at 0. If some pre-activation lies
 # within the finite-difference step ($h=10^{-5}$) of zero, the central difference straddles the kink and the
 # check reports a large error that is not a bug. (With the random state this notebook had reached at this
-# point, exactly that happened: a pre-activation of $1.3\times10^{-5}$ made `ffn.linear1.W` fail at $5\times10^{-3}$.
-# The cell below therefore draws from its own seed. When a check of a ReLU network fails on one tensor only,
+# point, exactly that happened when this lesson was written: one pre-activation lay that close to zero, and
+# the check failed on `ffn.linear1.W` alone. The cell below therefore draws from its own seed. When a check of a ReLU network fails on one tensor only,
 # look at the smallest |pre-activation| before looking for a bug.)
 
 # %%
@@ -348,7 +345,23 @@ for kind, g in grad_norm.items():
 # * **pre-LN residual**: the gradient *grows* gently toward the input, because every layer adds its branch's
 #   gradient onto the skip path's $\partial L/\partial y$; the activations grow too (right panel), since the
 #   residual stream is a sum of 64 branch outputs that is never normalized.
-#
+
+# %%
+from minitransformer.exercises.prose import claim, claim_true
+
+g0 = {kind: np.array([gg[0] for gg in g]) for kind, g in grad_norm.items()}     # ||dL/dx_0|| / top, per stack
+plain, ln_only = g0["plain F(x)"], g0["LN(F(x)), no residual"]
+post, pre = g0["post-LN: LN(x + F(x))"], g0["pre-LN: x + F(LN(x))"]
+claim("plain: about sixteen orders of magnitude smaller (log10 of the median)", np.log10(np.median(plain)), -16, tol=1)
+claim("LN, no residual: a spread of two orders of magnitude (log10 of largest / smallest)",
+      np.log10(ln_only.max() / ln_only.min()), 2, tol=0.7)
+claim_true("post-LN stays within a small factor (10) of the top gradient at every depth",
+           all(0.1 < v < 10 for stack in grad_norm["post-LN: LN(x + F(x))"] for v in stack))
+claim_true("post-LN's spread is much narrower than without the residual",
+           post.max() / post.min() < (ln_only.max() / ln_only.min()) / 5)
+claim_true("pre-LN: the gradient grows toward the input, in every stack", pre.min() > 1)
+
+# %% [markdown]
 # ### Depth, or the initialization? A He-initialized control
 #
 # `FeedForward`'s two `Linear` layers start from Glorot (Xavier) uniform weights (`init_weight` in
@@ -422,7 +435,17 @@ ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 # gained, so the gradient's size no longer depends on every layer's weights having exactly the right scale.
 # A plain stack needs that scale exactly right at initialization, and (an argument, not measured here) training
 # moves the weights away from any carefully chosen starting scale.
-#
+
+# %%
+median = {key: np.median(ratio) for key, ratio in he_ratios.items()}
+claim("He init, plain: the median ratio is about 0.4", median["plain F(x)", 1.0], 0.4, tol=0.15)
+for g, power in ((0.9, 0.9 ** 128), (1.1, 1.1 ** 128)):      # "the table agrees" with g^128, within a factor of 10
+    claim(f"plain, gain {g}: about {g}^128 times the gain-1 ratio (log10)",
+          np.log10(median["plain F(x)", g] / median["plain F(x)", 1.0]), np.log10(power), tol=1)
+claim_true("post-LN stays within about a factor of ten of the top gradient at every gain tried",
+           all(0.1 < v < 10 for g in gains for v in he_ratios["post-LN: LN(x + F(x))", g]))
+
+# %% [markdown]
 # This is one toy setting at initialization, not a training run; it shows the mechanism, not how well each
 # variant trains.
 #
@@ -481,6 +504,18 @@ from minitransformer.exercises.lessons_4_7 import (
     check_layernorm_backward, check_post_ln_residual_backward, check_pre_ln_residual_backward)
 
 check_layernorm_backward(my_layernorm_backward)
+
+
+# %% [markdown]
+# The package's `layernorm_backward`, to compare with yours. The line
+# `dx = rstd * (g - mean_g - x_hat * mean_g_xhat)` is the boxed formula, with `g` $= \delta y\odot\gamma$,
+# `mean_g` $= \overline g$ and `mean_g_xhat` $= \overline{g\odot\hat x}$ computed just above it. The gradients of
+# $\gamma$ and $\beta$ are the two sums below it, over every position (they act on all of them).
+
+# %% tags=["reveal"]
+import inspect
+
+print(inspect.getsource(layernorm_backward))
 
 
 # %% [markdown]

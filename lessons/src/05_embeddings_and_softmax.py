@@ -36,6 +36,13 @@
 #
 # The derivations in full: [docs/derivations.md §2, embedding, scatter-add and tying](../docs/derivations.md#2-token-embedding-scatter-add-and-weight-tying-34)
 # and [§11, label-smoothed cross-entropy](../docs/derivations.md#11-label-smoothed-cross-entropy-54).
+#
+# **What it trains:** nothing. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("05")
 
 # %%
 import numpy as np
@@ -64,6 +71,7 @@ out = emb.forward(ids)                      # (1, 3, 4)
 print("out shape:", out.shape, "  scale:", emb.scale)
 print("out[0, 0] == 2 * E[2]:", np.allclose(out[0, 0], 2.0 * emb.E.data[2]))
 print("out[0, 0] == out[0, 2]:", np.allclose(out[0, 0], out[0, 2]))
+assert np.allclose(out[0, 0], 2.0 * emb.E.data[2]) and np.allclose(out[0, 0], out[0, 2])
 
 # %% [markdown]
 # ## 2. Why multiply by $\sqrt{d_\text{model}}$?
@@ -78,6 +86,7 @@ print("out[0, 0] == out[0, 2]:", np.allclose(out[0, 0], out[0, 2]))
 # the sum. (This is our reading with our initialization; other implementations initialize differently.)
 
 # %%
+from minitransformer.exercises.prose import claim
 from minitransformer.layers.layernorm import layernorm_forward
 from minitransformer.layers.positional import sinusoidal_table
 
@@ -91,6 +100,9 @@ for d in (64, 512):
     pe = sinusoidal_table(200, d, np, np.float64)
     y, _ = layernorm_forward(3 * rng.standard_normal((50, d)), np.ones(d), np.zeros(d), 1e-5)  # a LayerNorm output
     print(f"{d:7d} {rms(E):8.4f} {rms(np.sqrt(d) * E):14.4f} {rms(pe):7.4f} {(y @ E.T).std():20.4f}")
+    claim(f"d_model {d}: the scaled rows have entries of size about 1", rms(np.sqrt(d) * E), 1.0, tol=0.1)
+    claim(f"d_model {d}: the logits have a standard deviation of about 1", (y @ E.T).std(), 1.0, tol=0.2)
+    claim(f"d_model {d}: the positional encoding has root-mean-square 1/sqrt(2)", rms(pe), 2 ** -0.5, tol=0.01)
 
 fig, ax = plt.subplots(figsize=(7, 2.8))
 bins = np.linspace(-3, 3, 121)

@@ -35,6 +35,13 @@
 # | in the model | `Transformer.src_pos`, `tgt_pos` (one shared table); dropout on the sum (§5.4): `src_dropout`, `tgt_dropout` |
 #
 # The derivation in full: [docs/derivations.md §3, positional encoding](../docs/derivations.md#3-positional-encoding-35).
+#
+# **What it trains:** nothing. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("06")
 
 # %%
 import numpy as np
@@ -159,7 +166,17 @@ plt.tight_layout(); plt.show()
 # tale: over 200 positions the slowest sinusoids barely move, the data matrix is nearly singular (condition
 # number about $10^{12}$), and least squares cannot pin down those blocks. The linear map is still exact;
 # it is the *data* that cannot reveal it.
-#
+
+# %%
+from minitransformer.exercises.prose import claim
+
+for window in ((0, 2000), (3000, 5000)):
+    claim(f"positions {window[0]}-{window[1] - 1} recover M_5 to about 1e-12 (log10 of the largest error)",
+          np.log10(np.abs(fits[window] - M).max()), -12, tol=1)
+claim("the short window's data matrix has a condition number of about 1e12 (log10)",
+      np.log10(np.linalg.cond(T[0:200])), 12, tol=1)
+
+# %% [markdown]
 # ## 3. Gradient check
 #
 # $PE$ has no parameters, so `PositionalEncoding.backward` passes the gradient through unchanged. Checked on

@@ -39,6 +39,13 @@
 #
 # The whole model's backward chains the pieces derived in [docs/derivations.md](../docs/derivations.md), §1–§11; the
 # stack's wiring is in [§9, residual connections](../docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54).
+#
+# **What it trains:** nothing; it checks an untrained model. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost, show_slow_cell
+
+show_cost("07")
 
 # %%
 import numpy as np
@@ -202,6 +209,11 @@ print(f"initial loss {loss:.4f}   ln V = ln {cfg.vocab_size} = {np.log(cfg.vocab
 p = np.exp(logits - logits.max(-1, keepdims=True)); p /= p.sum(-1, keepdims=True)
 print(f"largest predicted probability anywhere: {p.max():.3f}   (uniform would be {1 / cfg.vocab_size:.3f})")
 
+from minitransformer.exercises.prose import claim
+
+claim("every logit has variance about 1 (within a factor of 2)", sigma2, low=0.5, high=2.0)
+claim("we expect a first loss of about ln V + 0.5 (within 0.3)", loss, np.log(cfg.vocab_size) + 0.5, tol=0.3)
+
 # %% [markdown]
 # ## 3. Backward, one stage at a time
 #
@@ -249,6 +261,10 @@ print("max |grad by hand - model.backward| over all", len(by_hand), "tensors:",
 # dropout generator on every call, so every one of the thousands of forward passes draws the same masks.
 
 # %%
+show_slow_cell("07", "the whole model's gradient check")
+
+# %%
+# slow: the whole model's gradient check
 import time
 from minitransformer.gradcheck import gradcheck
 
@@ -319,22 +335,39 @@ print(f"{'count_parameters(TransformerConfig())':<40}{count_parameters(base):>12
 from minitransformer.model import PRESETS
 
 print(f"{'':<6}{'ours, V = 37000':>17}{'paper':>8}{'untied (3 E)':>15}   V that would give the paper's figure (+-0.5 M)")
+counted = {}
 for name, paper in (("base", 65e6), ("big", 213e6)):
     c = PRESETS[name].with_(vocab_size=37000)
     ours = count_parameters(c)
     rest = ours - c.vocab_size * c.d_model                       # everything except E
     lo, hi = ((paper - 0.5e6 - rest) / c.d_model, (paper + 0.5e6 - rest) / c.d_model)
-    print(f"{name:<6}{ours / 1e6:>15.2f} M{paper / 1e6:>6.0f} M{(ours + 2 * c.vocab_size * c.d_model) / 1e6:>13.1f} M"
+    untied = ours + 2 * c.vocab_size * c.d_model
+    counted[name] = {"ours": ours, "paper": paper, "untied": untied, "V": (lo + hi) / 2}
+    print(f"{name:<6}{ours / 1e6:>15.2f} M{paper / 1e6:>6.0f} M{untied / 1e6:>13.1f} M"
           f"   {lo:,.0f} .. {hi:,.0f}")
 
+# %%
+from minitransformer.exercises.prose import show_markdown
 
-# %% [markdown]
-# With $V = 37\,000$ we count about 63.1 M for base (2 M under the paper's 65 M) and about 214.2 M for big
-# (1 M over 213 M). Under our counting, base would need a vocabulary of roughly 40 000 tokens and big one of
-# roughly 36 000, so no single vocabulary size reproduces both figures, and the difference cannot come from
-# the vocabulary alone. The paper does not say how its figures were counted, and we do not guess; what is
-# printed above is exactly what this package's models hold. Untied embeddings would give about 101 M for
-# base, far from 65 M, so the paper's figure is at least consistent with a shared matrix counted once.
+
+def gap(name):
+    """'2 M under' or '1 M over': our count against the paper's, to the nearest million."""
+    diff = (counted[name]["ours"] - counted[name]["paper"]) / 1e6
+    return f"{abs(diff):.0f} M {'over' if diff > 0 else 'under'}"
+
+
+b_, g_ = counted["base"], counted["big"]
+show_markdown(
+    f"With $V = 37\\,000$ we count {b_['ours'] / 1e6:.1f} M for base ({gap('base')} the paper's "
+    f"{b_['paper'] / 1e6:.0f} M) and {g_['ours'] / 1e6:.1f} M for big ({gap('big')} {g_['paper'] / 1e6:.0f} M). "
+    f"Under our counting, base would need a vocabulary of roughly {round(b_['V'], -3):,.0f} tokens and big one of "
+    f"roughly {round(g_['V'], -3):,.0f}, so "
+    + ("no single vocabulary size reproduces both figures, and the difference cannot come from the vocabulary "
+       "alone. " if abs(b_["V"] - g_["V"]) > 1000 else "one vocabulary size could reproduce both figures. ")
+    + "The paper does not say how its figures were counted, and we do not guess; what is printed above is exactly "
+    f"what this package's models hold. Untied embeddings would give {b_['untied'] / 1e6:.0f} M for base, "
+    f"far from {b_['paper'] / 1e6:.0f} M, so the paper's figure is at least consistent with a shared matrix "
+    "counted once.")
 
 # %% [markdown]
 # ## 6. At inference: one position at a time, with a key/value cache (§6.1 preview)

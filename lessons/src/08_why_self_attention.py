@@ -53,6 +53,13 @@
 # [paper map](../docs/paper_map.md); the backward rules we reuse are
 # derived in [docs/derivations.md](../docs/derivations.md) (the linear layer, §1, for every
 # $xW$ product below; the softmax, §4, and attention, §5, for the exercise).
+#
+# **What it trains:** nothing; it times and counts small layers, and loads the offline sweep of `lessons/experiments/lesson08_table1.py`. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("08")
 
 # %%
 import importlib.util

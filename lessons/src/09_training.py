@@ -41,6 +41,13 @@
 # The derivations of this lesson's backward passes are also in
 # [docs/derivations.md §10 (dropout)](../docs/derivations.md#10-dropout-54) and
 # [§11 (label-smoothed cross-entropy)](../docs/derivations.md#11-label-smoothed-cross-entropy-54).
+#
+# **What it trains:** several small models of the copy and reverse tasks (with and without warm-up, with and without label smoothing, one batch overfitted), the copy recipe until it is solved, and, in the exercises, a tiny model driven by your gradient. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("09")
 
 # %%
 # %matplotlib inline

@@ -14,7 +14,7 @@
 # Training (lessons 7 and 9) never has to choose a word: the decoder is fed the right target
 # sentence, shifted by one position, and only scores it. At inference there is no target.
 # The model has to write its output one token at a time, feeding every token it chose back in
-# as the next input (§3.1: the model is *auto-regressive*). How to choose those tokens is a
+# as the next input (§3: the model is *auto-regressive*). How to choose those tokens is a
 # search problem, and this lesson is about that search and about how the results are scored.
 #
 # §6.1 of the paper states the inference settings in two sentences: beam search with a beam
@@ -25,8 +25,8 @@
 # 1. **greedy decoding by hand**, one position at a time with a key/value cache, and a check
 #    that it computes exactly what the teacher-forced decoder computes; then what the cache
 #    buys in speed;
-# 2. a **translation model trained in this notebook** (English dates to Korean, under a minute
-#    of CPU time), so that there is something real to decode;
+# 2. a **translation model trained in this notebook** (English dates to Korean, 400 steps of a
+#    small model), so that there is something real to decode;
 # 3. **beam search**: a real sentence where it beats greedy decoding and why, and what the
 #    length penalty $\alpha$ does to the length of the output;
 # 4. **BLEU** by hand for one sentence, then corpus BLEU with the package checked against
@@ -50,6 +50,13 @@
 #
 # The exercises at the end ask you to write one step of beam search, corpus BLEU, and greedy
 # decoding with the cache yourself.
+#
+# **What it trains:** a small English-to-Korean dates model, and the checker of Exercise 10.3 a tiny one. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost, show_slow_cell
+
+show_cost("10")
 
 # %%
 # %matplotlib inline
@@ -216,6 +223,10 @@ assert np.allclose(step_logits, whole, rtol=0, atol=1e-12)
 # ever adds time.
 
 # %%
+show_slow_cell("10", "timing decoding with and without the cache")
+
+# %%
+# slow: timing decoding with and without the cache
 backend.set_default_dtype("float32")          # decoding and training run in float32
 speed_cfg = model_module.PRESETS["translate"].with_(vocab_size=304, max_len=160)
 speed_model = model_module.Transformer(speed_cfg, seed=0)
@@ -258,15 +269,20 @@ fig.suptitle(f"d_model 128, N 2, float32, 1 BLAS thread; {machine.machine_summar
 plt.tight_layout()
 plt.show()
 
+# %%
+from minitransformer.exercises.prose import claim, claim_true, show_markdown
+
+claim_true("the speed-up of the cache grows with the length", all(np.diff(speedup) > 0), f"speed-ups {np.round(speedup, 1)}")
+claim("at 8 tokens the cache barely matters (a speed-up under 3)", speedup[0], low=0.5, high=3)
+show_markdown(
+    f"The uncached times follow the $T^2$ line and the cached ones stay close to the $T$ line, so the speed-up "
+    f"grows with the length, roughly linearly: in this run from {speedup[0]:.1f}x at {lengths[0]} tokens to "
+    f"{speedup[-1]:.1f}x at {lengths[-1]}. The exact factors move with the load of a shared machine (the one "
+    "named above the plot). For the 4 to 5 tokens of the dates translated below the cache saves little; for the "
+    "sentences of a real translation system, tens of tokens long and decoded with 4 beams, it decides whether "
+    "decoding takes seconds or minutes.")
+
 # %% [markdown]
-# The uncached times follow the $T^2$ line and the cached ones stay close to the $T$ line, so
-# the speed-up grows with the length, roughly linearly. The exact factors move with the load of
-# a shared machine: on the one named above, runs of this cell gave between 8 and 13 at 128
-# tokens. At 8 tokens the cache barely matters. For the 4 to 5 tokens of the
-# dates translated below the cache saves little; for the
-# sentences of a real translation system, tens of tokens long and decoded with 4 beams, it
-# decides whether decoding takes seconds or minutes.
-#
 # ## 2. A translation model, trained here
 #
 # To have something worth decoding we train a small model on **dates-en-ko**, one of the
@@ -297,6 +313,10 @@ for src_tokens, tgt_tokens in task.test[:3]:
 # validation sentences decoded greedily).
 
 # %%
+show_slow_cell("10", "training the dates model, 400 steps")
+
+# %%
+# slow: training the dates model, 400 steps
 preset, settings = train.settings_for("dates-en-ko", steps=150, batch_size=64)
 trainer = train.make_trainer(task, settings, preset)
 model = trainer.model
@@ -333,10 +353,15 @@ plt.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The loss levels off near 0.95 and not near 0: label smoothing (§5.4, lesson 9) asks the
+# The loss levels off near 1 and not near 0: label smoothing (§5.4, lesson 9) asks the
 # model to put only 90% of the probability on the right token, and that cross-entropy never
 # reaches zero.
-#
+
+# %%
+claim("the validation loss levels off near 1", val[-1]["valid_loss"], 1.0, tol=0.2)
+claim("the training loss levels off near 1", [r["loss"] for r in history if "loss" in r][-1], 1.0, tol=0.25)
+
+# %% [markdown]
 # ## 3. Beam search
 #
 # What we would like is the most probable **whole** output,
@@ -415,6 +440,13 @@ if beam_right:
 else:
     print("beam search never fixed a greedy mistake on this machine's run: nothing to show here")
 
+# %%
+if beam_right:
+    greedy_tokens, beam_tokens = half_greedy["hyps"][example].split(), half_beam["hyps"][example].split()
+    claim_true("greedy decoding's output is shorter: it dropped the year",
+               len(greedy_tokens) < len(beam_tokens) and not greedy_tokens[0].endswith("년"),
+               f"greedy {greedy_tokens}, beam {beam_tokens}")
+
 # %% [markdown]
 # In the run shown here, greedy decoding's output is **shorter**: it dropped the year. The
 # picture below shows why. At the first step the model knows that most dates start with a
@@ -439,6 +471,9 @@ if beam_right:
         ax.grid(alpha=0.3)
         plt.tight_layout()
         plt.show()
+    claim_true("each year alone is less likely than the best non-year token, all years together more",
+               p0[is_year].max() < p0[~is_year].max() < p0[is_year].sum(),
+               f"best year {p0[is_year].max():.2f}, best other token {p0[~is_year].max():.2f}, all years {p0[is_year].sum():.2f}")
     n_best = decoding.beam_search(half, src_ids, vocab.bos_id, vocab.eos_id, beam_size=4, alpha=0.6, n_best=4)[0]
     print("beam_search(n_best=4), best first:")
     for ids, score in n_best:
@@ -447,18 +482,23 @@ if beam_right:
 # %% [markdown]
 # Beam search is not always right, and it does not always find the most probable output
 # either: it is a search that keeps four candidates, not an exhaustive one. The length penalty
-# also matters here: among the sentences where the two decoders disagree, we count how often
-# the shorter output had the larger raw $\log P$, so that it was only the penalty that made
-# beam search prefer the longer one.
+# also matters here: among the sentences where the two decoders disagree, we count those where
+# beam search chose the **longer** output although the shorter one had the larger raw $\log P$,
+# so that it was the penalty that made the longer one win. (Where both outputs have the same
+# length the penalty divides both by the same number and cannot decide anything.)
 
 # %%
-raw_prefers_greedy = 0
+longer_by_penalty, same_length, raw_prefers_greedy = 0, 0, 0
 for i in differ:
-    lp_g = sum(token_logprobs(half, task.test[i][0], half_greedy["hyps"][i].split()))
-    lp_b = sum(token_logprobs(half, task.test[i][0], half_beam["hyps"][i].split()))
+    g_out, b_out = half_greedy["hyps"][i].split(), half_beam["hyps"][i].split()
+    lp_g = sum(token_logprobs(half, task.test[i][0], g_out))
+    lp_b = sum(token_logprobs(half, task.test[i][0], b_out))
     raw_prefers_greedy += lp_g > lp_b
-print(f"of the {len(differ)} sentences where the outputs differ, greedy's output has the larger raw log P "
-      f"in {raw_prefers_greedy}: there the length penalty (alpha = 0.6) decided")
+    same_length += len(g_out) == len(b_out)
+    longer_by_penalty += len(b_out) > len(g_out) and lp_g > lp_b
+print(f"of the {len(differ)} sentences where the outputs differ: {same_length} have outputs of the same length; "
+      f"greedy's output has the larger raw log P in {raw_prefers_greedy}; beam search chose a longer output with "
+      f"the smaller raw log P in {longer_by_penalty}: there the length penalty (alpha = 0.6) decided")
 
 # %% [markdown]
 # ### What $\alpha$ does to the output length
@@ -469,6 +509,10 @@ print(f"of the {len(differ)} sentences where the outputs differ, greedy's output
 # the half-trained model and measure the mean output length (the references are 4 tokens long).
 
 # %%
+show_slow_cell("10", "the alpha sweep, 7 x 300 sentences")
+
+# %%
+# slow: the alpha sweep, 7 x 300 sentences
 alphas = [0.0, 0.3, 0.6, 1.0, 1.5, 2.0, 3.0]
 sweep_src = [translate.source_ids(vocab, s) for s, _ in task.test[:300]]
 sweep_ref = [vocab.encode(t) for _, t in task.test[:300]]
@@ -497,6 +541,15 @@ for ax in (ax1, ax2):
 plt.tight_layout()
 plt.show()
 
+# %%
+up_to_2 = [i for i, a in enumerate(alphas) if a <= 2]
+claim_true("up to alpha = 2 the share of too-short outputs falls (or stays)",
+           all(np.diff([shorter[i] for i in up_to_2]) <= 0), f"shorter {np.round(shorter, 3)}")
+claim_true("up to alpha = 2 exact match does not fall by more than a point",
+           min(exact[i] for i in up_to_2) >= exact[0] - 0.01, f"exact {np.round(exact, 3)}")
+claim_true("at alpha = 3 the mean length jumps (more than one token over the reference's 4)",
+           mean_len[alphas.index(3.0)] > 5, f"mean length {mean_len[alphas.index(3.0)]:.2f}")
+
 # %% [markdown]
 # Up to $\alpha \approx 2$ the share of outputs that are too short falls slowly (a few
 # year-less outputs get their year back) and exact match creeps up. At $\alpha = 3$ the
@@ -515,11 +568,14 @@ plt.show()
 # * the **clipped n-gram precision** $p_n$: of the hypothesis' n-grams, how many occur in the
 #   reference, each credited at most as often as the reference has it (so repeating "the" gains
 #   nothing),
+#
 #   $$p_n = \frac{\sum_{\text{sentences}} \sum_{g \in \text{n-grams}(\text{hyp})} \min\big(\text{count}_\text{hyp}(g), \text{count}_\text{ref}(g)\big)}{\sum_{\text{sentences}} \sum_{g \in \text{n-grams}(\text{hyp})} \text{count}_\text{hyp}(g)};$$
 # * the **brevity penalty**: precision alone rewards saying little, so with $c$ the total
 #   hypothesis length and $r$ the total reference length,
+#
 #   $$\text{BP} = \begin{cases} 1 & c \ge r \\ e^{\,1 - r/c} & c < r; \end{cases}$$
 # * their **geometric mean**:
+#
 #   $$\text{BLEU} = \text{BP} \cdot \exp\Big(\frac{1}{4}\sum_{n=1}^{4} \log p_n\Big),$$
 #   reported in percent.
 #
@@ -566,15 +622,32 @@ print(f"'{' '.join(parrot)}': p_1 = {min(hyp_1[('the',)], ref_1[('the',)])}/7 wi
 # On one short sentence BLEU is brittle. The greedy output of section 3 shares most of its
 # words with the reference, yet as a sentence it scores 0: with fewer than 4 tokens it has no
 # 4-gram at all, so $p_4$ is 0 and so is the geometric mean. (sacrebleu's smoothing, which the
-# package copies, replaces a precision of 0 matches by $1/(2\cdot\text{total})$, hence the
-# non-zero $p_3$ printed below; it cannot help an order that has no n-grams at all.) Summed over
-# a corpus, every order has plenty of n-grams and the score becomes meaningful; this is why
-# BLEU is reported per test set, never as a mean of sentence scores.
+# package copies, replaces a precision of 0 matches by $1/(2\cdot\text{total})$, halving again
+# for each further order with no match; it cannot help an order that has no n-grams at all.)
+# Summed over a corpus, every order has plenty of n-grams and the score becomes meaningful;
+# this is why BLEU is reported per test set, never as a mean of sentence scores. Below, the
+# sentence's own counts, and what they say about each precision printed:
 
 # %%
 if beam_right:
     one = metrics.corpus_bleu([half_greedy["hyps"][example]], [refs[example]])
     print(f"'{half_greedy['hyps'][example]}' against '{refs[example]}': {one}")
+    hyp_tokens, ref_tokens = half_greedy["hyps"][example].split(), refs[example].split()
+    counts = []
+    for n in range(1, 5):
+        hyp_n, ref_n = ngrams(hyp_tokens, n), ngrams(ref_tokens, n)
+        counts.append((sum(min(k, ref_n[g]) for g, k in hyp_n.items()), sum(hyp_n.values())))
+
+    def reading(n, matched, total):
+        if total == 0:
+            return f"$p_{n}$: the output has no {n}-gram at all, so $p_{n} = 0$ and BLEU is 0"
+        if matched == 0:
+            return f"$p_{n}$: 0 of its {total} {n}-gram(s) match, so the printed value is smoothing, not a match"
+        return f"$p_{n}$: {matched} of its {total} {n}-gram(s) match, a real match"
+
+    show_markdown("; ".join(reading(n, m, t) for n, (m, t) in enumerate(counts, 1)) + ".")
+    claim_true("with fewer than 4 tokens the sentence scores 0", len(hyp_tokens) >= 4 or one.score == 0,
+               f"{len(hyp_tokens)} tokens, BLEU {one.score}")
 
 # %% [markdown]
 # ### Corpus BLEU, checked against sacrebleu
@@ -672,8 +745,16 @@ for name, runs in (("half-trained (150 steps)", (half_greedy, half_beam)), ("tra
 print(f"({machine.machine_summary()})")
 wrong = [i for i, (h, r) in enumerate(zip(full_beam["hyps"], full_beam["refs"])) if h != r]
 print(f"trained model, beam 4: {len(wrong)} of {len(task.test)} test sentences wrong", wrong[:5])
+probes = {}
 for text in ("Tuesday, March 5, 2024", "Monday, March 5, 2024", "Sunday, January 1, 1950"):
-    print(f"  {text:26s} -> {' '.join(translate.translate_tokens(model, vocab, [text.split()], decoding.Beam(4))[0])}")
+    probes[text] = " ".join(translate.translate_tokens(model, vocab, [text.split()], decoding.Beam(4))[0])
+    print(f"  {text:26s} -> {probes[text]}")
+
+claim("after 400 steps the model translates (nearly) every test date exactly", full_beam["exact_match"], low=0.98)
+claim("beam search has nothing left to fix (greedy within half a point of it)",
+      full_beam["exact_match"] - full_greedy["exact_match"], 0.0, tol=0.005)
+claim_true("'Monday, March 5, 2024' is translated faithfully, with the wrong weekday",
+           probes["Monday, March 5, 2024"] == "2024년 3월 5일 월요일", probes["Monday, March 5, 2024"])
 
 # %% [markdown]
 # After 400 steps the model translates (nearly) every test date exactly, and beam search has
@@ -731,7 +812,31 @@ draw_heads(maps["encoder_decoder"], dec_labels, src_labels,
 # the month at `5,`, the row of the day at `Tuesday,`, and the last row, which must predict
 # `<eos>`, at the source's `<eos>`. Each row looks at the source word of the **next** output
 # token: an alignment, here a permutation because Korean writes year, month, day, weekday.
-# First-layer heads are more mixed; some attend to the source `<eos>` from most rows.
+# What the maps drawn show, head by head, counted from their weights:
+
+# %%
+aligned_src = np.array([3, 1, 2, 0, 4])          # decoder row i looks up source position aligned_src[i]
+N_layers, n_heads = maps["encoder_decoder"].shape[:2]
+
+
+def head_names(heads):
+    return ", ".join(f"{j + 1}" for j in heads) or "none"
+
+
+picks = maps["encoder_decoder"].argmax(axis=-1)                                       # (N, h, T): each row's key
+aligned_rows = (picks == aligned_src).sum(axis=-1)                                    # (N, h)
+eos_rows = (picks == len(src_labels) - 1).sum(axis=-1)                                # (N, h)
+rows_n = len(dec_labels)
+print("rows (of 5) whose largest weight is on the aligned source word:\n", aligned_rows)
+print("rows (of 5) whose largest weight is on the source <eos>:\n", eos_rows)
+claim_true("in the second layer at least one head aligns every row", (aligned_rows[-1] == rows_n).any(),
+           f"aligned rows per head {aligned_rows[-1]}")
+show_markdown(
+    f"In this sentence, the heads of layer {N_layers} that put their largest weight on the aligned source word "
+    f"in every one of the {rows_n} rows: {head_names(np.flatnonzero(aligned_rows[-1] == rows_n))} (of {n_heads}). "
+    f"In layer 1 that number is {int((aligned_rows[0] == rows_n).sum())}: its heads are more mixed, and the heads "
+    f"whose largest weight lies on the source `<eos>` in at least 3 rows are "
+    f"{head_names(np.flatnonzero(eos_rows[0] >= 3))}.")
 
 # %%
 draw_heads(maps["decoder_self"], dec_labels, dec_labels,
@@ -763,12 +868,11 @@ src_batch = np.array([translate.source_ids(vocab, s) for s, _ in batch])        
 dec_batch = np.array([[vocab.bos_id] + vocab.encode(t) for _, t in batch])             # (200, 5)
 assert src_batch.shape == dec_batch.shape == (200, 5)
 batch_maps = translate.attention_maps(model, src_batch, dec_batch)                    # each (N, B, h, ., .)
-aligned_src = np.array([3, 1, 2, 0, 4])          # decoder row i looks up source position aligned_src[i]
 rows = np.arange(5)
 later = rows[1:]                                 # decoder rows 1..4: row 0 (<bos>) can only attend to itself
 print(f"{'head':>14s}{'enc-dec alignment':>19s}{'dec diagonal':>14s}{'dec <bos>':>11s}"
       f"{'enc diagonal':>14s}{'enc <eos>':>11s}")
-head_table = {}
+head_table, ed_eos = {}, {}
 for layer in range(model.cfg.N):
     for head in range(model.cfg.h):
         ed = batch_maps["encoder_decoder"][layer, :, head]                             # (B, T, S)
@@ -776,6 +880,7 @@ for layer in range(model.cfg.N):
         es = batch_maps["encoder_self"][layer, :, head]                                # (B, S, S)
         head_table[layer, head] = scores = (ed[:, rows, aligned_src].mean(), ds[:, later, later].mean(),
                                             ds[:, later, 0].mean(), es[:, rows, rows].mean(), es[:, :, -1].mean())
+        ed_eos[layer, head] = ed[:, :, -1].mean()                                        # enc-dec weight on <eos>
         print(f"layer {layer + 1}, head {head + 1}" + "".join(f"{s:{w}.2f}" for s, w in zip(scores, (19, 14, 11, 14, 11))))
 
 
@@ -794,25 +899,42 @@ print(f"encoder self-attention: diagonal {columns[:, 3].min():.2f} to {columns[:
 # %% [markdown]
 # How to read it. The numbers are those of the run printed above: another machine's floating
 # point can move them a little, and a second training seed would give the same kinds of heads
-# in other places.
-#
-# * **Encoder-decoder attention** in the second layer is an **alignment**: its heads put
-#   nearly all their weight on the source word that the next output token translates, over
-#   all 200 sentences and not only the one drawn. The first layer's heads are blurrier and
-#   often rest on the source `<eos>`. Translation models before the Transformer learned such
-#   alignments with a dedicated attention (Bahdanau et al., 2015); here it appears in the upper
-#   layer of cross-attention, once the first layer has gathered context.
-# * **Decoder self-attention** has **previous-token heads**: a large diagonal means looking at
-#   the token just written (row $i$ holds output token $i-1$), which tells the model which part
-#   of the date comes next. Another head **rests on `<bos>`** from most rows, and in the map
-#   of one sentence above a second-layer head looks at the year from every later row. For an
-#   output whose format is fixed, knowing the position is nearly all such a head needs, and
-#   `<bos>` is a cheap place to park.
-# * **Encoder self-attention** has no clean pattern. In the sentence drawn, many rows pick one
-#   key, either their own word or the source `<eos>`, but the choice changes from row to row,
-#   so over 200 sentences each head is a mix of the two (the last printed line). This task
-#   hardly needs the encoder to mix words, since each source word translates on its own.
-#
+# in other places. The reading below is rendered from them.
+
+# %%
+last = model.cfg.N - 1
+year_row = 1                                     # decoder input position 1 holds the year (output token 0)
+year_heads = [j for j in range(model.cfg.h)
+              if (maps["decoder_self"][last, j, year_row + 1:].argmax(axis=-1) == year_row).all()]
+aligned_last = [j for j in range(model.cfg.h) if head_table[last, j][0] > 0.8]
+claim_true("encoder-decoder attention in the upper layer is an alignment (a head above 0.8)", bool(aligned_last))
+claim_true("decoder self-attention has previous-token heads (a diagonal above 0.6)", heads_where(1, 0.6) != "none")
+claim_true("encoder self-attention has no clean pattern (no head above 0.8 on one key kind)",
+           columns[:, 3].max() < 0.8 and columns[:, 4].max() < 0.8,
+           f"diagonal up to {columns[:, 3].max():.2f}, <eos> up to {columns[:, 4].max():.2f}")
+first_eos = [ed_eos[0, j] for j in range(model.cfg.h)]
+show_markdown("\n".join([
+    f"* **Encoder-decoder attention** in the last layer is an **alignment**: heads {head_names(aligned_last)} of "
+    f"layer {last + 1} put more than 0.8 of their weight on the source word that the next output token "
+    f"translates, on average over all 200 sentences ({', '.join(f'{head_table[last, j][0]:.2f}' for j in aligned_last)}), "
+    f"not only in the one drawn. The first layer's heads reach at most {columns[:model.cfg.h, 0].max():.2f} and "
+    f"put {min(first_eos):.2f} to {max(first_eos):.2f} of their weight on the source `<eos>`. Translation models "
+    "before the Transformer learned such alignments with a dedicated attention (Bahdanau et al., 2014); here it "
+    "appears in the upper layer of cross-attention, once the first layer has gathered context.",
+    f"* **Decoder self-attention** has **previous-token heads** ({heads_where(1, 0.6)}): a large diagonal means "
+    "looking at the token just written (row $i$ holds output token $i-1$), which tells the model which part of "
+    f"the date comes next. Heads with more than 0.6 on `<bos>` from the later rows: {heads_where(2, 0.6)}; for an "
+    "output whose format is fixed, knowing the position is nearly all such a head needs, and `<bos>` is a cheap "
+    "place to park. " + (f"In the map of the one sentence drawn, head(s) {head_names(year_heads)} of layer {last + 1} "
+                         "look hardest at the year from every later row." if year_heads else
+                         f"In the map of the one sentence drawn, no head of layer {last + 1} looks hardest at the "
+                         "year from every later row."),
+    f"* **Encoder self-attention** has no clean pattern: over 200 sentences every head puts "
+    f"{columns[:, 3].min():.2f} to {columns[:, 3].max():.2f} on its own position and "
+    f"{columns[:, 4].min():.2f} to {columns[:, 4].max():.2f} on the source `<eos>`, a mix of the two. This task "
+    "hardly needs the encoder to mix words, since each source word translates on its own."]))
+
+# %% [markdown]
 # Attention weights show where information is read from, not what is done with it; a head with
 # a tidy picture can still matter little to the output. Removing a head and measuring the loss
 # would test that; it is left as an experiment.

@@ -41,6 +41,13 @@
 # Training every setting three times took about an hour and a half on this project's shared 2-core machine
 # (two runs at a time, with other jobs competing for the cores), so the experiment runs as a script and this
 # notebook reads its results; section 9 repeats one row live.
+#
+# **What it trains:** two small `reverse` models (the live row of §9); the rest reads `lessons/experiments/table3.json`. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("11")
 
 # %%
 # %matplotlib inline

@@ -12,8 +12,9 @@
 # # Lesson 12 — Planted bugs: which check catches what
 #
 # Lessons 1–11 built the Transformer and checked every piece as it was built. This lesson turns that
-# around. We take ten bugs that Transformer implementations and tutorials have really shipped, plant
-# each one in the package, and run the project's four kinds of check against it:
+# around. We take ten bugs that are easy to make when the paper is written out by hand (each is one
+# plausible slip of a line or two; we do not say that any particular project shipped it), plant each
+# one in the package, and run the project's four kinds of check against it:
 #
 # 1. the **float64 gradient check** (`minitransformer.gradcheck`): every parameter's gradient from the
 #    hand-written backward, against central differences of the forward;
@@ -53,6 +54,13 @@
 #
 # The tests this lesson imitates in miniature: `tests/test_layers_gradcheck.py`, `tests/test_torch_parity.py`
 # and `tests/test_properties.py`.
+#
+# **What it trains:** one tiny copy model per bug (and per mystery), a hundred steps each. The cell below says how long the whole lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("12")
 
 # %%
 import inspect
@@ -83,7 +91,8 @@ print("PyTorch", torch.__version__ if torch else "is not installed: the parity c
 # %% [markdown]
 # ## 1. The bench
 #
-# All four checks run on the same small things, so that the whole table takes about a minute:
+# All four checks run on the same small things, so that the whole table is quick to compute (each row prints the
+# CPU time its checks took, and the lesson's runtime is at its top):
 #
 # * a Transformer with $d_\text{model} = 4$, $h = 2$, $N = 1$, $d_{ff} = 8$ and $V = 8$ (31 parameter
 #   tensors, 464 numbers), with dropout ($P_\text{drop} = 0.1$) and label smoothing ($\varepsilon_{ls} = 0.1$)
@@ -209,9 +218,9 @@ print(gradient_check(CLEAN))
 #
 # Every comparison must agree to a relative error of $10^{-9}$; the detail names the first that does
 # not, as llm.c's test does. Two limits come with it. Dropout must be off, because torch's random masks
-# cannot match ours. And the reference must not be built from our code: the test suite's parity test
-# copies our positional-encoding table into its torch model, so a wrong table would pass it. Here the
-# torch side computes its own.
+# cannot match ours. And the reference must not be built from our code: a torch model that copied our
+# positional-encoding table would pass a wrong table. So the torch side computes its own, here and in the
+# test suite's parity test (`torch_sinusoids` in `tests/test_torch_parity.py`), from the formula of §3.5.
 
 # %%
 if torch is not None:
@@ -553,7 +562,7 @@ show_properties(CLEAN)
 # The **copy task** (the package's `copy_pairs`): the source is 2 to 6 random symbols out of 6, the target
 # is the same sequence. A model with $d_\text{model} = 32$, $h = 4$, $N = 1$, $d_{ff} = 64$, dropout and label
 # smoothing on, trains for 100 Adam steps of 32 fresh pairs with the §5.3 schedule (warm-up 30 steps,
-# factor 0.5). About a second.
+# factor 0.5). Its CPU time is part of each row's time, printed with the row.
 #
 # **The pass mark.** Afterwards we measure the next-token accuracy on 256 held-out pairs, and we measure
 # it **the way inference computes it**: one position at a time with `decode_step`, where the cache holds
@@ -636,9 +645,13 @@ def training_check(plant, seed=0):
     return Outcome(not (acc_infer >= PASS_MARK and np.isfinite(losses[-1])), detail)
 
 
+from minitransformer.exercises.prose import claim
+
 print(f"best accuracy without reading the source: {source_blind_ceiling():.1%}   pass mark: {PASS_MARK:.0%}")
+claim("the best such guesser gets about 27%", source_blind_ceiling(), 0.27, tol=0.01)
 for seed in (1, 2):
     print(f"the package, seed {seed}:", training_check(CLEAN, seed=seed))
+    claim(f"the package lands well above 50% (at least 60%) on seed {seed}", CURVES[CLEAN.name][2], low=0.6)
 
 # %% [markdown]
 # ### 2.5 The control row
@@ -669,6 +682,7 @@ def run_row(plant):
 
 run_row(CLEAN)
 assert not any(o.caught for o in RESULTS[CLEAN.name].values()), "a check fails on the package itself: fix that first"
+claim("the package lands well above 50% (at least 60%) on seed 0 too", CURVES[CLEAN.name][2], low=0.6)
 
 # %% [markdown]
 # ## 3. Ten bugs
@@ -805,10 +819,25 @@ for i, colour in ((0, "tab:red"), (n_tensors - 1, "tab:orange")):
 ax.set(xlabel="optimizer step", ylabel="learning rate", title="the learning rate each tensor receives")
 ax.legend(loc="center right"); plt.tight_layout(); plt.show()
 
-# %% [markdown]
-# There is no warm-up: every tensor gets nearly the peak rate from the second step on, where the schedule
-# meant to give it 2/30 of the peak, and after step 30, where the real warm-up ends, every tensor gets about
-# $1/\sqrt{31}$ of the intended rate.
+# %%
+from minitransformer.exercises.prose import claim, claim_true, show_markdown
+
+peak = schedule(30)                                                  # the schedule's peak, at step warmup = 30
+received = np.array([[schedule(int(n_tensors * (k - 1) + i + 1)) for i in range(n_tensors)] for k in steps])
+intended = np.array([schedule(int(k)) for k in steps])
+step2 = received[1] / peak                                           # what each tensor gets at step 2
+late = received[30:] / intended[30:, None]                           # after the warm-up, against the intent
+claim_true("from step 2 on, every tensor's counter is past the warm-up of 30 steps", n_tensors + 1 > 30,
+           f"{n_tensors} tensors")
+claim(f"after step 30 every tensor gets about 1/sqrt({n_tensors}) of the intended rate",
+      late.mean() * np.sqrt(n_tensors), 1.0, tol=0.1)
+show_markdown(
+    f"There is no warm-up: at step 1 the tensors' counters already run from 1 to {n_tensors}, so the last of them "
+    f"gets {received[0, -1] / peak:.2f} of the peak rate at once. From step 2 on every tensor is past the peak, on "
+    f"the decaying side of the schedule: at step 2 they get {step2.min():.2f} to {step2.max():.2f} of the peak, where "
+    f"the schedule meant {intended[1] / peak:.2f} (2/30). After step 30, where the real warm-up ends, every tensor "
+    f"gets {late.min():.3f} to {late.max():.3f} of the intended rate, about $1/\\sqrt{{{n_tensors}}} = "
+    f"{1 / np.sqrt(n_tensors):.3f}$.")
 
 # %% tags=["reveal"]
 MY_PREDICTIONS[3] = None
@@ -1135,9 +1164,30 @@ print(f"all {len(claims)} claims hold")
 #
 # **The properties caught all ten**, because each one is a sentence of the specification tested on inputs
 # chosen to be awkward: integer logits make ties common, $\pm 10^4$ makes probabilities underflow, a changed
-# future token tests causality directly. The matrix shows that most properties catch one bug each; the
-# general ones ("causal", "cached = teacher-forced", "padding changes nothing", "A rows sum to 1") catch
-# several. A property catches only what it states, though: none of these eleven says anything about the
+# future token tests causality directly. What the matrix of section 4 shows, property by property:
+
+# %%
+caught_by = {n: [p.name.split()[0] for p in BUGS if not PROPERTY_NOTES[p.name][n][0]] for n in names}
+single = [n for n in names if len(caught_by[n]) == 1]
+several = [n for n in names if len(caught_by[n]) > 1]
+general = ["causal", "cached = teacher-forced", "padding changes nothing", "A rows sum to 1"]
+assert set(general) <= set(names), "the general properties were renamed: rewrite the sentence below"
+claim_true("a bug that breaks the attention weights themselves (bug 8) trips all the general ones",
+           all("8" in caught_by[n] for n in general), str({n: caught_by[n] for n in general}))
+
+
+def listed(props):
+    return "; ".join(f'"{n}" (bug{"s" if len(caught_by[n]) > 1 else ""} {", ".join(caught_by[n]) or "none"})'
+                     for n in props) or "none"
+
+
+show_markdown(
+    f"{len(single)} of the {len(names)} properties catch exactly one bug each, and the ones that catch more are "
+    f"{listed(several)}. The general ones catch few: {listed(general)}; a bug that breaks the attention weights "
+    "themselves (bug 8) trips all of them at once.")
+
+# %% [markdown]
+# A property catches only what it states, though: none of these eleven says anything about the
 # *values* of the positional encoding, and Exercise 12.1 plants a bug there.
 #
 # **The training run caught only the bugs that break what the model can do at inference** (7 and 8), and

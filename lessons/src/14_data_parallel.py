@@ -33,6 +33,15 @@
 # | the ring allreduce of this lesson, its simulated ranks and checkers | `minitransformer.exercises.lesson_14` |
 #
 # Processes are started with `mpiexec` from cells below, through `subprocess`: a notebook is one process.
+#
+# **What it trains:** a tiny copy model for 20 steps four times (on one process and on 2 ranks; with and without
+# gradient accumulation), and it times MPI messages on 2 and 4 ranks. The cell below says how long the whole
+# lesson takes.
+
+# %%
+from minitransformer.exercises.runtimes import show_cost
+
+show_cost("14")
 
 # %%
 # %matplotlib inline
@@ -193,12 +202,24 @@ ax.set(xlabel="bytes summed", ylabel="ms (the slowest rank's best)", title=f"all
        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (grey: the fitted model)")
 ax.legend(fontsize=7); plt.tight_layout(); plt.show()
 
+# %%
+from minitransformer.exercises.prose import claim, claim_true, show_markdown
+
+settings_timed = [(N, n, ring / mpi) for N, t in timing.items() for n, ring, mpi in zip(t["sizes"], t["ring_s"], t["mpi_s"])]
+mpi_faster = [(N, n) for N, n, ratio in settings_timed if ratio > 1]
+claim("the latency term dwarfs a real interconnect's few microseconds (at least 10 microseconds here)",
+      alpha, low=1e-5)
+claim_true("MPI's Allreduce is faster than our ring in most settings", len(mpi_faster) > len(settings_timed) / 2,
+           f"faster in {len(mpi_faster)} of {len(settings_timed)}")
+show_markdown(
+    "On this machine the \"network\" is shared memory between processes on two cores; with 4 ranks on 2 cores, each "
+    "message also waits for the receiving process to be scheduled, which is why the latency term "
+    f"({1e6 * alpha:,.0f} µs per message here) dwarfs the few microseconds of a real interconnect. MPI's `Allreduce` "
+    f"is faster than our ring in {len(mpi_faster)} of the {len(settings_timed)} settings timed (the ratio ring/MPI "
+    f"ranges from {min(r for *_, r in settings_timed):.1f} to {max(r for *_, r in settings_timed):.1f}): it chooses "
+    "an algorithm by size and rank count, and it does not go through Python for every chunk.")
+
 # %% [markdown]
-# On this machine the "network" is shared memory between processes on two cores; with 4 ranks on 2 cores, each
-# message also waits for the receiving process to be scheduled, which is why the latency term dwarfs what a real
-# interconnect would show. MPI's `Allreduce` is faster than our ring: it chooses an algorithm by size and rank
-# count, and it does not go through Python for every chunk.
-#
 # ## 4. The token-count trap, with numbers
 #
 # Take one batch of the copy task, 48 sentences of 1 to 10 symbols sorted by length as the batcher sorts them, and
@@ -259,6 +280,15 @@ by_sentences = compare_splits(np.array_split(order, 2), "split by sentence count
 costs = [len(pairs[k][0]) + len(pairs[k][1]) + 1 for k in order]
 by_tokens = compare_splits([shard_batch(order, costs, r, 2) for r in range(2)], "split by tokens (the package's)")
 assert by_sentences[1] < 1e-12 and by_tokens[1] < 1e-12 and by_sentences[0] > 1e-2 and by_tokens[0] > 1e-5
+
+halves = [batch_of(s).n_tokens for s in np.array_split(order, 2)]
+by_token_counts = [batch_of(shard_batch(order, costs, r, 2)).n_tokens for r in range(2)]
+claim_true("the long half holds far more tokens than the short half (over twice as many)", halves[1] > 2 * halves[0],
+           f"{halves}")
+claim_true("splitting by tokens shrinks the plain average's error but does not remove it",
+           1e-12 < by_tokens[0] < by_sentences[0], f"{by_tokens[0]:.1e} against {by_sentences[0]:.1e}")
+claim("the token split's counts still differ by a few tokens (at most 5% of the batch)",
+      abs(by_token_counts[0] - by_token_counts[1]), low=1, high=0.05 * n_whole)
 
 # %% [markdown]
 # The plain average of the ranks' mean losses treats every rank's tokens as if there were as many on each rank, so
