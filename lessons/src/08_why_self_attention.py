@@ -64,6 +64,8 @@ show_cost("08")
 # %%
 import importlib.util
 import math
+import pathlib
+import sys
 import time
 from typing import NamedTuple
 
@@ -524,20 +526,33 @@ wall_over_cpu = np.concatenate([np.ravel(np.array(sweep["n_sweep"]["wall_s"][nam
 print(f"  wall-clock minima / CPU-time minima, measured separately: median {np.median(wall_over_cpu):.2f}, "
       f"from {wall_over_cpu.min():.2f} to {wall_over_cpu.max():.2f} (above 1: time other processes took)")
 
-# The live piece: the same layers of this notebook, d = 64, n up to 256, float32, one BLAS thread.
-names = ["recurrent", "conv", "attention", "restricted"]
-live_n, d = [16, 32, 64, 128, 256], 64
+# The live piece: the same layers of this notebook, d = 64, n up to 256, float32, one BLAS thread, measured by
+# the script's own function (FLOPs and calls counted, CPU time timed).
+names = table1.LIVE["names"]
+live_n, d = table1.LIVE["n"], table1.LIVE["d"]
 backend.set_default_dtype("float32")
 layers = make_layers(d, k, r, rng)
 backend.set_default_dtype("float64")
-live_time = {name: [] for name in names}
 with threadpool_limits(1):
-    for n in live_n:
-        x = rng.standard_normal((1, n, d)).astype(np.float32)
-        for name in names:
-            live_time[name].append(table1.min_time(lambda: layers[name](x), repeats=5))
+    live = table1.live_piece(layers, rng)
+live_time = live["time_s"]
 for name in names:
     print(f"live {name:10s}" + "".join(f"  n={n}: {t * 1e3:6.3f} ms" for n, t in zip(live_n, live_time[name])))
+
+# The record's live checks (lessons/experiments/README.md): FLOPs and calls exactly, and the growth of the
+# time from n = 64 to 256 as a log-log slope, within the tolerance the script measured by re-running it.
+sys.path.insert(0, str(pathlib.Path("experiments").resolve()))
+import _record  # lessons/experiments/_record.py
+
+slopes = table1.growth_slopes(live_n, live_time)
+for check in sweep["live_check"]:
+    key = "flops" if check["metric"].startswith("matmul FLOPs") else "calls" if check["metric"].startswith("matmul calls") else "slope"
+    value = [slopes[name] for name in names] if key == "slope" else [v for name in names for v in live[key][name]]
+    _record.assert_live(check, value)
+print("the live piece agrees with the record: FLOPs and calls exactly; time slopes n = 64 -> 256 "
+      + ", ".join(f"{name} {slopes[name]:.2f}" for name in names)
+      + f" (record: {', '.join(f'{v:.2f}' for v in sweep['live_check'][2]['recorded'])}, "
+      f"tolerance ±{sweep['live_check'][2]['tolerance']})")
 
 # %% [markdown]
 # Time and FLOPs against $n$ (at $d = 64$), time against $d$ (at $n = 64$), and the
