@@ -335,6 +335,13 @@ def train_steps(model, pairs, lr, steps, seed=0, clip_norm=None):
     return np.array(losses)
 
 
+# %%
+from minitransformer.exercises.runtimes import show_slow_cell
+
+show_slow_cell("09", "with and without warm-up, 2 x 300 steps")
+
+# %%
+# slow: with and without warm-up, 2 x 300 steps
 FACTOR, WARMUP, LIVE_STEPS = 1.0, 200, 300
 noam = NoamSchedule(64, WARMUP, FACTOR)
 t0 = time.perf_counter()
@@ -558,6 +565,10 @@ def held_out_scores(model, task, n_pairs=500):
     return {"perplexity": math.exp(nll / n_tok), "token accuracy": correct / n_tok, "exact match": exact}
 
 
+show_slow_cell("09", "label smoothing on and off, 2 x 750 steps")
+
+# %%
+# slow: label smoothing on and off, 2 x 750 steps
 import importlib.util
 
 spec = importlib.util.spec_from_file_location("lesson09_label_smoothing", EXPERIMENTS / "lesson09_label_smoothing.py")
