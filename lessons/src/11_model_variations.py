@@ -38,8 +38,8 @@
 # | the parameter column | `model.count_parameters(cfg)` |
 # | the whole experiment | `lessons/experiments/table3.py`, which writes `lessons/experiments/table3.json` |
 #
-# Training every setting three times took about an hour and a half on this project's shared 2-core machine
-# (two runs at a time, with other jobs competing for the cores), so the experiment runs as a script and this
+# Training every setting three times takes an hour or more on this project's shared 2-core machine (the
+# record's wall times are printed below), so the experiment runs as a script and this
 # notebook reads its results; section 9 repeats one row live.
 #
 # **What it trains:** two small `reverse` models (the live row of §9); the rest reads `lessons/experiments/table3.json`. The cell below says how long the whole lesson takes.
@@ -69,9 +69,12 @@ LESSON_START = time.perf_counter()
 sys.path.insert(0, str(pathlib.Path("experiments").resolve()))   # the notebook runs in lessons/
 import table3  # lessons/experiments/table3.py
 
+from minitransformer.exercises.prose import show_markdown
+
 results = json.loads(pathlib.Path("experiments/table3.json").read_text())
 for h in results["provenance"]:                  # every command that wrote into the file, with its commit
-    print(f"{h['started']}  {h['command']}  (commit {h['commit'][:10]})")
+    print(f"{h['started']}  {h['command']}  (commit {h['commit'][:10]}, "
+          + (f"{h['wall_seconds'] / 60:.0f} min)" if h.get("wall_seconds") else "interrupted)"))
 machine = results["provenance"][0]["machine"]
 print("last run: ", results["updated"])
 print("machine:  ", machine["cpu"], f"({machine['cores']} cores, numpy {machine['numpy']}, one BLAS thread per run; "
@@ -385,20 +388,45 @@ plt.tight_layout(); plt.show()
 for lab, _ in row_A + row_B[:2]:
     print(f"{lab:12s} params {table[lab]['params'][0]:>9,.0f}   train time {pm(table[lab]['train_seconds'], 1, 0)} s")
 
+# %%
+def versus(label, other="base", metric="exact_match"):
+    """(difference of the means, the noise: twice the larger std, whether it is a finding) of two settings.
+    A finding: the means differ by more than the noise, or every seed of one is beyond every seed of the other."""
+    (ma, sa, va), (mb, sb, vb) = table[label][metric], table[other][metric]
+    separated = va.max() < vb.min() or va.min() > vb.max()
+    return ma - mb, 2 * max(sa, sb), abs(ma - mb) > 2 * max(sa, sb) or separated
+
+
+def exact(label):
+    return f"{pm(table[label]['exact_match'], 100, 1)} %"
+
+
+def ppl(label):
+    return pm(table[label]["ppl"], 1, 3)
+
+
+one_head_worse = versus("h=1, d_k=64")[0] < 0 and versus("h=1, d_k=64")[2]
+many_heads_worse = versus("h=32, d_k=2")[0] < 0 and versus("h=32, d_k=2")[2]
+small_keys = {lab: versus(lab) for lab in ("d_k=2", "d_k=4")}
+show_markdown(
+    f"**Row A{' reproduces its main finding' if one_head_worse else ': its main finding does not show here'}.** "
+    f"With the same parameters and the same multiply-adds, a single head of 64 dimensions reaches {exact('h=1, d_k=64')} "
+    f"exact match and perplexity {ppl('h=1, d_k=64')}, against {exact('base')} and {ppl('base')} for 8 heads (paper: "
+    "24.9 BLEU against 25.8)" + (": clearly the worst of the row." if one_head_worse else ": within the noise.")
+    + f" Its second finding, a small loss at $h = 32$: 32 heads of 2 dimensions each reach {exact('h=32, d_k=2')} here, "
+    + ("worse than 8 heads by more than the noise, as in the paper." if many_heads_worse else
+       "within the noise of 8 heads: it does not reproduce.")
+    + "\n\n" + f"**Row B{' does not reproduce' if not any(v[2] for v in small_keys.values()) else ''}.** Keys of 2 or 4 "
+    f"dimensions per head reach {exact('d_k=2')} and {exact('d_k=4')}, against {exact('base')} for 8: "
+    + " and ".join(f"$d_k$ = {lab[4:]} {'worse than base beyond the noise' if v[2] and v[0] < 0 else 'better than base beyond the noise' if v[2] else 'within the noise'}"
+                   for lab, v in small_keys.items()) + ". "
+    + ("Lining up French number words with English ones is an easy compatibility question, and a couple of key "
+       "dimensions per head are enough to tell a few hundred words apart; the limit the paper met at $d_k = 16$ on "
+       "real language does not bind on this task." if not any(v[2] for v in small_keys.values()) else ""))
+
 # %% [markdown]
-# **Row A reproduces its main finding.** With the same parameters and the same multiply-adds, a single head of
-# 64 dimensions is clearly the worst setting: 94.2 ± 2.5 % exact match and perplexity 1.106 ± 0.027, against
-# 99.0 ± 0.5 % and 1.073 ± 0.005 for 8 heads (paper: 24.9 BLEU against 25.8). Its second finding does not
-# reproduce: 32 heads of 2 dimensions each do as well as 8 here (99.0 ± 0.5 %), where the paper saw a small
-# loss at $h = 32$.
-#
-# **Row B does not reproduce.** Keys of 2 or 4 dimensions per head are within the noise of 8
-# (97.4 ± 2.2 % and 99.3 ± 1.0 %). Lining up French number words with English ones is an easy compatibility
-# question, and a couple of key dimensions per head are enough to tell a few hundred words apart; the limit the
-# paper met at $d_k = 16$ on real language does not bind on this task.
-#
-# The training times come from a machine shared with other jobs whose load changed during the run (a load
-# average between 0.5 and 12), so only large differences in them mean anything.
+# The training times come from a machine shared with other jobs whose load changed during the run (the load
+# averages are printed at the top), so only large differences in them mean anything.
 #
 # ## 7. Row C: why $N = 6$?
 #
@@ -494,19 +522,30 @@ for lab in ("eps_ls=0.0", "base", "eps_ls=0.2", "P_drop=0.0", "P_drop=0.2"):
     print(f"{lab:11s} PPL {pm(s['ppl'], 1, 3)}   exact {pm(s['exact_match'], 100, 1)} %   "
           f"token accuracy {pm(s['token_acc'], 100, 2)} %   BLEU {pm(s['bleu'], 1, 1)}")
 
+# %%
+ls_ppl = [table[lab]["ppl"][0] for lab in ("eps_ls=0.0", "base", "eps_ls=0.2")]
+ls_in_order = ls_ppl[0] < ls_ppl[1] < ls_ppl[2]
+ls_acc = versus("base", "eps_ls=0.0")
+drop_ppl, drop_acc = versus("P_drop=0.0", metric="ppl"), versus("P_drop=0.0")
+show_markdown(
+    f"**Label smoothing: perplexity {'rises with ε_ls, in order' if ls_in_order else 'does not rise in order'}.** "
+    f"It is {ppl('eps_ls=0.0')} without smoothing, {ppl('base')} at $\\varepsilon_{{ls}} = 0.1$ and "
+    f"{ppl('eps_ls=0.2')} at 0.2 (paper: 4.67, 4.92, 5.47). A model trained towards the smoothed target learns to "
+    "keep about $\\varepsilon_{ls}$ of its probability for the wrong words, so the probability of the right word, "
+    "which is all perplexity measures, goes down. **The accuracy half:** without smoothing the exact match is "
+    f"{exact('eps_ls=0.0')} against {exact('base')} with it, a difference of {ls_acc[0] * 100:+.1f} points against "
+    f"a noise of {ls_acc[1] * 100:.1f} (twice the larger standard deviation): "
+    + ("a finding, in the paper's direction." if ls_acc[2] and ls_acc[0] > 0 else
+       "a finding, against the paper's direction." if ls_acc[2] else "within the noise.")
+    + f" At $\\varepsilon_{{ls}} = 0.2$: {exact('eps_ls=0.2')}.\n\n"
+    f"**Dropout.** Without dropout the test perplexity is {ppl('P_drop=0.0')} against {ppl('base')} (paper: 5.77 "
+    "against 4.92): " + ("clearly worse, as in the paper" if drop_ppl[2] and drop_ppl[0] > 0 else
+                         "within the noise" if not drop_ppl[2] else "better, against the paper")
+    + f"; its exact match, {exact('P_drop=0.0')}, is " + ("within the noise." if not drop_acc[2] else
+                                                         f"{'worse' if drop_acc[0] < 0 else 'better'} beyond the noise.")
+    + f" $P_{{drop}} = 0.2$ reaches {exact('P_drop=0.2')}.")
+
 # %% [markdown]
-# **Label smoothing: the perplexity half reproduces, cleanly and in order.** Perplexity is 1.017 ± 0.006
-# without smoothing, 1.073 ± 0.005 at $\varepsilon_{ls} = 0.1$ and 1.194 ± 0.038 at 0.2 (paper: 4.67, 4.92,
-# 5.47). A model trained towards the smoothed target learns to keep about $\varepsilon_{ls}$ of its
-# probability for the wrong words, so the probability of the right word, which is all perplexity measures,
-# goes down. **The accuracy half shows only faintly**: without smoothing the exact match is 98.1 ± 0.4 %
-# against 99.0 ± 0.5 % with it, a gap of about two standard deviations, and $\varepsilon_{ls} = 0.2$ is noisier
-# (97.3 ± 3.3 %).
-#
-# **Dropout: the perplexity half reproduces.** Without dropout the test perplexity is clearly worse,
-# 1.144 ± 0.033 against 1.073 ± 0.005 (paper: 5.77 against 4.92), and its token accuracy lower; its exact match
-# (96.8 ± 2.3 %) is within the noise. $P_{drop} = 0.2$ is no better than 0.1, as in the paper.
-#
 # ## 9. Row E: learned positions, and inputs longer than any seen in training
 #
 # In the table (section 5) the learned table and the sinusoids do equally well on sentences like those seen in
@@ -632,18 +671,40 @@ print("sinusoidal model, same seed, max_len 256: logits", fixed.forward(np.full(
 # %% [markdown]
 # ## 10. What reproduces at toy scale, and what does not
 #
-# | row | the paper's finding | here (numbers-en-fr, 500 steps, 3 seeds; reverse for length) |
-# | --- | --- | --- |
-# | A | one head is clearly worse | **reproduces**: 94.2 ± 2.5 % against 99.0 ± 0.5 % exact, perplexity 1.106 against 1.073 |
-# | A | too many heads lose a little | does not: 32 heads of 2 dimensions match 8 heads |
-# | B | a smaller key size $d_k$ hurts | does not: $d_k$ = 2 or 4 are within the noise of 8 |
-# | C | deeper is better up to $N = 6$ (23.7 → 25.3 → 25.8 BLEU for $N$ = 2, 4, 6; 25.5 at 8) | does not: 1 layer is as good as 2; post-LN stacks of 4 and 6 fail to optimize in 500 steps, and pre-LN rescues 6 layers to about the level of 2, not above |
-# | C | wider is better ($d_\text{model}$, $d_{ff}$) | half: half the width is worse, double width and the FFN width make no resolvable difference |
-# | D | no dropout: worse perplexity and BLEU | perplexity **reproduces** (1.144 against 1.073); exact match within noise |
-# | D | label smoothing raises perplexity, helps BLEU | perplexity **reproduces**, in order (1.017, 1.073, 1.194 for ε = 0, 0.1, 0.2); the accuracy gain is faint (about 2 std) |
-# | E | learned positions ≈ sinusoids | **reproduces** (99.1 ± 0.6 % against 99.0 ± 0.5 %) |
-# | E, §3.5 | sinusoids may extrapolate to longer inputs | by one position only; the learned table not at all |
-#
+# The table below is rendered from the runs (rows A, B, D and E's first line with the rule of section 1: a
+# finding needs a difference beyond twice the larger standard deviation, or every seed beyond every seed);
+# rows C and E's second line restate sections 7 and 9.
+
+# %%
+def said(finding, label, other="base", metric="exact_match"):
+    d = versus(label, other, metric)
+    return "**reproduces**" if finding(d) else "does not"
+
+
+worse = lambda d: d[2] and d[0] < 0          # noqa: E731  (a finding, and lower)
+higher = lambda d: d[2] and d[0] > 0         # noqa: E731
+same = lambda d: not d[2]                    # noqa: E731
+ls_ppl_rows = ", ".join(f"{table[lab]['ppl'][0]:.3f}" for lab in ("eps_ls=0.0", "base", "eps_ls=0.2"))
+cols = "| row | the paper's finding | here (numbers-en-fr, 500 steps, 3 seeds; reverse for length) |\n| --- | --- | --- |\n"
+rows = [
+    f"| A | one head is clearly worse | {said(worse, 'h=1, d_k=64')}: {exact('h=1, d_k=64')} against {exact('base')} exact, "
+    f"perplexity {table['h=1, d_k=64']['ppl'][0]:.3f} against {table['base']['ppl'][0]:.3f} |",
+    f"| A | too many heads lose a little | {said(worse, 'h=32, d_k=2')}: 32 heads of 2 dimensions reach {exact('h=32, d_k=2')} |",
+    f"| B | a smaller key size $d_k$ hurts | {'**reproduces**' if any(worse(versus(lab)) for lab in ('d_k=2', 'd_k=4')) else 'does not'}: "
+    f"$d_k$ = 2 or 4 reach {exact('d_k=2')} and {exact('d_k=4')} |",
+    "| C | deeper is better up to $N = 6$ (23.7 → 25.3 → 25.8 BLEU for $N$ = 2, 4, 6; 25.5 at 8) | does not: 1 layer is as good as 2; post-LN stacks of 4 and 6 fail to optimize in 500 steps, and pre-LN rescues 6 layers to about the level of 2, not above |",
+    "| C | wider is better ($d_\\text{model}$, $d_{ff}$) | half: half the width is worse, double width and the FFN width make no resolvable difference |",
+    f"| D | no dropout: worse perplexity and BLEU | perplexity {said(higher, 'P_drop=0.0', metric='ppl')} "
+    f"({table['P_drop=0.0']['ppl'][0]:.3f} against {table['base']['ppl'][0]:.3f}); exact match "
+    f"{'within the noise' if same(versus('P_drop=0.0')) else 'differs beyond the noise'} |",
+    f"| D | label smoothing raises perplexity, helps BLEU | perplexity {'**reproduces**, in order' if ls_in_order else 'does not'} "
+    f"({ls_ppl_rows} for ε = 0, 0.1, 0.2); exact match {'better with smoothing' if higher(versus('base', 'eps_ls=0.0')) else 'within the noise' if same(versus('base', 'eps_ls=0.0')) else 'worse with smoothing'} |",
+    f"| E | learned positions ≈ sinusoids | {said(same, 'learned PE')} ({exact('learned PE')} against {exact('base')}) |",
+    "| E, §3.5 | sinusoids may extrapolate to longer inputs | by one position only; the learned table not at all |",
+]
+show_markdown(cols + "\n".join(rows))
+
+# %% [markdown]
 # What survives the shrinking are the findings about *what the model is asked to learn*: a single head must
 # average what several heads keep apart (§3.2.2), label smoothing trades the right word's probability for
 # hedging, and a learned table knows only the positions it has seen. What does not survive are the findings about *capacity*, which need the
