@@ -69,7 +69,7 @@ LESSON_START = time.perf_counter()
 sys.path.insert(0, str(pathlib.Path("experiments").resolve()))   # the notebook runs in lessons/
 import table3  # lessons/experiments/table3.py
 
-from minitransformer.exercises.prose import show_markdown
+from minitransformer.exercises.prose import claim, claim_true, show_markdown
 
 results = json.loads(pathlib.Path("experiments/table3.json").read_text())
 for h in results["provenance"]:                  # every command that wrote into the file, with its commit
@@ -198,22 +198,28 @@ for ax, task_name in zip(axes, tasks):
     ax.set_xticks(range(len(pilot_labels)), pilot_labels)
     ax.set(ylabel="exact match (%)", title=f"pilot: {task_name}, F = {f_ratio(groups):.1f} (exact match)")
 plt.tight_layout(); plt.show()
+F, pilot_seconds = {}, {}
 for task_name in tasks:
     line = []
     for m in ("exact_match", "bleu", "ppl", "token_acc"):
         groups = [[r[m] for r in pilot if r["task"] == task_name and r["label"] == lab] for lab in pilot_labels]
-        line.append(f"{m} F = {f_ratio(groups):.1f}")
-    seconds = np.mean([r["seconds"] for r in pilot if r["task"] == task_name])
-    print(f"{task_name:14s}", ",  ".join(line), f"   ({seconds:.0f} s per run)")
+        F.setdefault(task_name, {})[m] = f_ratio(groups)
+        line.append(f"{m} F = {F[task_name][m]:.1f}")
+    pilot_seconds[task_name] = np.mean([r["cpu_seconds"] if "cpu_seconds" in r else r["seconds"] for r in pilot
+                                        if r["task"] == task_name])
+    print(f"{task_name:14s}", ",  ".join(line), f"   ({pilot_seconds[task_name]:.0f} s per run)")
 
-# %% [markdown]
-# On `reverse`, at this budget, the seeds scatter about as widely as the settings do ($F$ between 0.9 and
-# 2.6): 500 steps falls in the middle of the stretch where the model discovers how to reverse, and *when* it
-# does depends on the seed as much as on the setting. `numbers-en-fr` separates the same four settings better
-# on every measure ($F$ between 1.5 and 3.7), with seeds that mostly agree within a point, at about twice the
-# cost per run; the table is trained on it. Neither task separates four settings with two seeds decisively,
-# which is a first warning: at toy scale, many of Table 3's differences will be smaller than the noise between
-# seeds.
+# %%
+f_span = {t: f"$F$ between {min(F[t].values()):.1f} and {max(F[t].values()):.1f}" for t in tasks}
+claim_true("numbers-en-fr separates the four settings better than reverse on every measure",
+           all(F["numbers-en-fr"][m] > F["reverse"][m] for m in F["reverse"]), str(F))
+show_markdown(
+    f"On `reverse`, at this budget, the seeds scatter about as widely as the settings do ({f_span['reverse']}): 500 "
+    "steps falls in the middle of the stretch where the model discovers how to reverse, and *when* it does depends "
+    "on the seed as much as on the setting. `numbers-en-fr` separates the same four settings better on every measure "
+    f"({f_span['numbers-en-fr']}), at {pilot_seconds['numbers-en-fr'] / pilot_seconds['reverse']:.1f} times the cost "
+    "per run; the table is trained on it. Neither task separates four settings with two seeds decisively, which is a "
+    "first warning: at toy scale, many of Table 3's differences will be smaller than the noise between seeds.")
 #
 # A run is a pure function of its seed (initial weights, batch order and dropout masks all follow from it),
 # so the main run, which trained the same settings again, must reproduce the pilot's numbers-en-fr records:
@@ -397,6 +403,11 @@ def versus(label, other="base", metric="exact_match"):
     return ma - mb, 2 * max(sa, sb), abs(ma - mb) > 2 * max(sa, sb) or separated
 
 
+worse = lambda d: d[2] and d[0] < 0          # noqa: E731  (a finding, and lower)
+higher = lambda d: d[2] and d[0] > 0         # noqa: E731
+same = lambda d: not d[2]                    # noqa: E731
+
+
 def exact(label):
     return f"{pm(table[label]['exact_match'], 100, 1)} %"
 
@@ -476,27 +487,39 @@ for lab, color in (("base", "k"), ("N=4", "tab:blue"), ("N=6", "tab:red"), ("N=6
 ax.set(xlabel="step", ylabel="training loss (label-smoothed)", yscale="log", title="training curves, every seed")
 ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 
-# %% [markdown]
-# **The toy answer to "why $N = 6$?" is not the paper's.** The paper's column rises steeply from 2 layers
-# (23.7 BLEU) to 4 (25.3), flattens at 6 (25.8) and does not improve at 8 (25.5): six layers sit at the knee,
-# where more depth stops paying for its cost. Here, depth *hurts*: one layer per stack is as good as two
-# (99.5 ± 0.8 %) with half the parameters and time, four layers reach 81 ± 18 %, and six post-LN layers do
-# not learn the task at all in 500 steps (0.3 %, perplexity 3.7).
-#
-# The curves show that this is a failure to *optimize*, not a lack of capacity: the deep post-LN models stall
-# on a plateau near a loss of 2 from step 200, which the base model passes, and the same six-layer model
-# built pre-LN follows the base model's curve and reaches 98.3 ± 0.5 %. Deep post-LN stacks are known to be
-# hard to optimize and sensitive to the learning-rate warm-up, which pre-LN relieves (Xiong et al., 2020;
-# lesson 4); our 500 steps, 400 of them warm-up, leave no time to get past the plateau.
-#
-# Width tells a similar story. Half the width ($d_\text{model} = 32$) is worse (94.1 ± 3.6 %), as in the
-# paper; twice the width ($d_\text{model} = 128$) is not better (94.7 ± 5.8 %, one seed at 88 %), and the
-# feed-forward width makes no difference the seeds can resolve. So "bigger is better" does not survive the
-# shrinking. The paper trained every variation for 100 000 steps on 4.5 million sentence pairs, where
-# capacity was the limit; we train for 500 steps on a task the base model already solves, where the limit is
-# how fast a model learns. Our measurement answers a different question — what learns this task best in 500
-# steps? — and the honest conclusion is that $N = 6$ is a choice for large data and long training, which a
-# toy cannot confirm or refute.
+# %%
+claim_true("one layer per stack is as good as two", not versus("N=1")[2] or versus("N=1")[0] > 0, str(versus("N=1")))
+claim_true("four post-LN layers are worse than two", worse(versus("N=4")), str(versus("N=4")))
+claim("six post-LN layers do not learn the task in 500 steps", table["N=6"]["exact_match"][0], low=0, high=0.1)
+claim_true("the six-layer model built pre-LN does far better than post-LN", table["N=6, pre-LN"]["exact_match"][0]
+           > 0.9, exact("N=6, pre-LN"))
+show_markdown(
+    "**The toy answer to \"why $N = 6$?\" is not the paper's.** The paper's column rises steeply from 2 layers "
+    "(23.7 BLEU) to 4 (25.3), flattens at 6 (25.8) and does not improve at 8 (25.5): six layers sit at the knee, "
+    "where more depth stops paying for its cost. Here, depth *hurts*: one layer per stack is as good as two "
+    f"({exact('N=1')}) with half the parameters, four layers reach {exact('N=4')}, and six post-LN layers do not "
+    f"learn the task in 500 steps ({exact('N=6')}, perplexity {table['N=6']['ppl'][0]:.1f}).\n\n"
+    "The curves show that this is a failure to *optimize*, not a lack of capacity: the deep post-LN models stall "
+    "on a plateau the base model passes, and the same six-layer model built pre-LN follows the base model's curve "
+    f"and reaches {exact('N=6, pre-LN')}. Deep post-LN stacks are known to be hard to optimize and sensitive to the "
+    "learning-rate warm-up, which pre-LN relieves (Xiong et al., 2020; lesson 4); our 500 steps, 400 of them "
+    "warm-up, leave little time to get past the plateau.")
+
+# %%
+half, double = versus("d_model=32, d_k=4"), versus("d_model=128, d_k=16")
+ffn = {lab: versus(lab) for lab in ("d_ff=128", "d_ff=512")}
+show_markdown(
+    f"Width. Half the width ($d_\\text{{model}} = 32$) reaches {exact('d_model=32, d_k=4')}"
+    + (" (worse than base beyond the noise, as in the paper)" if worse(half) else " (within the noise of base)")
+    + f"; twice the width ($d_\\text{{model}} = 128$) reaches {exact('d_model=128, d_k=16')}"
+    + (" (not better)" if not higher(double) else " (better, as in the paper)")
+    + f"; the feed-forward widths reach {exact('d_ff=128')} ($d_{{ff}} = 128$) and {exact('d_ff=512')} (512), "
+    + ("a difference the seeds cannot resolve." if not any(v[2] for v in ffn.values()) else "a difference beyond the noise.")
+    + " So \"bigger is better\" does not survive the shrinking as a rule. The paper trained every variation for "
+    "100 000 steps on 4.5 million sentence pairs, where capacity was the limit; we train for 500 steps on a task the "
+    "base model already solves, where the limit is how fast a model learns. Our measurement answers a different "
+    "question (what learns this task best in 500 steps?), and the honest conclusion is that $N = 6$ is a choice for "
+    "large data and long training, which a toy cannot confirm or refute.")
 #
 # ## 8. Row D: dropout and label smoothing
 #
@@ -681,9 +704,6 @@ def said(finding, label, other="base", metric="exact_match"):
     return "**reproduces**" if finding(d) else "does not"
 
 
-worse = lambda d: d[2] and d[0] < 0          # noqa: E731  (a finding, and lower)
-higher = lambda d: d[2] and d[0] > 0         # noqa: E731
-same = lambda d: not d[2]                    # noqa: E731
 ls_ppl_rows = ", ".join(f"{table[lab]['ppl'][0]:.3f}" for lab in ("eps_ls=0.0", "base", "eps_ls=0.2"))
 cols = "| row | the paper's finding | here (numbers-en-fr, 500 steps, 3 seeds; reverse for length) |\n| --- | --- | --- |\n"
 rows = [
