@@ -662,19 +662,33 @@ for label in ("base", "learned PE"):
         print(f"{label:10s} length {n:2d}: exact match {np.mean(em):5.1f} % (seeds {', '.join(f'{v:.0f}' for v in em)}),"
               f" token accuracy {np.mean(ta):5.1f} %")
 
+# %%
+def by_length(label, key, n, steps=3000):
+    """Per seed, a by-length metric of the row-E models at source length n (in %)."""
+    return [r[key][str(n)] * 100 for r in extra["runs"] if r["label"] == label and r["steps"] == steps]
+
+
+sin11, lrn11 = by_length("base", "token_acc_by_length", 11), by_length("learned PE", "token_acc_by_length", 11)
+sin12 = by_length("base", "token_acc_by_length", 12)
+em11 = by_length("base", "exact_match_by_length", 11)
+em12 = by_length("base", "exact_match_by_length", 12) + by_length("learned PE", "exact_match_by_length", 12)
+claim_true("at length 11 the sinusoidal models predict more symbols right than the learned table's",
+           min(sin11) > max(lrn11), f"{sin11} vs {lrn11}")
+claim("the learned table's models fall to near chance at length 11 (a guess among 10 symbols: 10 %)",
+      np.mean(lrn11), low=0, high=35)
+show_markdown(
+    f"**Within the training lengths, row E {'reproduces' if same(versus('learned PE')) else 'does not reproduce'}:** "
+    f"the learned table reaches {exact('learned PE')} against {exact('base')} for the sinusoids on numbers. **Beyond "
+    "them, the 3 000-step models:** at length 11, one longer than any training source, the sinusoidal models' "
+    f"token accuracy is {np.mean(sin11):.0f} % (seeds {', '.join(f'{v:.0f}' for v in sin11)}; exact match "
+    f"{', '.join(f'{v:.0f}' for v in em11)} %), while the learned table's models fall to {np.mean(lrn11):.0f} % "
+    "(a random guess among 10 symbols gets 10 %). Its row for position 11 never received a gradient (section 4), so "
+    f"it is still the random vector it started as. At length 12 the exact match is at most {max(em12):.0f} % for "
+    f"every model, and the sinusoidal models' token accuracy is down to {np.mean(sin12):.0f} %. The sinusoidal "
+    "encoding of an unseen position is a smooth continuation of the seen ones (lesson 6), but the attention weights "
+    "were only ever trained to use positions up to 10, and that is not enough for them to generalize far.")
+
 # %% [markdown]
-# **Within the training lengths, row E reproduces:** the learned table does as well as the sinusoids, in the
-# table (99.1 ± 0.6 % against 99.0 ± 0.5 % on numbers) and on reverse. **Beyond them, §3.5's hope holds for
-# one position and no further.** At length 11, one longer than any training source, the sinusoidal models
-# still predict most symbols right (token accuracy about 87 %, and one seed reverses 82 % of the sequences
-# exactly), while the learned table's models fall at once to near chance (about 17 %; a random guess among
-# 10 symbols gets 10 %). Its row for position 11 never received a gradient (section 4), so it is still the
-# random vector it started as. From length 12 on, both fail: exact match 0, and the sinusoidal models' token
-# accuracy drops to about a third at length 12 and to the learned table's level, near chance, after. The
-# sinusoidal encoding of an unseen position is a smooth continuation of the seen ones (lesson 6), but the
-# attention weights were only ever trained to use positions up to 10, and that is not enough for them to
-# generalize far.
-#
 # And past the table's last row there is nothing to look up: the learned model refuses, where a sinusoidal
 # model can be rebuilt with a longer table and the same weights (lesson 6):
 
