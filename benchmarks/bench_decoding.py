@@ -13,6 +13,19 @@ Every sentence is forced to the same output length by decoding with
     python benchmarks/bench_decoding.py                 # mid-size model, float32, 64 and 128 tokens
     python benchmarks/bench_decoding.py --lengths 32 64 128 256 --batch 16
     python benchmarks/bench_decoding.py --backend cupy  # on a GPU
+
+``--torch`` compares instead the package's decoding with an independent PyTorch
+decoder (benchmarks/torch_decoder.py: torch eager on the CPU, its own key/value
+cache) on the same *trained* weights: greedy and beam 4 (α 0.6), at batch 1 and at
+batch 32, tokens per second side by side, with both libraries' float32 matrix-product
+peaks (bench_train.py's measurement) and the same thread count on both sides. The
+weights are a checkpoint (``--checkpoint``, with ``--task`` naming the task whose
+held-out sources are decoded) or, by default, the copy task trained here for
+``--train-steps`` steps through ``settings_for`` + ``make_trainer``. Both sides must
+produce the same tokens; the table says how many sentences differ.
+
+    python benchmarks/bench_decoding.py --torch                    # copy task, trained here
+    python benchmarks/bench_decoding.py --torch --checkpoint runs/copy/checkpoint.npz --task copy
 """
 
 from __future__ import annotations
@@ -29,8 +42,10 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from minitransformer import backend, machine
+from minitransformer.data.batching import make_source_batch
 from minitransformer.decoding import greedy_decode
 from minitransformer.model import Transformer, TransformerConfig
+from minitransformer.translate import translate_ids
 
 
 def parse_args(argv=None):
@@ -51,6 +66,14 @@ def parse_args(argv=None):
                    help="timed uncached runs per length (slow: O(T^2)); the fastest is reported")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-uncached", action="store_true", help="time only the cached decoder")
+    g = p.add_argument_group("--torch: the package against an independent PyTorch decoder")
+    g.add_argument("--torch", action="store_true", help="compare with torch (CPU, eager) on trained weights")
+    g.add_argument("--checkpoint", help="trained weights to load (default: train the copy task here)")
+    g.add_argument("--task", default="copy", help="the task whose held-out sources are decoded")
+    g.add_argument("--train-steps", type=int, default=600, help="steps of the copy recipe when no --checkpoint")
+    g.add_argument("--sentences", type=int, default=96, help="held-out sentences decoded per measurement")
+    g.add_argument("--batches", type=int, nargs="+", default=[1, 32], help="sentences decoded together")
+    g.add_argument("--threads", type=int, default=1, help="BLAS threads (NumPy) and torch threads, both sides")
     return p.parse_args(argv)
 
 
@@ -73,8 +96,108 @@ def time_decode(model, src, T, use_cache, repeats):
     return best
 
 
+# -- ours against torch -----------------------------------------------------------------------
+
+def decode_ours(model, vocab, sources, beam, batch):
+    """The package's decoding through its public entry point (the one call to adapt if it moves)."""
+    return translate_ids(model, vocab, sources, beam_size=beam, batch_size=batch)
+
+
+def decode_torch(decoder, vocab, sources, beam, batch):
+    """The torch decoder on the same batches (padded by the package's make_source_batch)."""
+    out = []
+    for i in range(0, len(sources), batch):
+        src, _ = make_source_batch(sources[i: i + batch], vocab.pad_id)
+        src = backend.to_numpy(src)
+        out.extend(decoder.greedy(src, vocab.bos_id, vocab.eos_id) if beam == 1
+                   else decoder.beam(src, vocab.bos_id, vocab.eos_id, k=beam))
+    return out
+
+
+def trained_model(args):
+    """(model, vocab, sources): the weights to decode with and held-out source id lists."""
+    from minitransformer.checkpoint import load_checkpoint
+    from minitransformer.train import load_task, make_trainer, settings_for
+    from minitransformer.translate import source_ids
+
+    task = load_task(args.task, seed=args.seed)
+    if args.checkpoint:
+        ckpt = load_checkpoint(args.checkpoint)
+        model, vocab, how = ckpt.model, ckpt.vocab, f"{args.checkpoint} (step {ckpt.step})"
+    else:
+        if args.task != "copy":
+            raise SystemExit("error: without --checkpoint only --task copy is trained here (--task)")
+        preset, settings = settings_for("copy", seed=args.seed, steps=args.train_steps, valid_every=10**9)
+        trainer = make_trainer(task, settings, preset)
+        t0 = time.perf_counter()
+        trainer.run(progress=False)
+        model, vocab = trainer.model, trainer.vocab
+        how = f"the copy recipe trained here for {args.train_steps} steps ({time.perf_counter() - t0:.0f} s)"
+    sources = [source_ids(vocab, s) for s, _ in task.test[: args.sentences]]
+    return model.eval(), vocab, sources, how
+
+
+def best_times(repeats, *calls):
+    """Best time and last result of each (fn, args) in ``calls``, run in turn ``repeats`` times
+    (interleaved, so a change in machine load hits every side alike)."""
+    best, out = [float("inf")] * len(calls), [None] * len(calls)
+    for _ in range(repeats):
+        for i, (fn, args) in enumerate(calls):
+            t0 = time.perf_counter()
+            out[i] = fn(*args)
+            best[i] = min(best[i], time.perf_counter() - t0)
+    return best, out
+
+
+def torch_comparison(args) -> None:
+    from threadpoolctl import threadpool_limits
+    threadpool_limits(args.threads)
+    import torch
+    from bench_train import blas_line, cpu_busy, run_peak
+    from torch_decoder import TorchDecoder
+
+    torch.set_num_threads(args.threads)
+    model, vocab, sources, how = trained_model(args)
+    cfg = model.cfg
+    peaks = run_peak(argparse.Namespace(threads=args.threads, skip_torch=False), dict(os.environ))
+    decoder = TorchDecoder(model)
+    print(f"# bench_decoding --torch  {datetime.datetime.now().isoformat(timespec='seconds')}")
+    print(f"# {machine_line('numpy')} | torch {torch.__version__}")
+    print(f"# NumPy's BLAS: {blas_line()} | threads {args.threads} on both sides")
+    print("# float32 matmul peak (2048^3, best of 10): "
+          + ", ".join(f"{side} {peaks[side]:.1f} GFLOP/s" for side in ("numpy", "torch") if side in peaks))
+    busy = cpu_busy(0.5)
+    print(f"# load average {os.getloadavg()[0]:.2f}, other processes busy {100 * (busy or 0):.0f}% of all cores")
+    print(f"# weights: {how}; model d_model={cfg.d_model} h={cfg.h} N={cfg.N} d_ff={cfg.d_ff} "
+          f"V={cfg.vocab_size}; {len(sources)} held-out {args.task} sentences, best of {args.repeats} runs "
+          "(the two sides in turn)")
+    header = (f"{'search':<8} {'batch':>5} | {'ours s':>7} {'tok/s':>8} | {'torch s':>7} {'tok/s':>8} | "
+              f"{'ours/torch':>10} | {'differ':>6}")
+    print(header)
+    print("-" * len(header))
+    for beam in (1, 4):
+        for batch in args.batches:
+            decode_ours(model, vocab, sources[:batch], beam, batch)            # warm-up, both sides
+            decode_torch(decoder, vocab, sources[:batch], beam, batch)
+            (t_ours, t_torch), (ours, theirs) = best_times(
+                args.repeats, (decode_ours, (model, vocab, sources, beam, batch)),
+                (decode_torch, (decoder, vocab, sources, beam, batch)))
+            n_tok = sum(len(y) + 1 for y in ours)                             # + <eos> (or the last step)
+            differ = sum(a != b for a, b in zip(ours, theirs))
+            name = "greedy" if beam == 1 else f"beam {beam}"
+            print(f"{name:<8} {batch:>5} | {t_ours:>7.3f} {n_tok / t_ours:>8.0f} | {t_torch:>7.3f} "
+                  f"{n_tok / t_torch:>8.0f} | {t_torch / t_ours:>9.2f}x | {differ:>6}", flush=True)
+    print("# ours/torch: the package's tokens/s over torch's (above 1: the package is faster). "
+          "differ: sentences whose tokens are not the same on both sides")
+
+
 def main(argv=None):
     args = parse_args(argv)
+    if args.torch:
+        if args.backend != "numpy":
+            raise SystemExit("error: --torch compares CPU decoders; leave --backend numpy (--backend)")
+        torch_comparison(args)
+        return
     backend.set_backend(args.backend)
     backend.set_default_dtype(args.dtype)
     cfg = TransformerConfig(vocab_size=args.vocab, d_model=args.d_model, h=args.heads, N=args.layers,

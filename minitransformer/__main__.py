@@ -546,7 +546,9 @@ def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dic
     overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
                      accumulate=args.accumulate, lr_factor=args.lr_factor, warmup_steps=args.warmup,
                      clip_norm=args.clip_norm, seed=seed, valid_every=args.valid_every,
-                     checkpoint_every=args.checkpoint_every)
+                     checkpoint_every=args.checkpoint_every, stop_when_solved=args.stop_when_solved)
+    if args.steps is not None and args.stop_when_solved is None:
+        overrides["stop_when_solved"] = 0         # --steps N: exactly N steps, solved or not
     preset, settings = settings_for(task, preset=args.preset, **overrides)
     if saved is not None:
         # A resumed run continues with its own settings and model; options given now override the settings.
@@ -621,7 +623,8 @@ def _train_and_report(args, task, trainer, settings, out_dir: str, strategies: l
     checkpoint = trainer.checkpoint_path
     trained = trainer.step - first_step
     resumed = f" (steps {first_step + 1}-{trainer.step}, resumed at step {first_step})" if first_step else ""
-    print(f"trained {trained} steps{resumed} in {time.perf_counter() - t0:.1f}s; checkpoint: "
+    solved = f" (solved at step {trainer.solved_at})" if trainer.solved_at is not None else ""
+    print(f"trained {trained} steps{resumed} in {time.perf_counter() - t0:.1f}s{solved}; checkpoint: "
           f"{checkpoint}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
           f"curve: {os.path.join(out_dir, 'loss.png')}")
     if not trainer.comm.is_root:                # rank 0 reports; the others wait for it to finish
@@ -853,9 +856,10 @@ def cmd_tasks(args) -> int:
     from .data.registry import TASKS  # noqa: PLC0415
 
     for task in TASKS.values():
-        steps = task.recipe.settings.steps
+        s = task.recipe.settings
+        steps = f"until solved, at most {s.steps} steps" if s.stop_when_solved else f"{s.steps} steps"
         print(f"{task.name:<16} {task.description}  [{task.source}{'; ' + task.license if task.license else ''}; "
-              f"recipe: preset {task.recipe.preset}, {steps} steps]")
+              f"recipe: preset {task.recipe.preset}, {steps}]")
     return 0
 
 
@@ -902,7 +906,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="change one field of the preset's model configuration; repeat for more, e.g. "
                         f"--set positional=learned --set P_drop=0. Fields (preset base's values): {field_help()}")
-    p.add_argument("--steps", type=positive_int, help="optimizer steps (default: the task's)")
+    p.add_argument("--steps", type=positive_int,
+                   help="optimizer steps (default: the task's); exactly this many, even once solved")
     p.add_argument("--batch-size", type=positive_int, help="sentence pairs per batch")
     p.add_argument("--max-tokens", type=positive_int, help="cap on padded tokens per batch")
     p.add_argument("--accumulate", type=positive_int, metavar="K",
@@ -915,6 +920,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="validate (and save a checkpoint) every this many steps")
     p.add_argument("--checkpoint-every", type=positive_int,
                    help="also save a checkpoint every this many steps")
+    p.add_argument("--stop-when-solved", type=non_negative_int, metavar="K",
+                   help="stop once validation exact match is 100%% at K validations in a row (0: never; "
+                        "default: the task's, 2 for copy and reverse, 0 when --steps is given)")
     _add_eval_option(p)
     p.add_argument("--seed", type=non_negative_int, default=None,
                    help="seed of the data split, the initial weights and dropout (default 0; when resuming, "

@@ -295,7 +295,7 @@ def _check_meta(path: str, meta: dict) -> None:
         raise CheckpointError(f"{path}: metadata field 'dropout_rng_state' must be an object or null, "
                               f"got {type(rng_state).__name__}")
     extra = meta["extra"]
-    for key in ("epoch", "batch_in_epoch"):
+    for key in ("epoch", "batch_in_epoch", "solved_streak"):
         if key in extra and not (_is_int(extra[key]) and extra[key] >= 0):
             raise CheckpointError(f"{path}: extra.{key} must be an integer ≥ 0, got {extra[key]!r}")
     if "settings" in extra and not isinstance(extra["settings"], dict):

@@ -3,9 +3,10 @@
 The model's own hyperparameters (d_model, h, N, d_ff, P_drop, ε_ls, ...) are a
 ``model.TransformerConfig``; everything else about a run lives here:
 
-    TrainSettings   steps, batch size (and batches accumulated per step), the §5.3
-                    schedule's warm-up and factor,
-                    clipping, seed, how often to validate, log and save
+    TrainSettings   steps, batch size (and batches accumulated per step), whether a
+                    batch holds sentences of one length, the §5.3 schedule's warm-up
+                    and factor, clipping, seed, how often to validate, log and save,
+                    and whether to stop once the task is solved
     Recipe          a task's defaults: a model preset (a name in model.PRESETS)
                     plus its TrainSettings
 
@@ -36,6 +37,12 @@ class TrainSettings:
     batch_size: int | None = 64
     max_tokens: int | None = None
     accumulate: int = 1                    # batches per optimizer step (gradient accumulation)
+    # §5.1: "Sentence pairs were batched together by approximate sequence length" (little
+    # padding). False: every batch is a random draw of the training pairs, of mixed lengths.
+    # A copy batch of one length teaches one length at a time, and the model keeps forgetting
+    # the others; mixed batches solve copy and reverse in a fraction of the steps
+    # (lessons/experiments/copy_recipe_search.json, the candidates named "pool1").
+    batch_by_length: bool = True
     lr_factor: float = 1.0
     warmup_steps: int = 4000               # §5.3's value for the base model
     clip_norm: float | None = None
@@ -44,6 +51,11 @@ class TrainSettings:
     log_every: int = 10
     checkpoint_every: int | None = None    # None: only at validations and at the end
     valid_decode: int = 200                # sentences decoded greedily at each validation
+    # Stop once the validation exact match has been 100% at this many validations in a row
+    # ("solved"); 0: always train all ``steps``. One perfect validation can be luck (a
+    # sequence or two the model gets right by a hair); two in a row, ``valid_every`` steps
+    # apart, is a model that has learned the task.
+    stop_when_solved: int = 0
     max_consecutive_skips: int = 5         # non-finite steps in a row before the run stops
 
     def __post_init__(self):
@@ -59,6 +71,8 @@ class TrainSettings:
             check(name, lambda v: v is None or (_is_int(v) and v >= 1), "an integer ≥ 1 or None")
         check("seed", lambda v: _is_int(v) and v >= 0, "an integer ≥ 0")
         check("valid_decode", lambda v: _is_int(v) and v >= 0, "an integer ≥ 0")
+        check("stop_when_solved", lambda v: _is_int(v) and v >= 0, "an integer ≥ 0 (0: never stop early)")
+        check("batch_by_length", lambda v: isinstance(v, bool), "True or False")
         check("lr_factor", lambda v: _is_number(v) and v > 0, "a finite number > 0")
         check("clip_norm", lambda v: v is None or (_is_number(v) and v > 0), "a finite number > 0 or None")
         if self.batch_size is None and self.max_tokens is None:

@@ -37,6 +37,14 @@ Nothing is lost, nothing is silent:
 * metrics.jsonl is strict JSON (a NaN or inf is written as null), and a last
   line cut short by a killed run is dropped, with a warning, on resume;
 * temporary files a killed save left behind are removed when a run starts.
+
+Stopping when solved (``settings.stop_when_solved = K``, the copy and reverse recipes'
+K = 2): the run ends after the validation that makes K validations in a row at 100%
+exact match, saying "solved at step N". On several ranks every rank takes the same
+decision at the same step, because it reads the same figure: ``validate`` sums the ranks'
+counts of correct sequences with Allreduce, and a sum of whole numbers is exact, so every
+rank holds the same count. The number of 100% validations in a row so far is saved in the
+checkpoint (``solved_streak``), so a resumed run carries on counting where it stopped.
 """
 
 from __future__ import annotations
@@ -118,6 +126,10 @@ class Trainer:
         # What the run trains on (data.fingerprint), saved in every checkpoint; None: not known.
         self.data_fingerprint: dict | None = None
         self._progress: Progress | None = None
+        # Validations in a row at 100% exact match, so far (settings.stop_when_solved), and
+        # the step at which their count reached stop_when_solved (None: not solved).
+        self.solved_streak = 0
+        self.solved_at: int | None = None
 
     # -- state for checkpoints --------------------------------------------------
     @property
@@ -131,7 +143,7 @@ class Trainer:
         path = path or self.checkpoint_path
         if path is None:
             raise ValueError("Trainer.save: no path given and the trainer has no out_dir")
-        extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch,
+        extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "solved_streak": self.solved_streak,
                  "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset}
         if self.data_fingerprint is not None:
             extra["data"] = self.data_fingerprint
@@ -160,6 +172,7 @@ class Trainer:
         self.resumed_from = (ckpt.path, ckpt.step) if getattr(ckpt, "path", None) else None
         self.epoch = ckpt.extra.get("epoch", 0)
         self.batch_in_epoch = ckpt.extra.get("batch_in_epoch", 0)
+        self.solved_streak = ckpt.extra.get("solved_streak", 0)     # 0 in a checkpoint from before the rule
 
     # -- batches --------------------------------------------------------------------
     def _plans(self):
@@ -167,7 +180,8 @@ class Trainer:
         s = self.settings
         while True:
             rng = numpy.random.default_rng([s.seed, self.epoch])
-            for i, indices in enumerate(batch_plan(self.train_pairs, s.batch_size, s.max_tokens, rng)):
+            for i, indices in enumerate(batch_plan(self.train_pairs, s.batch_size, s.max_tokens, rng,
+                                                   by_length=s.batch_by_length)):
                 if i < self.batch_in_epoch:
                     continue                      # already trained on before a resume
                 self.batch_in_epoch = i + 1
@@ -290,6 +304,21 @@ class Trainer:
         return {"valid_loss": total / max(1, n), "valid_exact_match": correct / max(1, len(pairs))}
 
     # -- the loop ---------------------------------------------------------------------
+    def _count_solved(self, record: dict) -> bool:
+        """After a validation: one more 100% in a row, or back to 0; True when that makes the run solved.
+
+        ``valid_exact_match`` is 1.0 exactly when every decoded sentence is right (a count of whole
+        numbers, summed exactly over the ranks), so every rank decides the same."""
+        k = self.settings.stop_when_solved
+        self.solved_streak = self.solved_streak + 1 if record["valid_exact_match"] == 1.0 else 0
+        if not k or self.solved_streak < k:
+            return False
+        self.solved_at = self.step
+        record["solved"] = True
+        self._progress.result(f"solved at step {self.step}: validation exact match 100% at {k} validations in a row "
+                              f"(every {self.settings.valid_every} steps)")
+        return True
+
     def _trim_log(self, log_path: str) -> list[dict]:
         """Keep only the records up to the current step: a fresh run starts an empty
         log, a resumed run continues its own (dropping what came after the checkpoint).
@@ -313,7 +342,8 @@ class Trainer:
             raise OutputWriteError(log_path, self.step, exc.strerror or str(exc), self.intact_checkpoint) from exc
 
     def run(self, progress: bool | str = True, progress_every: float = 30.0) -> list[dict]:
-        """Train up to ``settings.steps``; returns the metrics records (also in out_dir/metrics.jsonl).
+        """Train up to ``settings.steps``, or until solved (``settings.stop_when_solved``: then
+        ``solved_at`` is the step); returns the metrics records (also in out_dir/metrics.jsonl).
 
         progress: True or "auto" (a live bar on a terminal, plain lines every
         ``progress_every`` seconds elsewhere), "bar", "lines", or False / "off".
@@ -362,10 +392,12 @@ class Trainer:
                         tokens, t0, losses, window_skips = 0, time.perf_counter(), [], 0
                     bar.update(self.step, record)
                     validating = self.step % s.valid_every == 0 or self.step == s.steps
+                    solved = False
                     if validating and self.valid_pairs:
                         record = (record or {"step": self.step}) | self.validate()
                         bar.result(f"step {self.step}: valid loss {record['valid_loss']:.4f}, "
                                    f"exact match {100 * record['valid_exact_match']:.1f}%")
+                        solved = self._count_solved(record)
                     if record is not None:
                         record = _json_safe(record)
                         history.append(record)
@@ -376,6 +408,8 @@ class Trainer:
                     periodic = validating or (s.checkpoint_every and self.step % s.checkpoint_every == 0)
                     if self.out_dir and periodic and self.step < s.steps:
                         self.save()
+                    if solved:
+                        break
                 if self.out_dir and (self.last_saved is None or self.last_saved[1] != self.step):
                     self.save()                    # the end, or the step an interruption stopped at
                 if agree_to_stop(self.comm, stop, self.step):
@@ -475,6 +509,11 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
                              f"{task.name!r}")
         if resume.optimizer_state is None:
             raise ValueError(f"{where}: the checkpoint has no optimizer state, so training cannot resume from it")
+        k, streak = settings.stop_when_solved, resume.extra.get("solved_streak", 0)
+        if k and streak >= k:
+            raise ValueError(f"{where}: the run was solved by step {resume.step} (validation exact match 100% at "
+                             f"{streak} validations in a row), so it stops before training; to train it further, "
+                             f"give the steps to reach (--steps {resume.step + 1} or more; they switch the stop off)")
         if resume.step >= settings.steps:
             raise ValueError(f"{where}: the checkpoint is at step {resume.step}, and steps={settings.steps} "
                              f"leaves nothing to train; give more steps (--steps {resume.step + 1} or more)")

@@ -152,7 +152,7 @@ def test_an_older_checkpoint_without_its_preset_is_compared_field_by_field(data,
             "--steps", "4", "--resume", str(run)]
     assert main(base + ["--preset", "copy"]) == 2
     err = capsys.readouterr().err
-    assert "has d_model=32, but preset 'copy' has d_model=64" in err and "(--preset copy)" in err
+    assert "has d_model=32, but preset 'copy' has d_model=128" in err and "(--preset copy)" in err
     assert main(base + ["--preset", "tiny"]) == 2                   # the run changed P_drop: say so
     assert "has P_drop=0.2, but preset 'tiny' has P_drop=0.0" in capsys.readouterr().err
     assert main(base + ["--preset", "tiny", "--set", "P_drop=0.2"]) == 0

@@ -190,6 +190,46 @@ def test_dropout_masks_come_from_seed_step_and_rank_so_a_resumed_run_repeats_bit
     assert not all(np.array_equal(p.data, q.data) for (_, p), (_, q) in zip(a, no_dropout))
 
 
+# -- stopping once solved -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def constant_data(tmp_path_factory):
+    """400 sources of 1 to 5 digits, every target "7": the tiny preset solves it in a few dozen steps."""
+    rng = np.random.default_rng(0)
+    lines = set()
+    while len(lines) < 400:
+        lines.add(" ".join(str(d) for d in rng.integers(0, 10, int(rng.integers(1, 6)))) + "\t7\n")
+    path = tmp_path_factory.mktemp("solved") / "constant.tsv"
+    path.write_text("".join(sorted(lines)), encoding="utf-8")
+    return str(path)
+
+
+def test_every_rank_stops_at_the_step_the_task_is_solved(constant_data, tmp_path):
+    """The stop decision reads validate()'s Allreduce'd count of right sequences: every rank stops after
+    the same step (a rank that trained on would wait for the others for ever: the watchdog would end the
+    run with code 1), at the step one process stops at, and rank 0 still reports the test set."""
+    options = ["--data", constant_data, "--level", "word", "--preset", "tiny", "--batch-size", "32",
+               "--lr-factor", "1", "--warmup", "20", "--steps", "200", "--valid-every", "5",
+               "--stop-when-solved", "2", "--no-progress"]
+    solved = {}
+    for n in (1, 2):
+        launcher = [MPIEXEC, "-n", str(n)] if n > 1 else []
+        result = subprocess.run([*launcher, sys.executable, "-m", "minitransformer", "train", *options,
+                                 "--out", str(tmp_path / f"n{n}")], capture_output=True, text=True, env=_env(),
+                                timeout=TIMEOUT, cwd=ROOT)
+        assert result.returncode == 0, f"{n} process(es):\n{result.stdout}\n{result.stderr}"
+        lines = [line for line in result.stdout.splitlines() if line.startswith("solved at step ")]
+        assert len(lines) == 1, result.stdout                          # said once, by rank 0
+        solved[n] = int(lines[0].split()[3].rstrip(":"))
+        assert solved[n] < 200 and solved[n] % 5 == 0
+        assert f"(solved at step {solved[n]})" in result.stdout and result.stdout.count("held-out test set") == 1
+        log = [json.loads(line) for line in (tmp_path / f"n{n}" / "metrics.jsonl").read_text().splitlines()]
+        assert log[-1]["step"] == solved[n] and log[-1]["solved"] is True
+        assert load_checkpoint(str(tmp_path / f"n{n}" / "checkpoint.npz")).step == solved[n]
+    print(f"\nsolved at step {solved[1]} on 1 process, {solved[2]} on 2 ranks")
+    assert solved[1] == solved[2]
+
+
 # -- stopping: Ctrl-C, SIGTERM, a rank that dies or hangs ---------------------------------------------
 
 def _children(pid):

@@ -166,12 +166,14 @@ def _plan_batches(
     max_tokens: int | None,
     rng: numpy.random.Generator | None,
     shuffle: bool,
+    pool_batches: int = POOL_BATCHES,
 ) -> list[list[int]]:
     """Group sentence indices into batches of similar length.
 
     lengths[k] = (len(src_k), len(tgt_k)). Returns lists of indices into it.
     A batch's cost is B x max(S, T + 1): the padded size of its larger side
-    (the target side gains <bos>/<eos>).
+    (the target side gains <bos>/<eos>). pool_batches: the pool sorted by length,
+    in batches (1: each batch is a random draw, only its own rows sorted).
     """
     order = list(range(len(lengths)))
     if shuffle:
@@ -181,16 +183,16 @@ def _plan_batches(
         s, t = lengths[k]
         return max(s, t + 1)
 
-    # 1. Cut the (shuffled) order into pools of about POOL_BATCHES batches.
+    # 1. Cut the (shuffled) order into pools of about pool_batches batches.
     if batch_size is not None:
-        pool_size = POOL_BATCHES * batch_size
+        pool_size = pool_batches * batch_size
         pools = [order[i: i + pool_size] for i in range(0, len(order), pool_size)]
     else:
         pools, pool, pool_tokens = [], [], 0
         for k in order:
             pool.append(k)
             pool_tokens += cost(k)
-            if pool_tokens >= POOL_BATCHES * max_tokens:
+            if pool_tokens >= pool_batches * max_tokens:
                 pools.append(pool)
                 pool, pool_tokens = [], 0
         if pool:
@@ -231,9 +233,14 @@ def batch_plan(
     max_tokens: int | None = None,
     rng: numpy.random.Generator | None = None,
     shuffle: bool = True,
+    by_length: bool = True,
 ) -> list[list[int]]:
     """One epoch's batches as lists of indices into ``pairs``, bucketed by length: what
     :func:`batch_iterator` pads into Batches (its arguments, checked the same way).
+
+    by_length=False: no bucketing; each batch is a random draw of the pairs, of mixed
+    lengths (``TrainSettings.batch_by_length``). Technically, pools of one batch each:
+    sorting a pool then only orders the rows of its one batch.
 
     Data-parallel training (``distributed.step_batches``) splits each of these lists
     between the ranks, so every rank must compute the same plan: the same pairs and the
@@ -251,8 +258,10 @@ def batch_plan(
         )
     if shuffle and rng is None:
         rng = numpy.random.default_rng()
+    if not isinstance(by_length, bool):
+        raise TypeError(f"by_length must be True or False, got {by_length!r}")
     lengths = [(len(src), len(tgt)) for src, tgt in pairs]
-    return _plan_batches(lengths, batch_size, max_tokens, rng, shuffle)
+    return _plan_batches(lengths, batch_size, max_tokens, rng, shuffle, POOL_BATCHES if by_length else 1)
 
 
 def batch_iterator(
