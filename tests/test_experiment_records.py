@@ -20,7 +20,7 @@ _spec.loader.exec_module(_record)
 # Records not yet re-run through _record, each with the reason. A name here must still lack a
 # provenance (test_waiting_list_is_current), so the list cannot outlive the reason.
 WAITING = {
-    "lesson09_copy_steps.json": "re-run after issue 25's new copy recipe lands on main",
+    "copy_recipe_search.json": "owned by the recipe stream (issue 25): adopts _record when it is re-run",
     "parse_baselines.json": "owned by the parsing lessons' stream; adopts _record when it is re-run",
 }
 RECORDS = sorted(p.name for p in EXPERIMENTS.glob("*.json"))
