@@ -1487,6 +1487,9 @@ def solution_layer_flops(kind, n, d, r):
 check_layer_flops(solution_layer_flops)
 
 # %% tags=["solution"]
+from minitransformer.layers.attention import attention_forward
+
+
 def solution_ablate_head(mha, x, head):
     Q, K, V = mha.project_qkv(x)                                  # (B, h, n, d_k) each
     heads, _ = attention_forward(Q, K, V, None)                   # Eq. (1), every head: (B, h, n, d_k)
