@@ -848,8 +848,9 @@ print("independent draws would give 0.1 x 0.1 = 0.01 at both")
 # %%
 from minitransformer.train import make_trainer, settings_for
 
-preset, settings = settings_for("copy", seed=0)
-fresh = make_trainer(copy_task, settings, preset).model
+# The model of §3's warm-up runs (d_model 64, 8 heads, 2 layers). The copy recipe's own model (§7, d_model 128,
+# one layer, tied embeddings) starts with larger logits: its first losses, printed in §7, are well above ln V.
+fresh = build_model(copy_task, "copy", seed=0, **WARMUP_MODEL)
 b = next(endless_batches(copy_pairs, seed=1))
 with eval_mode(fresh):
     z = fresh.forward(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
@@ -859,6 +860,8 @@ loss0 = cross_entropy_forward(z, b.tgt_out, cv.pad_id, 0.0)[0]
 print(f"V = {len(cv)}, logits' standard deviation sigma = {math.sqrt(sigma2):.3f}")
 print(f"ln V = {math.log(len(cv)):.4f} <= measured initial loss {loss0:.4f} <= ln V + sigma^2/2 = "
       f"{math.log(len(cv)) + sigma2 / 2:.4f}")
+claim_true("the initial loss lies between ln V and ln V + sigma^2/2",
+           math.log(len(cv)) <= loss0 <= math.log(len(cv)) + sigma2 / 2, f"{loss0:.4f}")
 
 # %% [markdown]
 # **Overfit one batch.** A model that cannot drive the loss on a *single* batch to about zero has a bug in
@@ -886,7 +889,8 @@ ax.set(xlabel="step", ylabel="loss on the one batch", title="overfitting a singl
 plt.tight_layout(); plt.show()
 
 # %% [markdown]
-# **The loss curve** is the third check. A sound run starts near $\ln V$, falls fast while the model learns
+# **The loss curve** is the third check. A sound run starts where the first check says (near $\ln V$, or
+# above it by about $\sigma^2/2$ for logits of spread $\sigma$), falls fast while the model learns
 # the easy part (which tokens exist, where `<eos>` goes), then slowly; the held-out loss follows the training
 # loss; a spike recovers. A curve that stays flat at $\ln V$ points to a learning rate far too small or
 # gradients that never reach the parameters; one that jumps up and never comes back, to a learning rate too
@@ -961,8 +965,13 @@ rises = [(v_loss[i + 1] - v_loss[i], v_step[i], v_step[i + 1]) for i in range(le
 worst = max(rises, default=None)
 drops = [(v_em[i] - v_em[i + 1], v_step[i], v_step[i + 1]) for i in range(len(v_em) - 1)]
 worst_drop = max(drops, default=None)
+eps = trainer.model.cfg.eps_ls
+q_row = np.full(len(cv), eps / len(cv)); q_row[0] += 1 - eps            # a smoothed target (any position)
+floor = float(-(q_row * np.log(q_row)).sum())                           # the smoothed loss is never below H(q)
 sentences = [f"The training loss starts at {logged[0]['loss']:.2f} (mean of the first {logged[0]['step']} steps; "
-             f"$\\ln V = {math.log(len(cv)):.2f}$) and ends at {logged[-1]['loss']:.3f}."]
+             f"$\\ln V = {math.log(len(cv)):.2f}$: this model's first logits are large, see §6) and ends at "
+             f"{logged[-1]['loss']:.3f}" + (f", near the floor of the label-smoothed loss, $H(q) = {floor:.3f}$ at "
+                                           f"$\\varepsilon_{{ls}} = {eps}$." if eps > 0 else ".")]
 if worst is not None and worst[0] > 0:
     sentences.append(f"The held-out loss does not fall at every validation: its largest rise is from "
                      f"{v_loss[v_step.index(worst[1])]:.4f} at step {worst[1]} to {v_loss[v_step.index(worst[2])]:.4f} "
@@ -972,8 +981,8 @@ if worst is not None and worst[0] > 0:
 else:
     sentences.append("The held-out loss falls at every validation.")
 sentences.append(f"At the last validation (step {v_step[-1]}) the held-out loss is {v_loss[-1]:.4f} and exact match "
-                 f"{v_em[-1]:.1%}" + (": whatever rose on the way recovered." if not worst or worst[0] <= 0
-                                      or v_loss[-1] <= min(v_loss) * 1.5
+                 f"{v_em[-1]:.1%}" + ("." if not worst or worst[0] <= 0 else ": what rose on the way recovered."
+                                      if v_loss[-1] <= min(v_loss) * 1.5
                                       else ": the run ended above its best held-out loss, so its last checkpoint is "
                                            "not its best."))
 show_markdown(" ".join(sentences))
