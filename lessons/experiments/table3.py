@@ -371,9 +371,11 @@ def live_checks(data: dict) -> tuple[list, list]:
     return checks, evidence
 
 
-def same_commit(data: dict, prov: dict, path) -> None:
-    """Runs of two versions of the package are not one table: refuse to add to a file made at another commit."""
-    if not any(data.get(k) for k in ("runs", "pilot", "extrapolation")):
+def same_commit(data: dict, prov: dict, path, allow: bool = False) -> None:
+    """Runs of two versions of the package are not one table: refuse to add to a file made at another commit,
+    unless ``allow`` (--allow-other-commit): each command's provenance keeps its own commit, and the
+    record's live check (--live-check, and lesson 11) re-runs rows and asserts them against the record."""
+    if allow or not any(data.get(k) for k in ("runs", "pilot", "extrapolation")):
         return
     made = {p.get("commit") for p in data.get("provenance", [])} or {None}
     if made != {prov["commit"]}:
@@ -393,6 +395,8 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default=str(OUT))
     ap.add_argument("--live-check", action="store_true",
                     help="re-run LIVE_ROWS (again, 2 BLAS threads, another BLAS kernel) and write the tolerances")
+    ap.add_argument("--allow-other-commit", action="store_true",
+                    help="add to a record made at another commit (the live check must then agree with it)")
     ap.add_argument("--live-row", help=argparse.SUPPRESS)          # one LIVE_ROWS entry as JSON: print its record
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -403,7 +407,7 @@ def main(argv=None) -> None:
     prov = _record.start(threads=1, argv=None if argv is None else [sys.argv[0], *argv])
 
     data = load(args.out)
-    same_commit(data, prov, args.out)
+    same_commit(data, prov, args.out, args.allow_other_commit)
     data.setdefault("runs", [])
     provenance = data.setdefault("provenance", [])
     for earlier in provenance:
