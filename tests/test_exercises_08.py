@@ -56,6 +56,35 @@ def layer_flops_ok(kind, n, d, r):
     return 8 * n * d * d + 4 * n * keys * d
 
 
+def _heads(mha, x):
+    from minitransformer.layers.attention import attention_forward
+    Q, K, V = mha.project_qkv(x)
+    return attention_forward(Q, K, V, None)[0].copy()
+
+
+def ablate_head_ok(mha, x, head):
+    heads = _heads(mha, x)
+    heads[:, head] = 0
+    return mha.output(heads)
+
+
+def _ablate_in_place(mha, x, head):
+    mha.W_o.data[head * mha.d_k:(head + 1) * mha.d_k] = 0
+    return mha.forward(x)
+
+
+def _ablate_columns(mha, x, head):
+    W = mha.W_o.data.copy()
+    W[:, head * mha.d_k:(head + 1) * mha.d_k] = 0
+    concat = _heads(mha, x).transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)
+    return concat @ W + mha.b_o.data
+
+
+def _ablate_rescaled(mha, x, head):
+    y = ablate_head_ok(mha, x, head) - mha.b_o.data
+    return y * mha.h / (mha.h - 1) + mha.b_o.data
+
+
 # -- wrong answers -------------------------------------------------------------------
 
 def _additive_variant(*, tanh_grad=True, rowsum=True, times_v=True, dv_mean=False, q_axis=2):
@@ -133,6 +162,16 @@ CASES = {
         ("restricted: no projections", _flops_with("restricted_attention", lambda n, d, r: 4 * n * (2 * r + 1) * d),
          r"add the projections"),
         ("not a number", lambda *a: "lots", r"expected a number"),
+        ("not a whole number", lambda *a: layer_flops_ok(*a) + 0.5, r"whole number of FLOPs.*division"),
+    ]),
+    "check_head_ablation": (ablate_head_ok, [
+        ("every head kept", lambda mha, x, head: mha.forward(x), r"output with every head"),
+        ("bias dropped", lambda mha, x, head: ablate_head_ok(mha, x, head) - mha.b_o.data, r"bias b_o is missing"),
+        ("the next head", lambda mha, x, head: ablate_head_ok(mha, x, (head + 1) % mha.h), r"counted from 0"),
+        ("W^O changed in place", _ablate_in_place, r"parameters changed \(attn.W_o\)"),
+        ("columns of W^O", _ablate_columns, r"zeroed columns of W\^O"),
+        ("other heads rescaled", _ablate_rescaled, r"rescaled by h/\(h−1\)"),
+        ("wrong shape", lambda mha, x, head: ablate_head_ok(mha, x, head)[0], r"shape mismatch"),
     ]),
 }
 
@@ -173,8 +212,9 @@ def test_counted_attention_flops_match_the_formula():
 
 def test_sweep_json_records_its_provenance():
     data = json.loads((ROOT / "lessons" / "experiments" / "lesson08_table1.json").read_text())
-    assert data["command"].startswith("python lessons/experiments/lesson08_table1.py")
-    assert data["date"] and data["machine"]["cpu"] and data["machine"]["cores"]
+    made = data["provenance"][0]          # the fields every record carries: tests/test_experiment_records.py
+    assert made["command"].startswith("python lessons/experiments/lesson08_table1.py")
+    assert made["started"] and made["machine"]["cpu"] and made["machine"]["cores"]
     for section in ("n_sweep", "d_sweep", "grid", "r_sweep", "additive"):
         assert section in data, section
     n = data["n_sweep"]["n"]

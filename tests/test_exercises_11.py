@@ -129,3 +129,17 @@ def test_variation_params_mistakes():
     _raises(ex.check_variation_params, untied, "tied three ways")
     _raises(ex.check_variation_params, qk_with_d_v, "W^Q and W^K have h·d_k columns")
     _raises(ex.check_variation_params, lambda *a: 1.5, "expected an int")
+
+    def vo_with_d_k(V, d_model, h, d_k, d_v, d_ff, N, L):      # every projection sized with the key size
+        return variation_params(V, d_model, h, d_k, d_k, d_ff, N, L)
+
+    def v_with_d_k(V, d_model, h, d_k, d_v, d_ff, N, L):       # W^V with d_k, W^O right
+        wrong_v = (d_model * h * d_k + h * d_k) - (d_model * h * d_v + h * d_v)
+        return variation_params(V, d_model, h, d_k, d_v, d_ff, N, L) + 3 * N * wrong_v
+
+    def o_with_d_k(V, d_model, h, d_k, d_v, d_ff, N, L):       # W^O with d_k, W^V right
+        return variation_params(V, d_model, h, d_k, d_v, d_ff, N, L) + 3 * N * (h * d_k - h * d_v) * d_model
+
+    _raises(ex.check_variation_params, vo_with_d_k, "W^V and W^O sized with the key size d_k")
+    _raises(ex.check_variation_params, v_with_d_k, "W^V sized with the key size d_k")
+    _raises(ex.check_variation_params, o_with_d_k, "W^O sized with the key size d_k")

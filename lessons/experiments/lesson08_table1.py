@@ -21,7 +21,11 @@ machine, with the other core busy, two threads made the same calls up to 170 tim
                were known in advance (it is not: a lower bound, to show what the loop costs)
 * the matrix-product FLOPs and the number of matrix-product calls of each forward,
   counted by wrapping ``backend.matmul`` (every product of these layers goes through it);
-* additive (Bahdanau) against dot-product attention: time and peak memory (tracemalloc).
+* additive (Bahdanau) against dot-product attention: time and peak memory (tracemalloc);
+* the live piece lesson 8 re-runs (``LIVE``), ``--reruns`` times: how closely a live run agrees with
+  the record (``live_check``: FLOPs and calls exactly, the growth of time as a log-log slope).
+
+Every record carries its provenance (``_record``: commit, command, dates, machine, BLAS threads, load).
 
 The layers here are forward-only copies of the lesson's reference layers; the lesson
 checks that both give the same outputs.
@@ -31,9 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime
 import math
-import os
 import pathlib
 import sys
 import time
@@ -44,6 +46,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent.parent))
+sys.path.insert(0, str(HERE))                  # _record, when the lesson loads this file by path
+
+import _record
 
 from minitransformer import backend
 from minitransformer.layers.attention import (
@@ -52,7 +57,6 @@ from minitransformer.layers.attention import (
     softmax_lastaxis,
 )
 from minitransformer.layers.linear import init_weight
-from minitransformer.machine import machine_info
 
 # -- the layers (forward only) ----------------------------------------------------------
 
@@ -222,14 +226,6 @@ def peak_bytes(fn) -> int:
         tracemalloc.stop()
 
 
-def machine() -> dict:
-    info = machine_info()
-    with contextlib.suppress(ImportError):
-        from threadpoolctl import threadpool_info
-        info["blas"] = [f"{i.get('internal_api')} {i.get('version')}" for i in threadpool_info()]
-    return info
-
-
 def sweep_layers(ns, ds, k, r, repeats, rng, names=None):
     """time_s (thread CPU time), wall_s, flops, calls: [name][i_d][i_n]."""
     out = {"time_s": {}, "wall_s": {}, "flops": {}, "calls": {}}
@@ -269,19 +265,90 @@ def sweep_additive(ns, d_ks, repeats, rng):
     return out
 
 
+# The piece of the n sweep that lesson 8 re-runs live: these layers, d = 64, these n, 5 repeats.
+LIVE = {"d": 64, "n": [16, 32, 64, 128, 256], "names": ["recurrent", "conv", "attention", "restricted"], "repeats": 5}
+
+
+def live_piece(calls: dict, rng) -> dict:
+    """The live piece on ``calls`` (name -> function of x, as ``layer_calls`` or the lesson's layers):
+    {"time_s", "flops", "calls"}: [name] -> one value per n of LIVE."""
+    out = {"time_s": {}, "flops": {}, "calls": {}}
+    for n in LIVE["n"]:
+        x = rng.standard_normal((1, n, LIVE["d"])).astype(np.float32)
+        for name in LIVE["names"]:
+            with count_matmuls() as tally:
+                calls[name](x)
+            out["flops"].setdefault(name, []).append(tally["flops"])
+            out["calls"].setdefault(name, []).append(tally["calls"])
+            out["time_s"].setdefault(name, []).append(min_time(lambda: calls[name](x), repeats=LIVE["repeats"]))
+    return out
+
+
+def growth_slopes(n: list, time_s: dict, n_from: int = 64, n_to: int = 256) -> dict:
+    """The log-log slope of each layer's time from n_from to n_to: the shape, free of the machine's speed."""
+    i, j = n.index(n_from), n.index(n_to)
+    return {name: math.log(t[j] / t[i]) / math.log(n_to / n_from) for name, t in time_s.items()}
+
+
+def recorded_live_rows(result: dict) -> dict:
+    """The record's values at the live piece's sizes: flops, calls and time_s per layer."""
+    sweep = result["n_sweep"]
+    assert sweep["d"] == LIVE["d"], sweep["d"]
+    idx = [sweep["n"].index(n) for n in LIVE["n"]]
+    return {key: {name: [sweep[key][name][0][i] for i in idx] for name in LIVE["names"]}
+            for key in ("flops", "calls", "time_s")}
+
+
+def live_checks(result: dict, reruns: int, k: int, r: int) -> list:
+    """Re-run the live piece ``reruns`` times (fresh layers each time, one BLAS thread) and state
+    how closely a live run agrees with the record: matrix-product FLOPs and calls exactly (they
+    depend on the code only), and the growth of time from n = 64 to 256 as a log-log slope
+    (the shape lesson 8 reads; the machine's speed and load cancel out)."""
+    rec = recorded_live_rows(result)
+    rec_slopes = growth_slopes(LIVE["n"], rec["time_s"])
+    runs = []
+    for i in range(reruns):
+        rng = np.random.default_rng(100 + i)
+        live = live_piece(layer_calls(make_layers(LIVE["d"], k, rng, np.float32), k, r), rng)
+        if live["flops"] != rec["flops"] or live["calls"] != rec["calls"]:
+            raise SystemExit(f"error: the live piece counts {live['flops']} FLOPs / {live['calls']} calls, "
+                             f"the record {rec['flops']} / {rec['calls']}: the record is stale, re-run the sweep")
+        runs.append(growth_slopes(LIVE["n"], live["time_s"]))
+        print(f"re-run {i + 1}: slopes " + ", ".join(f"{name} {v:.3f}" for name, v in runs[-1].items()), flush=True)
+    names = LIVE["names"]
+    spread = max(abs(run[name] - rec_slopes[name]) for run in runs for name in names)
+    tolerance = max(0.15, math.ceil(2 * spread * 20) / 20)        # twice the worst deviation, at least 0.15
+    where = {"d": LIVE["d"], "n": LIVE["n"], "layers": names}
+    return [
+        _record.live_check("n sweep, d = 64, n = 16..256, each layer", "matmul FLOPs per forward, per layer and n "
+                           f"(layers in the order {names})", [v for name in names for v in rec["flops"][name]],
+                           0, "exact", 0, f"counted in {reruns} re-runs: always equal", **where),
+        _record.live_check("n sweep, d = 64, n = 16..256, each layer", "matmul calls per forward, per layer and n "
+                           f"(layers in the order {names})", [v for name in names for v in rec["calls"][name]],
+                           0, "exact", 0, f"counted in {reruns} re-runs: always equal", **where),
+        _record.live_check("n sweep, d = 64, n = 64 -> 256, each layer",
+                           f"log-log slope of the CPU time from n = 64 to 256 (layers in the order {names})",
+                           [round(rec_slopes[name], 4) for name in names], tolerance, "abs", round(spread, 4),
+                           f"{reruns} re-runs of the live piece on this machine, one BLAS thread, a minute after the "
+                           "sweep; tolerance: twice the largest deviation from the record, at least 0.15. Another "
+                           "CPU (other cache sizes) may bend the curve more: a timing shape, not a computed value",
+                           **where),
+    ]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--quick", action="store_true", help="a small sweep, for a smoke test")
     p.add_argument("--out", default=str(HERE / "lesson08_table1.json"))
     p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--reruns", type=int, default=3, help="re-runs of the live piece that measure the tolerance")
     args = p.parse_args(argv)
 
-    from threadpoolctl import threadpool_limits
-    threadpool_limits(1)
+    prov = _record.start(threads=1, argv=None if argv is None else [sys.argv[0], *argv])
     rng = np.random.default_rng(0)
     k, r = 3, 8
     if args.quick:
-        n_sweep, d_sweep, grid_n, grid_d = [16, 64, 256], [32, 128], [16, 64, 256], [32, 128]
+        n_sweep, d_sweep, grid_n, grid_d = [16, 32, 64, 128, 256], [32, 128], [16, 64, 256], [32, 128]
         r_sweep, add_n, add_dk, repeats = [1, 4, 16], [16, 64], [16, 64], 2
     else:
         n_sweep = [2 ** i for i in range(3, 12)]                  # 8 .. 2048
@@ -293,13 +360,7 @@ def main(argv=None):
         add_dk = [2 ** i for i in range(3, 9)]                    # 8 .. 256
         repeats = args.repeats
 
-    t_start = time.time()
-    load_before = os.getloadavg()
     result = {
-        "command": " ".join(["python", "lessons/experiments/lesson08_table1.py",
-                             *(argv if argv is not None else sys.argv[1:])]),
-        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "machine": machine(),
         "settings": {"dtype": "float32", "blas_threads": 1, "batch": 1, "k": k, "r": r, "heads": 1,
                      "repeats": repeats,
                      "timing": "min over repeats of the mean of a loop lasting >= 3 ms; time_s: CPU time of "
@@ -328,13 +389,13 @@ def main(argv=None):
                          "full_attention_time_s": full_time}
     print("additive vs dot-product attention ...", flush=True)
     result["additive"] = sweep_additive(add_n, add_dk, repeats, rng)
-    result["load_average_1min"] = {"before": load_before[0], "after": os.getloadavg()[0]}
-    result["seconds"] = round(time.time() - t_start, 1)
-
-    import json
-    pathlib.Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {args.out} in {result['seconds']} s; load average {load_before[0]:.2f} -> "
-          f"{result['load_average_1min']['after']:.2f}")
+    print(f"the live piece, {args.reruns} re-runs ...", flush=True)
+    result["live_check"] = live_checks(result, args.reruns, k, r)
+    result = {"provenance": [_record.finish(prov)], **result}
+    _record.write(args.out, result)
+    p = result["provenance"][0]
+    print(f"wrote {args.out} in {p['wall_seconds']} s; load average {p['load_average']['start']} -> "
+          f"{p['load_average']['end']}")
 
 
 if __name__ == "__main__":

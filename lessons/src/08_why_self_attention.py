@@ -64,6 +64,8 @@ show_cost("08")
 # %%
 import importlib.util
 import math
+import pathlib
+import sys
 import time
 from typing import NamedTuple
 
@@ -511,32 +513,46 @@ import json
 
 with open("experiments/lesson08_table1.json") as f:
     sweep = json.load(f)
-print("offline sweep:", sweep["command"])
-print(f"  {sweep['date']} on {sweep['machine']['cpu']}, {sweep['machine']['cores']} cores, "
-      f"NumPy {sweep['machine']['numpy']}, {sweep['settings']['dtype']}, "
+made = sweep["provenance"][0]                    # commit, command, dates, machine, BLAS threads, load
+print("offline sweep:", made["command"], "at commit", made["commit"][:10])
+print(f"  {made['started']} on {made['machine']['cpu']}, {made['machine']['cores']} cores, "
+      f"NumPy {made['machine']['numpy']}, {sweep['settings']['dtype']}, "
       f"{sweep['settings']['blas_threads']} BLAS thread, load average "
-      f"{sweep['load_average_1min']['before']:.1f} -> {sweep['load_average_1min']['after']:.1f}, "
-      f"{sweep['seconds']} s")
+      f"{made['load_average']['start'][0]:.1f} -> {made['load_average']['end'][0]:.1f}, "
+      f"{made['wall_seconds']} s")
 wall_over_cpu = np.concatenate([np.ravel(np.array(sweep["n_sweep"]["wall_s"][name])
                                          / np.array(sweep["n_sweep"]["time_s"][name]))
                                 for name in sweep["n_sweep"]["time_s"]])
 print(f"  wall-clock minima / CPU-time minima, measured separately: median {np.median(wall_over_cpu):.2f}, "
       f"from {wall_over_cpu.min():.2f} to {wall_over_cpu.max():.2f} (above 1: time other processes took)")
 
-# The live piece: the same layers of this notebook, d = 64, n up to 256, float32, one BLAS thread.
-names = ["recurrent", "conv", "attention", "restricted"]
-live_n, d = [16, 32, 64, 128, 256], 64
+# The live piece: the same layers of this notebook, d = 64, n up to 256, float32, one BLAS thread, measured by
+# the script's own function (FLOPs and calls counted, CPU time timed).
+names = table1.LIVE["names"]
+live_n, d = table1.LIVE["n"], table1.LIVE["d"]
 backend.set_default_dtype("float32")
 layers = make_layers(d, k, r, rng)
 backend.set_default_dtype("float64")
-live_time = {name: [] for name in names}
 with threadpool_limits(1):
-    for n in live_n:
-        x = rng.standard_normal((1, n, d)).astype(np.float32)
-        for name in names:
-            live_time[name].append(table1.min_time(lambda: layers[name](x), repeats=5))
+    live = table1.live_piece(layers, rng)
+live_time = live["time_s"]
 for name in names:
     print(f"live {name:10s}" + "".join(f"  n={n}: {t * 1e3:6.3f} ms" for n, t in zip(live_n, live_time[name])))
+
+# The record's live checks (lessons/experiments/README.md): FLOPs and calls exactly, and the growth of the
+# time from n = 64 to 256 as a log-log slope, within the tolerance the script measured by re-running it.
+sys.path.insert(0, str(pathlib.Path("experiments").resolve()))
+import _record  # lessons/experiments/_record.py
+
+slopes = table1.growth_slopes(live_n, live_time)
+for check in sweep["live_check"]:
+    key = "flops" if check["metric"].startswith("matmul FLOPs") else "calls" if check["metric"].startswith("matmul calls") else "slope"
+    value = [slopes[name] for name in names] if key == "slope" else [v for name in names for v in live[key][name]]
+    _record.assert_live(check, value)
+print("the live piece agrees with the record: FLOPs and calls exactly; time slopes n = 64 -> 256 "
+      + ", ".join(f"{name} {slopes[name]:.2f}" for name in names)
+      + f" (record: {', '.join(f'{v:.2f}' for v in sweep['live_check'][2]['recorded'])}, "
+      f"tolerance ±{sweep['live_check'][2]['tolerance']})")
 
 # %% [markdown]
 # Time and FLOPs against $n$ (at $d = 64$), time against $d$ (at $n = 64$), and the
@@ -585,32 +601,59 @@ def slope(xs, ys, last=4):
     return np.polyfit(np.log(xs[-last:]), np.log(ys[-last:]), 1)[0]
 
 
+p_n = {name: slope(ns, np.array(sweep["n_sweep"]["time_s"][name][0])) for name in names}
+q_d = {name: slope(ds, np.array([row[0] for row in sweep["d_sweep"]["time_s"][name]])) for name in names}
+p_n_small = {name: slope(ns[:4], np.array(sweep["n_sweep"]["time_s"][name][0][:4])) for name in names}
 for name in names:
-    print(f"{name:10s} time ∝ n^{slope(ns, np.array(sweep['n_sweep']['time_s'][name][0])):.2f} (n = {ns[-4]}..{ns[-1]}),"
-          f"  ∝ d^{slope(ds, np.array([row[0] for row in sweep['d_sweep']['time_s'][name]])):.2f} (d = {ds[-4]}..{ds[-1]})")
+    print(f"{name:10s} time ∝ n^{p_n[name]:.2f} (n = {ns[-4]}..{ns[-1]}), n^{p_n_small[name]:.2f} (n = {ns[0]}..{ns[3]}),"
+          f"  ∝ d^{q_d[name]:.2f} (d = {ds[-4]}..{ds[-1]})")
 ratio = np.array(sweep["n_sweep"]["time_s"]["recurrent"][0]) / t_one
 print(f"the recurrent loop vs the same FLOPs as one product: {ratio.min():.0f}x to {ratio.max():.0f}x slower")
 
 # %% [markdown]
-# What the plots show, read against Table 1:
-#
-# * **Attention** grows like $n^2$ once $n$ is large (slope near 2 on the left). At small
-#   $n$ its cost is the projections, $8nd^2$, and its slope is 1: Table 1's row lists only
-#   the $n^2 d$ part, the part that relates positions to each other.
-# * **Recurrent** and **convolution** grow linearly in $n$. Against $d$ they grow more
-#   slowly than $d^2$ at first, where the fixed cost of each call dominates (the recurrent
-#   layer pays it $n$ times), and approach $d^2$ at the largest widths.
-# * Against $d$ at $n = 64$ (right), attention grows like $d^2$, not like Table 1's $n^2 d$:
-#   with $n < d$ its projections, $8nd^2$, are most of its work. That is the regime the paper
-#   argues for.
-# * **Restricted** attention grows linearly in $n$: at $n = 2048$ it is far cheaper than full
-#   attention. At small $n$ its windows cost more than plain attention (many tiny products).
-# * The dotted line is the recurrent layer's FLOPs done as one product, as if every $h_{t-1}$
-#   were known in advance (it is not; this is not a recurrent layer, only a lower bound).
-#   The gap between it and the real loop is the price of the sequential operations, on one
-#   core. With more cores the one product could be spread over them and the loop could not,
-#   so there the gap can only grow.
-#
+# What the plots show, read against Table 1 (the exponents are the fits printed above, over
+# the largest four $n$ or $d$ of the offline sweep; the sentences are rendered from them):
+
+# %%
+from minitransformer.exercises.prose import claim, claim_true, show_markdown
+
+
+def exponent_words(p, table_p):
+    """How a measured exponent reads against the table's."""
+    if abs(p - table_p) <= 0.15:
+        return f"close to Table 1's {table_p}"
+    return f"{'below' if p < table_p else 'above'} Table 1's {table_p}"
+
+
+claim_true("attention's time grows faster than linearly in n at large n", p_n["attention"] > 1.3, f"p = {p_n['attention']:.2f}")
+claim_true("restricted attention grows more slowly than full attention", p_n["restricted"] < p_n["attention"],
+           f"{p_n['restricted']:.2f} vs {p_n['attention']:.2f}")
+show_markdown("\n".join([
+    f"* **Attention** grows like $n^{{{p_n['attention']:.2f}}}$ at the largest $n$ ({exponent_words(p_n['attention'], 2)}), "
+    f"and like $n^{{{p_n_small['attention']:.2f}}}$ at the smallest ($n = {ns[0]}..{ns[3]}$), where its FLOPs are "
+    "mostly the projections, $8nd^2$, linear in $n$ (and the fixed cost of each call flattens the time further): "
+    "Table 1's row lists only the $n^2 d$ part, the part that relates positions to each other.",
+    f"* **Recurrent** and **convolution** grow as $n^{{{p_n['recurrent']:.2f}}}$ and $n^{{{p_n['conv']:.2f}}}$, "
+    f"{exponent_words(p_n['recurrent'], 1)} and {exponent_words(p_n['conv'], 1)}. Against $d$ (at $n = {n_fixed}$, "
+    f"$d = {ds[-4]}..{ds[-1]}$) they grow as $d^{{{q_d['recurrent']:.2f}}}$ ({exponent_words(q_d['recurrent'], 2)}) "
+    f"and $d^{{{q_d['conv']:.2f}}}$ ({exponent_words(q_d['conv'], 2)}), although the FLOPs of both grow as $d^2$ "
+    "(counted, §3): a time exponent below 2 is a fixed cost per matrix-product call that still counts at these "
+    "widths, and the recurrent layer pays it $n$ times per forward, the convolution $k$ times.",
+    f"* Against $d$ at $n = {n_fixed}$, attention grows as $d^{{{q_d['attention']:.2f}}}$, not like Table 1's "
+    "$n^2 d$ (exponent 1 in $d$): with $n < d$ its projections, $8nd^2$, are most of its work. That is the regime "
+    "the paper argues for.",
+    f"* **Restricted** attention grows as $n^{{{p_n['restricted']:.2f}}}$ over $n = {ns[-4]}..{ns[-1]}$: "
+    f"{exponent_words(p_n['restricted'], 1)}, since its FLOPs, $8nd^2 + 4n(2r+1)d$, are linear in $n$ but each "
+    "window is a tiny product whose fixed cost is paid per query, and that share shrinks as $n$ grows. At "
+    f"$n = {ns[-1]}$ it is {sweep['n_sweep']['time_s']['attention'][0][-1] / sweep['n_sweep']['time_s']['restricted'][0][-1]:.1f}"
+    " times faster than full attention.",
+    f"* The dotted line is the recurrent layer's FLOPs done as one product, as if every $h_{{t-1}}$ were known in "
+    f"advance (it is not; this is not a recurrent layer, only a lower bound). The real loop is {ratio.min():.0f} to "
+    f"{ratio.max():.0f} times slower: the price of the sequential operations, on one core. With more cores the "
+    "one product could be spread over them and the loop could not, so there the gap can only grow.",
+]))
+
+# %% [markdown]
 # ### When is self-attention cheaper than recurrence?
 #
 # §4 says a self-attention layer is faster than a recurrent one when the sequence length $n$
@@ -621,8 +664,9 @@ print(f"the recurrent loop vs the same FLOPs as one product: {ratio.min():.0f}x 
 # Counted this way, with its four projections, our attention layer always does more than
 # twice the FLOPs of our plain recurrent layer. The paper's comparison is about the part
 # that grows: attention's cost for relating positions, $4n^2d$, is smaller than a whole
-# recurrent layer, $4nd^2$, exactly when $n < d$; and its recurrent models were LSTMs, with
-# four gates: $16nd^2$, which attention undercuts while $n < 2d$. (The paper adds that
+# recurrent layer, $4nd^2$, exactly when $n < d$. Its recurrent models were LSTMs, four gates
+# with two products each: $16nd^2$. Against that, attention's $n^2$ part ($4n^2d$) is smaller
+# while $n < 4d$, and the whole attention layer ($8nd^2 + 4n^2d$) while $n < 2d$. (The paper adds that
 # $n < d$ is the usual case for sentences cut into word pieces or byte pairs, with
 # $d_\text{model} = 512$.)
 # Measured time tells a different story again, because the recurrent layer's FLOPs run as
@@ -653,21 +697,153 @@ for i, d_ in enumerate(grid_d):
     faster = grid_n[t_att[i] < t_rec[i]]
     print(f"d = {d_:3d}: attention measured faster at n = {', '.join(map(str, faster)) or 'none'}")
 
+time_ratio = t_att / t_rec
+claim_true("measured, attention is relatively cheaper than its FLOPs say, in every cell of the grid",
+           (time_ratio < flops_ratio).all(), f"cells where not: {int((time_ratio >= flops_ratio).sum())}")
+band = {int(d_): grid_n[t_att[i] < t_rec[i]] for i, d_ in enumerate(grid_d)}
+with_band = [d_ for d_, f in band.items() if len(f)]
+without = [d_ for d_, f in band.items() if not len(f)]
+claim_true("the narrowest layers have a band of n where attention is faster", grid_d[0] in with_band, str(band))
+show_markdown(
+    "In FLOPs the ratio never drops below 2. In time it is below the FLOP ratio in every cell: the recurrent "
+    "layer's $n$ small products in a row run far below the speed of attention's few large ones (the dotted line "
+    f"above: the same FLOPs as one product ran {ratio.min():.0f} to {ratio.max():.0f} times faster than the loop). "
+    f"For the narrow layers, $d$ = {', '.join(map(str, with_band))}, that is enough to make attention the faster "
+    "layer over a band of $n$ (printed above), which for the narrowest reaches far above the diagonal, $n \\gg d$: "
+    "the loop's cost per step is mostly the fixed cost of a call, not FLOPs. At the smallest $n$ the two are closer "
+    "(attention pays for its extra projections), and at the largest $n$ attention's $n^2$ takes over. "
+    + (f"For the wide layers, $d$ = {', '.join(map(str, without))}, attention is slower at every $n$ of the grid, "
+       "though by less than its FLOPs predict: there the loop's slowness per FLOP no longer outweighs attention's "
+       "extra projections. " if without else "")
+    + "So the paper's $n < d$ describes how the FLOPs grow; how efficiently each kind of work runs moves the "
+    "measured boundary, on this CPU in attention's favour for narrow layers. (Cells near a ratio of 1 change "
+    "between runs on a shared machine; read the pattern, not single cells.)")
+
 
 # %% [markdown]
-# In FLOPs the ratio never drops below 2. In time, three regimes show up: at the smallest
-# $n$ the two are about even, or attention, with its extra projections, is slower; at the
-# largest $n$ attention's $n^2$ takes over; in between, the recurrent layer's $n$ small
-# products in a row make it the slower one. For narrow layers that middle band reaches far
-# above the diagonal, $n \gg d$: the loop's cost per step is mostly the fixed cost of a call,
-# not FLOPs. For wide layers it ends around $n \approx d$ to a few $d$: each recurrent step
-# is a vector times a $d \times d$ matrix, which does little arithmetic per number it reads
-# and runs far below the speed of a large product (the dotted line above: the same FLOPs as
-# one product ran 3 to 13 times faster). So the paper's $n < d$ describes how
-# the FLOPs grow; how efficiently each kind of work runs moves the measured boundary, on
-# this CPU in attention's favour. (Cells near a ratio of 1 change between runs on this
-# shared machine; read the pattern, not single cells.)
+# ### "More expensive than recurrent layers, by a factor of $k$"
 #
+# §4: "Convolutional layers are generally more expensive than recurrent layers, by a factor of
+# $k$." In Table 1's terms, $O(k \cdot n \cdot d^2)$ against $O(n \cdot d^2)$. Counted (§3), our
+# convolution does $2d^2(kn - k(k-1)/2) \approx 2knd^2$ FLOPs and our recurrent layer $4nd^2$
+# (its cell has two products, $x_tW_x$ and $h_{t-1}W_h$), so the counted ratio tends to $k/2$;
+# a recurrent cell with more products (an LSTM's eight) moves the constant, not the factor $k$.
+# Yet in the timings above the convolution is the *fastest* of the four layers. Both hold: the
+# factor $k$ is a statement about arithmetic, and the timing adds how fast each layer's
+# arithmetic runs. The sweep's three lines for the recurrent FLOPs tell them apart:
+
+# %%
+t_conv = np.array(sweep["n_sweep"]["time_s"]["conv"][0])
+t_rec_loop = np.array(sweep["n_sweep"]["time_s"]["recurrent"][0])
+f_conv = np.array(sweep["n_sweep"]["flops"]["conv"][0])
+f_rec = np.array(sweep["n_sweep"]["flops"]["recurrent"][0])
+print(f"d = {d_fixed}, k = {k}   FLOPs conv/recurrent   time conv/recurrent loop   time conv/(recurrent FLOPs as "
+      "one product)   GFLOP/s: loop, one product, conv")
+for i, n_ in enumerate(ns):
+    print(f"n = {n_:5d}   {f_conv[i] / f_rec[i]:20.2f}   {t_conv[i] / t_rec_loop[i]:24.2f}   "
+          f"{t_conv[i] / t_one[i]:38.2f}   {f_rec[i] / t_rec_loop[i] / 1e9:7.1f} {f_rec[i] / t_one[i] / 1e9:6.1f} "
+          f"{f_conv[i] / t_conv[i] / 1e9:6.1f}")
+as_one = t_conv[-4:] / t_one[-4:]
+claim("the counted FLOP ratio tends to k/2", f_conv[-1] / f_rec[-1], k / 2, tol=0.01)
+claim_true("the convolution is faster than the recurrent loop at every n", (t_conv < t_rec_loop).all(),
+           str(np.round(t_conv / t_rec_loop, 2)))
+show_markdown(
+    f"Against the recurrent layer as it must run, one step after another, the convolution takes between "
+    f"{(t_conv / t_rec_loop).min():.2f} and {(t_conv / t_rec_loop).max():.2f} of its time, although it does "
+    f"{f_conv[-1] / f_rec[-1]:.2f} times the FLOPs: the loop's small vector-matrix products run at "
+    f"{(f_rec / t_rec_loop).min() / 1e9:.0f} to {(f_rec / t_rec_loop).max() / 1e9:.0f} GFLOP/s, the convolution's "
+    f"$k$ products over all positions at up to {(f_conv / t_conv).max() / 1e9:.0f}. Against the same recurrent FLOPs "
+    f"done as one large product (which a recurrent layer cannot do), the convolution takes {as_one.min():.2f} to "
+    f"{as_one.max():.2f} times as long at $n = {ns[-4]}..{ns[-1]}$: close to the FLOP ratio $k/2 = {k / 2:g}$. So the "
+    "paper's factor $k$ is what the convolution costs when both layers' arithmetic runs equally fast (as on "
+    "hardware that parallelizes the recurrent cell as well as a big product, or counted in FLOPs); on one CPU "
+    "core the recurrent layer's sequential operations cost far more than the factor $k$.")
+
+# %% [markdown]
+# ### Separable convolutions
+#
+# §4 continues: separable convolutions "decrease the complexity considerably, to
+# $O(k \cdot n \cdot d + n \cdot d^2)$", and "even with $k = n$" that equals "the combination of
+# a self-attention layer and a point-wise feed-forward layer", the Transformer's own pair. A
+# depthwise-separable convolution splits the $k$ full $d \times d$ matrices $W_j$ into a
+# *depthwise* step, one kernel of width $k$ per channel (channel $c$ of $y$ reads only channel
+# $c$ of $x$), and a *pointwise* $d \times d$ product that mixes the channels:
+#
+# $$z_{t,c} = \sum_{j=0}^{k-1} x_{t-j,\,c}\, w_{j,c}, \qquad y_t = z_t\, W_p + b .$$
+#
+# It is the full convolution of §2.2 with $W_j = \mathrm{diag}(w_j)\, W_p$, a constrained
+# case. We write the depthwise step as a batched matrix product (for each channel, the
+# $n \times k$ matrix of its causal windows times its $k$ weights) so that the counter of §3
+# counts it like every other product.
+
+# %%
+def separable_conv_forward(x, w_depth, W_point, b):
+    """Causal depthwise-separable convolution. x: (B, n, d), w_depth: (k, d), W_point: (d, d_out),
+    b: (d_out,) -> y: (B, n, d_out), y_t = (sum_j x_{t-j} * w_depth[j]) W_point + b."""
+    k_ = w_depth.shape[0]
+    padded = np.pad(x, ((0, 0), (k_ - 1, 0), (0, 0)))                       # x_s = 0 for s < 0
+    windows = sliding_window_view(padded, k_, axis=1)                      # (B, n, d, k): x_{t-k+1} .. x_t
+    taps = w_depth[::-1].T[None, :, :, None]                                # (1, d, k, 1): x_{t-j} meets w_j
+    z = backend.matmul(windows.transpose(0, 2, 1, 3), taps)[..., 0]        # (B, d, n): depthwise, per channel
+    return backend.matmul(z.transpose(0, 2, 1), W_point) + b              # (B, n, d_out): pointwise
+
+
+x = rng.standard_normal((2, 9, 6))
+w_depth, W_point, b = rng.standard_normal((3, 6)), rng.standard_normal((6, 5)), rng.standard_normal(5)
+as_full = conv1d_forward(x, w_depth[:, :, None] * W_point[None], b)[0]    # W_j = diag(w_j) W_p
+err = np.abs(separable_conv_forward(x, w_depth, W_point, b) - as_full).max()
+print(f"separable vs the full convolution with W_j = diag(w_j) W_p: max |difference| = {err:.1e}")
+assert err < 1e-12
+
+# %% [markdown]
+# Counted, the depthwise step is $2knd$ FLOPs (the padded taps included) and the pointwise one
+# $2nd^2$: $2knd + 2nd^2$, the paper's $O(k \cdot n \cdot d + n \cdot d^2)$. Against it, the
+# package's self-attention layer ($h = 1$) and its position-wise feed-forward layer with
+# $d_{ff} = 4d$ (the paper's ratio, 2048 / 512), counted by the same wrapper: $8nd^2 + 4n^2d$
+# and $2 \cdot 2 \cdot n \cdot d \cdot 4d = 16nd^2$. At $k = n$:
+
+# %%
+from minitransformer.layers.feedforward import FeedForward
+
+
+def counted(fn):
+    with count_matmuls() as c:
+        fn()
+    return c.flops
+
+
+d = 64
+mha, ffn = MultiHeadAttention(d, 1, rng), FeedForward(d, 4 * d, rng)
+W_full = np.stack([init_weight(d, d, rng) for _ in range(3)])
+print(f"d = {d}: matrix-product FLOPs of one forward (one sentence), counted")
+print(f"{'n':>5s} {'separable, k = 3':>17s} {'conv, k = 3':>12s} {'separable, k = n':>17s} {'attention + FFN':>16s}"
+      f" {'ratio':>6s}")
+sep_rows = []
+for n_ in (16, 64, 256):
+    x = rng.standard_normal((1, n_, d))
+    sep3 = counted(lambda: separable_conv_forward(x, rng.standard_normal((3, d)), W_point=init_weight(d, d, rng),
+                                                  b=np.zeros(d)))
+    conv3 = counted(lambda: conv1d_forward(x, W_full, np.zeros(d)))
+    sep_n = counted(lambda: separable_conv_forward(x, rng.standard_normal((n_, d)), init_weight(d, d, rng), np.zeros(d)))
+    att_ffn = counted(lambda: ffn.forward(mha.forward(x)))
+    assert sep3 == 2 * 3 * n_ * d + 2 * n_ * d * d and sep_n == 2 * n_ * n_ * d + 2 * n_ * d * d
+    assert att_ffn == 8 * n_ * d * d + 4 * n_ * n_ * d + 16 * n_ * d * d
+    sep_rows.append((n_, sep3 / conv3, sep_n / att_ffn))
+    print(f"{n_:5d} {sep3:17,d} {conv3:12,d} {sep_n:17,d} {att_ffn:16,d} {sep_n / att_ffn:6.2f}")
+print("every count equals its formula: separable 2knd + 2nd², attention 8nd² + 4n²d, FFN 16nd²")
+claim_true("the separable convolution at k = 3 costs a fraction of the full one", all(a < 0.5 for _, a, _ in sep_rows),
+           str(sep_rows))
+
+# %% [markdown]
+# The separable convolution at $k = 3$ costs less than half of the full one (asserted above; its depthwise step is
+# $O(knd)$, not $O(knd^2)$). At $k = n$ it is $2n^2d + 2nd^2$ against attention + feed-forward's
+# $4n^2d + 24nd^2$: the same two terms, $n^2 d$ and $n d^2$, which is the paper's "equal"; the
+# constants differ (the ratio column), and they are ours to count, not Table 1's. What the
+# counts cannot show is the difference the paper cares about: a separable convolution with
+# $k = n$ has one fixed kernel per channel, the same weights at every position whatever the
+# words, while attention computes its weights from the words themselves.
+
+# %% [markdown]
 # ## 5. Maximum path length, measured with gradients
 #
 # §4's third column: the length of the shortest path a signal travels between two positions,
@@ -820,9 +996,10 @@ print("every measured path length equals its formula")
 # The contiguous stack's reach grows by $k-1 = 2$ positions a layer, the dilated stack's
 # triples, restricted attention's grows by $r = 3$, and full attention covers everything at
 # once. Note the colours too: in the restricted stack the far positions are reached, but
-# with gradients four to six orders of magnitude smaller than the near ones; every extra
-# hop on the path multiplies the signal by one more attention weight, about $1/(2r+1)$ when
-# the weights are spread over the window.
+# with far smaller gradients than the near ones (the orders of magnitude are printed under
+# the picture; the colour scale stops at $10^{-6}$); every extra hop on the path multiplies
+# the signal by one more attention weight, about $1/(2r+1)$ when the weights are spread over
+# the window.
 
 # %%
 n, d, k_demo, r_demo, L_show = 32, 8, 3, 3, 10
@@ -834,6 +1011,7 @@ makers = {
     "self-attention": lambda L: SelfAttention(d, None, rng_demo),
 }
 x = rng_demo.standard_normal((1, n, d))
+grads = {}
 fig, axes = plt.subplots(1, 4, figsize=(16, 3.8), layout="constrained")
 for ax, (title, make) in zip(axes, makers.items()):
     stack, rows = [], []
@@ -841,6 +1019,7 @@ for ax, (title, make) in zip(axes, makers.items()):
         stack.append(make(L))
         rows.append(np.linalg.norm(gradient_at_input(stack, x, rng_demo)[0], axis=-1))
     g = np.array(rows)
+    grads[title] = g
     im = ax.imshow(np.ma.masked_invalid(np.log10(np.where(g > 0, g, np.nan))),   # exact zeros: white
                    cmap="viridis", aspect="auto", vmin=-6, vmax=1,
                    extent=(-0.5, n - 0.5, L_show + 0.5, 0.5))
@@ -849,6 +1028,10 @@ for ax, (title, make) in zip(axes, makers.items()):
 axes[0].set_ylabel("layers in the stack")
 fig.colorbar(im, ax=axes, shrink=0.9, label=r"$\log_{10} \|\partial (g \cdot y_{n-1}) / \partial x_j\|$")
 plt.show()
+g_top = grads["restricted attention (r = 3)"][-1]              # the 10-layer restricted stack
+orders = np.log10(g_top.max() / g_top[g_top > 0].min())
+print(f"restricted stack, {L_show} layers: gradient norms from {g_top[g_top > 0].min():.1e} (farthest reached) "
+      f"to {g_top.max():.1e}: {orders:.1f} orders of magnitude")
 
 # %% [markdown]
 # **Why the length matters.** Connected is not the same as learnable. In the recurrent layer
@@ -1111,12 +1294,47 @@ Markdown("\n".join(lines))
 
 
 # %% [markdown]
-# Read across: only the recurrent layer's calls grow with $n$ (sequential operations $O(n)$);
-# only attention's time grows faster than linearly in $n$ ($O(n^2 d)$); against $d$ the
-# recurrent layer, the convolution and attention (its projections, at $n = 64$) grow towards
-# $d^2$ as $d$ gets large; and only full self-attention keeps its path at one layer. The time
-# exponents are measured on one shared CPU core and drift with the machine's load; the FLOPs
-# and the path lengths are exact.
+# Read across (the sentence below is rendered from the table's numbers):
+
+# %%
+claim_true("only the recurrent layer's matmul calls grow with n",
+           all(sweep["n_sweep"]["calls"][nm][0][0] == sweep["n_sweep"]["calls"][nm][0][-1] for nm in names
+               if nm != "recurrent") and sweep["n_sweep"]["calls"]["recurrent"][0][-1] > sweep["n_sweep"]["calls"]["recurrent"][0][0],
+           str({nm: sweep["n_sweep"]["calls"][nm][0] for nm in names}))
+fastest_in_n = max(names, key=lambda nm: p_n[nm])
+show_markdown(
+    "Only the recurrent layer's calls grow with $n$ (sequential operations $O(n)$); "
+    f"the time exponent in $n$ is largest for {fastest_in_n} ($p = {p_n[fastest_in_n]:.2f}$; Table 1's $O(n^2 d)$), "
+    "and against $d$ the exponents are " + ", ".join(f"{nm} {q_d[nm]:.2f}" for nm in names)
+    + ": the FLOPs of the first three grow as $d^2$, their measured times more slowly, at these widths. Only full "
+    "self-attention keeps its path at one layer. The time exponents are measured on one shared CPU core and "
+    "drift with the machine's load; the FLOPs and the path lengths are exact.")
+
+# %% [markdown]
+# ## 10. A side benefit: heads you can read (§4)
+#
+# §4 ends with a benefit that is not a cost: "self-attention could yield more interpretable
+# models". Each head's weights $A$ (Eq. 1) say, for every query, which positions it reads, and
+# the paper's appendix shows heads that "clearly learn to perform different tasks". A recurrent
+# state or a convolution's channels offer nothing so direct to look at. Lesson 10 draws the
+# maps of a trained translation model (its §6) and measures, over 200 sentences, which heads
+# align with the source word being translated, which look at the previous output token, and
+# which park on `<bos>` or `<eos>`.
+#
+# A picture of where a head reads is not yet proof that the model *uses* what it reads. The
+# direct test is to remove the head and measure what the model loses: its output with that
+# head's $\mathrm{head}_i$ set to zero before $W^O$ (Eq. of §3.2.2):
+#
+# $$y = \mathrm{Concat}(\mathrm{head}_1, \dots, \mathrm{head}_{i-1}, 0, \mathrm{head}_{i+1}, \dots, \mathrm{head}_h)\, W^O + b^O .$$
+#
+# Exercise 8.4 asks for that function. On a random layer the heads are interchangeable, and the
+# solution's last cell shows it: every head, removed, changes the output by a similar amount.
+# In lesson 10's trained model they need not be. After its training cell, remove each head of
+# the encoder-decoder attention in turn: head $i$ of `model.decoder.layers[l].cross_attn` meets
+# only rows $i \cdot d_k \dots (i+1) \cdot d_k$ of that layer's `W_o.data`, so zeroing those
+# rows (and restoring them afterwards) is the same ablation inside the whole model. Compare
+# the validation loss without each head with that lesson's head table: does the head whose map
+# aligns best matter most?
 #
 # ## Exercises
 #
@@ -1195,6 +1413,29 @@ from minitransformer.exercises.lesson_08 import check_layer_flops
 check_layer_flops(my_layer_flops)
 
 
+# %% [markdown]
+# ### Exercise 8.4 — remove one head
+#
+# Write `my_ablate_head(mha, x, head)`: the self-attention output of the package's
+# `MultiHeadAttention` `mha` on `x` (B, n, d_model), with head `head` (counted from 0)
+# removed as in §10: its output set to zero before $W^O$, the other heads and the bias $b^O$
+# unchanged. Use the layer's public steps (`mha.project_qkv`, `attention_forward` from
+# `minitransformer.layers.attention`, `mha.output`), and leave `mha` as it was: the next head
+# must find the layer intact. The checker compares with another route to the same answer
+# (zeroing the head's $d_k$ rows of $W^O$).
+
+# %% tags=["stub"]
+def my_ablate_head(mha, x, head):
+    # YOUR CODE HERE: return y, (B, n, d_model)
+    return None
+
+
+# %% tags=["check"]
+from minitransformer.exercises.lesson_08 import check_head_ablation
+
+check_head_ablation(my_ablate_head)
+
+
 # %% [markdown] tags=["solution"]
 # ---
 # ## Solutions
@@ -1244,3 +1485,32 @@ def solution_layer_flops(kind, n, d, r):
 
 
 check_layer_flops(solution_layer_flops)
+
+# %% tags=["solution"]
+from minitransformer.layers.attention import attention_forward
+
+
+def solution_ablate_head(mha, x, head):
+    Q, K, V = mha.project_qkv(x)                                  # (B, h, n, d_k) each
+    heads, _ = attention_forward(Q, K, V, None)                   # Eq. (1), every head: (B, h, n, d_k)
+    heads = heads.copy()                                          # a new array: the layer is not touched
+    heads[:, head] = 0                                            # head_i = 0 before Concat(...) W^O
+    return mha.output(heads)                                      # Concat(heads) W^O + b^O
+
+
+check_head_ablation(solution_ablate_head)
+
+# %% [markdown] tags=["solution"]
+# On a random layer every head matters about equally (within a factor of 2, asserted below): the change each removal makes to the
+# output, relative to the output's size (the same for a trained model: replace `mha` by one of
+# lesson 10's layers and `x` by its input, or zero the head's rows of `mha.W_o.data` in a copy of
+# the model and measure the validation loss):
+
+# %% tags=["solution"]
+mha = MultiHeadAttention(16, 4, np.random.default_rng(8))
+x = np.random.default_rng(9).standard_normal((2, 10, 16))
+full = mha.forward(x)
+change = [np.linalg.norm(solution_ablate_head(mha, x, i) - full) / np.linalg.norm(full) for i in range(mha.h)]
+print("relative change of the output, head removed:", ", ".join(f"head {i}: {c:.2f}" for i, c in enumerate(change)))
+claim("every head, removed, changes the output by a similar amount (within a factor of 2)", max(change) / min(change),
+      low=1, high=2)

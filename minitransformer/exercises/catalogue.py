@@ -79,6 +79,8 @@ EXERCISES: tuple[Exercise, ...] = (
              "lesson 8 §5: maximum path length"),
     Exercise("8.3", "count the FLOPs", "lesson_08.check_layer_flops", 25,
              "lesson 8 §3: FLOPs counted exactly"),
+    Exercise("8.4", "remove one head", "lesson_08.check_head_ablation", 15,
+             "lesson 2: the heads and W^O; lesson 8 §10: interpretability"),
     Exercise("9.1", "the learning-rate schedule", "lesson_09.check_noam_lr", 10,
              "lesson 9 §3: the schedule of Eq. (3)"),
     Exercise("9.2", "one Adam update", "lesson_09.check_adam_step", 15,

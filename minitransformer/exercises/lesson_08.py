@@ -12,6 +12,8 @@ check_layers_needed                 maximum path length: layers a stack needs be
                                     output position n-1 depends on input position 0
 check_layer_flops                   the exact matrix-product FLOPs of a recurrent, a
                                     self-attention and a restricted self-attention layer
+check_head_ablation                 a multi-head attention layer's output with one head
+                                    removed (§4's interpretability: which heads matter)
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import numpy as np
 
 from .. import backend
 from ..gradcheck import numerical_gradient
-from ..layers.attention import MultiHeadAttention, softmax_lastaxis
+from ..layers.attention import MultiHeadAttention, attention_forward, softmax_lastaxis
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
@@ -39,6 +41,7 @@ __all__ = [
     "NOT_ATTEMPTED",
     "AdditiveCache",
     "check_additive_attention_backward",
+    "check_head_ablation",
     "check_layers_needed",
     "check_layer_flops",
     "layers_needed_by_propagation",
@@ -303,6 +306,9 @@ def check_layer_flops(fn) -> bool:
         expected = _reference_flops(kind, n, d, r)
         if value == expected:
             continue
+        if not math.isfinite(value) or value != round(value):
+            raise WrongAnswer(f"{label}: expected a whole number of FLOPs ({expected:,}), got {got!r}: a count of "
+                              "multiply-adds is an integer; look for a division (/ instead of //, or a mean)")
         msg = f"{label}: expected {expected:,} FLOPs, got {value:,.0f} (ratio {value / expected:.3f})"
         proj = 8 * n * d * d
         alternatives = []
@@ -335,3 +341,72 @@ def check_layer_flops(fn) -> bool:
     print(f"  all {len(cases)} cases match (attention: FLOPs counted on the package's "
           f"MultiHeadAttention by wrapping backend.matmul)")
     return True
+
+
+# -- Exercise 8.4: remove one head ------------------------------------------------------
+
+
+def _heads_of(mha, x):
+    """The h heads' outputs of self-attention on x, before W^O: (B, h, n, d_k)."""
+    Q, K, V = mha.project_qkv(x)
+    heads, _ = attention_forward(Q, K, V, None)
+    return heads
+
+
+def _ablated_by_rows(mha, x, head):
+    """The reference, by another route: head ``head``'s outputs meet only rows head·d_k .. (head+1)·d_k
+    of W^O, so zeroing those rows removes the head from Concat(heads) W^O + b_o."""
+    W_o = mha.W_o.data.copy()
+    W_o[head * mha.d_k:(head + 1) * mha.d_k, :] = 0
+    concat = _heads_of(mha, x).transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], mha.d_model)
+    return concat @ W_o + mha.b_o.data
+
+
+@exercise("8.4")
+def check_head_ablation(fn) -> bool:
+    """fn(mha, x, head) -> the self-attention output of the MultiHeadAttention ``mha`` on x (B, n, d_model)
+    with head ``head`` (0-based) removed: its output set to zero before W^O, so
+    y = Concat(head_1, ..., 0, ..., head_h) W^O + b_o. ``mha`` must be left as it was."""
+    rng = np.random.default_rng(84)
+    old_dtype = backend.default_dtype()
+    backend.set_default_dtype("float64")
+    try:
+        mha = MultiHeadAttention(12, 4, rng)
+    finally:
+        backend.set_default_dtype(old_dtype)
+    mha.b_o.data[:] = rng.standard_normal(12)               # a bias, so that dropping it shows
+    x = rng.standard_normal((2, 5, 12))
+    before = [p.data.copy() for p in mha.parameters()]
+    first = fn(mha, x.copy(), 1)
+    if not_attempted(first):
+        return False
+    errors = {}
+    for head in (1, 0, 3):
+        got = first if head == 1 else fn(mha, x.copy(), head)
+        changed = [p.name for p, old in zip(mha.parameters(), before) if not np.array_equal(p.data, old)]
+        if changed:
+            raise WrongAnswer(f"head {head}: the layer's parameters changed ({', '.join(changed)}): compute the "
+                              "ablated output without writing into mha (or restore what you changed), so the "
+                              "model is intact for the next head")
+        ref = _ablated_by_rows(mha, x, head)
+        full = mha.forward(x)
+        d_k = mha.d_k
+        heads = _heads_of(mha, x)
+        hints = [(full, "that is the layer's output with every head: set that head's output to zero before W^O"),
+                 (ref - mha.b_o.data, "the bias b_o is missing: removing a head removes its share of Concat(heads) "
+                                      "W^O, not the bias")]
+        for other in {max(head - 1, 0), min(head + 1, mha.h - 1)} - {head}:
+            hints.append((_ablated_by_rows(mha, x, other), f"that removes head {other}, not head {head}: heads are "
+                                                           "counted from 0, head i owns columns i·d_k .. (i+1)·d_k"))
+        cols = mha.W_o.data.copy()
+        cols[:, head * d_k:(head + 1) * d_k] = 0
+        concat = heads.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], mha.d_model)
+        hints.append((concat @ cols + mha.b_o.data, "you zeroed columns of W^O (output features); the head's "
+                                                    "output meets W^O's rows head·d_k .. (head+1)·d_k"))
+        kept = np.delete(heads, head, axis=1)
+        hints.append(((kept.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)
+                       @ np.delete(mha.W_o.data, np.s_[head * d_k:(head + 1) * d_k], axis=0)) * mha.h / (mha.h - 1)
+                      + mha.b_o.data, "the other heads were rescaled by h/(h−1): removing a head leaves the others "
+                                      "as they are"))
+        errors[f"head {head}"] = check_array(f"head {head}", got, ref, hints=hints)
+    return report_correct(errors)

@@ -195,6 +195,13 @@ def check_variation_params(fn) -> bool:
             (expected + L * d, "the learned table counted twice: the model shares one between source and target"),
             (expected + n_attn * (2 * (d * h * d_v + h * d_v) - 2 * (d * h * d_k + h * d_k)),
              "W^Q and W^K have h·d_k columns (the key size); only W^V and W^O use d_v"),
+            (expected + n_attn * ((d * h * d_k + h * d_k) + h * d_k * d - (d * h * d_v + h * d_v) - h * d_v * d),
+             "W^V and W^O sized with the key size d_k: the values have size d_v, so W^V is d_model × h·d_v (with "
+             "its bias h·d_v) and W^O is h·d_v × d_model"),
+            (expected + n_attn * ((d * h * d_k + h * d_k) - (d * h * d_v + h * d_v)),
+             "W^V sized with the key size d_k: it projects to the values, d_model × h·d_v (bias h·d_v)"),
+            (expected + n_attn * (h * d_k * d - h * d_v * d),
+             "W^O sized with the key size d_k: it reads the concatenated values, h·d_v × d_model"),
             (expected + 2 * V * d, "the embedding is tied three ways (§3.4): count E once"),
             (expected - n_attn * (2 * h * d_k + h * d_v + d), "the attention biases are missing (b^Q, b^K, b^V: "
                                                              "h·d_k, h·d_k, h·d_v; b^O: d_model)"),
