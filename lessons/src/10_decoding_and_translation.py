@@ -937,8 +937,9 @@ show_markdown("\n".join([
 
 # %% [markdown]
 # Attention weights show where information is read from, not what is done with it; a head with
-# a tidy picture can still matter little to the output. Removing a head and measuring the loss
-# would test that; it is left as an experiment.
+# a tidy picture can still matter little to the output. Removing a head and measuring what changes
+# tests that: Exercise 8.4 of lesson 8 writes the ablation (one head's output set to zero before
+# $W^O$), and you can run it on this model's heads to see which of the pictures above matter.
 #
 # ## Exercises
 #
