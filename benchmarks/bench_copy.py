@@ -31,13 +31,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 
 def blas_threads() -> int | None:
-    """The thread count NumPy's BLAS runs with now (None: threadpoolctl is not installed)."""
-    try:
-        from threadpoolctl import threadpool_info
-    except ImportError:
-        return None
-    counts = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
-    return counts[0] if counts else None
+    """The thread count NumPy's BLAS runs with now (``machine.blas_threads``)."""
+    from minitransformer import machine
+
+    return machine.blas_threads()
 
 
 def run_seed(task_name: str, seed: int) -> dict:

@@ -37,3 +37,13 @@ def machine_summary() -> str:
     load = "" if info["load_average"] is None else f", load {info['load_average']:.1f}"
     return (f"{info['cpu']}, {info['cores']} logical CPUs, Python {info['python']}, "
             f"NumPy {info['numpy']}{load}")
+
+
+def blas_threads() -> int | None:
+    """The thread count NumPy's BLAS (OpenBLAS here) runs with now; None without threadpoolctl."""
+    try:
+        from threadpoolctl import threadpool_info  # noqa: PLC0415 - looked up when asked, not at import
+    except ImportError:
+        return None
+    counts = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
+    return counts[0] if counts else None

@@ -132,13 +132,10 @@ def candidate_name(name: str) -> str:
 
 
 def blas_threads() -> int | None:
-    """The thread count OpenBLAS (or whichever BLAS NumPy uses) runs with now."""
-    try:
-        from threadpoolctl import threadpool_info   # optional: the [lessons] and [dev] extras
-    except ImportError:
-        return None
-    counts = [p["num_threads"] for p in threadpool_info() if p.get("user_api") == "blas"]
-    return counts[0] if counts else None
+    """The thread count NumPy's BLAS runs with now (``machine.blas_threads``)."""
+    from minitransformer import machine
+
+    return machine.blas_threads()
 
 
 def commit() -> str:

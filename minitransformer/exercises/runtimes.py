@@ -30,7 +30,7 @@ import json
 import pathlib
 import time
 
-from .prose import Markdown
+from .prose import show_markdown
 
 __all__ = ["LISTED_CELL_SECONDS", "RECORD_NAME", "SLOW_CELL_SECONDS", "cost_markdown", "format_seconds",
            "load", "record_path", "show_cost", "show_slow_cell", "slow_cell_markdown", "slow_label"]
@@ -132,26 +132,14 @@ def slow_cell_markdown(lesson: str, label: str, record: dict | None = None) -> s
             f"lesson was last built, on {_machine_words(entry)}.")
 
 
-def _display(text: str) -> None:
-    try:
-        from IPython import get_ipython  # noqa: PLC0415
-        from IPython.display import display  # noqa: PLC0415
-    except ImportError:
-        get_ipython = None
-    if get_ipython is not None and get_ipython() is not None:
-        display(Markdown(text))
-    else:
-        print(text)
-
-
 def show_cost(lesson: str) -> None:
     """Display the lesson's runtime (``cost_markdown``): the first code cell of every lesson."""
-    _display(cost_markdown(lesson))
+    show_markdown(cost_markdown(lesson))
 
 
 def show_slow_cell(lesson: str, label: str) -> None:
     """Display the flag of the slow cell ``label`` (``slow_cell_markdown``): the cell before it."""
-    _display(slow_cell_markdown(lesson, label))
+    show_markdown(slow_cell_markdown(lesson, label))
 
 
 def now_utc() -> str:
