@@ -211,15 +211,23 @@ for task_name in tasks:
 
 # %%
 f_span = {t: f"$F$ between {min(F[t].values()):.1f} and {max(F[t].values()):.1f}" for t in tasks}
-claim_true("numbers-en-fr separates the four settings better than reverse on every measure",
-           all(F["numbers-en-fr"][m] > F["reverse"][m] for m in F["reverse"]), str(F))
+measure_names = {"exact_match": "exact match", "bleu": "BLEU", "ppl": "perplexity", "token_acc": "token accuracy"}
+better = [m for m in F["reverse"] if F["numbers-en-fr"][m] > F["reverse"][m]]
+worse = [measure_names[m] for m in F["reverse"] if m not in better]
+# F with 3 and 4 degrees of freedom (4 settings, 2 seeds each) exceeds 6.59 by chance 5% of the time.
+claim_true("neither task separates the four settings decisively with two seeds (every F below 6.59)",
+           max(max(f.values()) for f in F.values()) < 6.59, str(F))
+claim_true("numbers-en-fr separates the settings better than reverse on most measures", len(better) >= 3, str(F))
 show_markdown(
     f"On `reverse`, at this budget, the seeds scatter about as widely as the settings do ({f_span['reverse']}): 500 "
     "steps falls in the middle of the stretch where the model discovers how to reverse, and *when* it does depends "
-    "on the seed as much as on the setting. `numbers-en-fr` separates the same four settings better on every measure "
-    f"({f_span['numbers-en-fr']}), at {pilot_seconds['numbers-en-fr'] / pilot_seconds['reverse']:.1f} times the cost "
-    "per run; the table is trained on it. Neither task separates four settings with two seeds decisively, which is a "
-    "first warning: at toy scale, many of Table 3's differences will be smaller than the noise between seeds.")
+    "on the seed as much as on the setting. `numbers-en-fr` separates the same four settings better on "
+    + ("every measure" if not worse else f"{len(better)} of the four measures (not on {', '.join(worse)})")
+    + f" ({f_span['numbers-en-fr']}), at {pilot_seconds['numbers-en-fr'] / pilot_seconds['reverse']:.1f} times the "
+    "cost per run; the table is trained on it. Neither task separates four settings with two seeds decisively (with "
+    "4 settings and 2 seeds, an $F$ above 6.59 happens by chance 5% of the time; the largest here is "
+    f"{max(max(f.values()) for f in F.values()):.1f}), which is a first warning: at toy scale, many of Table 3's "
+    "differences will be smaller than the noise between seeds.")
 #
 # A run is a pure function of its seed (initial weights, batch order and dropout masks all follow from it),
 # so the main run, which trained the same settings again, must reproduce the pilot's numbers-en-fr records:
@@ -581,9 +589,15 @@ show_markdown(
 # before it: partial credit).
 #
 # First, the 600-step row **live**: seed 0 of both models, trained here and now with the same code and budget
-# as the script's records (about 20 s per model, training and evaluation, on this machine when quiet):
+# as the script's records:
 
 # %%
+from minitransformer.exercises.runtimes import show_slow_cell
+
+show_slow_cell("11", "training row E's two models live")
+
+# %%
+# slow: training row E's two models live
 import warnings
 
 from threadpoolctl import threadpool_limits
