@@ -155,7 +155,7 @@ def test_every_rank_holds_bit_identical_parameters_and_the_check_can_fail(tmp_pa
         "try:\n"
         "    distributed.check_in_sync(comm, params, step=2)\n"
         "except distributed.RanksOutOfSync as exc:\n"
-        "    print(f'rank {comm.rank} caught: {exc}')\n", encoding="utf-8")
+        "    print(f'rank {comm.rank} caught: {exc}', flush=True)\n", encoding="utf-8")
     result = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
                             env=_env(), timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr
