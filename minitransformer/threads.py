@@ -21,7 +21,9 @@ Nothing is changed (the policy is off) when
 * threadpoolctl is not installed, or the machine has no /proc/stat (not Linux);
 * OpenBLAS runs one thread anyway (a one-core machine);
 * ``set_policy(False)`` was called (the test suite does, so that two runs in one
-  test get the same thread count).
+  test get the same thread count);
+* someone else changed OpenBLAS's thread count since the policy last set it
+  (``threadpoolctl.threadpool_limits`` in a lesson, say): from then on it leaves it alone.
 
 The thread count changes a float32 product in its last bits, so a run whose
 thread count changes (because the machine's load did) is not repeatable bit for
@@ -103,6 +105,11 @@ def check() -> None:
     if _state is None:
         if not _start():
             _next_check = math.inf
+        return
+    if max(c.num_threads for c in _state["controllers"]) != _state["threads"]:
+        # Someone else set the count since our last change (threadpool_limits in a lesson, the
+        # user's own code): their choice stands, and the policy stops looking for this process.
+        _next_check = math.inf
         return
     after = sample()
     if after is None:

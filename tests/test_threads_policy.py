@@ -91,6 +91,17 @@ def test_set_policy_false_restores_the_start_count_and_stops_looking(policy):
     assert blas.calls == [1, 2]
 
 
+def test_a_count_set_by_someone_else_makes_the_policy_stand_aside(policy):
+    blas, samples, clock = policy
+    blas.num_threads = 1                        # threadpool_limits(1) in the user's code
+    threads.check()                             # would pop from the empty list if it looked
+    assert blas.calls == [] and blas.num_threads == 1
+    clock[0] += 10 * threads.CHECK_SECONDS
+    samples.append((0.0, 2.0, 0.0))             # an idle machine: the policy would want 2 threads
+    threads.check()
+    assert blas.calls == [] and blas.num_threads == 1
+
+
 def test_a_thread_count_in_the_environment_turns_the_policy_off(monkeypatch):
     monkeypatch.setattr(threads, "_state", None)
     monkeypatch.setattr(threads, "_wanted", True)
