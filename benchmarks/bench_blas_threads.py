@@ -37,7 +37,7 @@ def child(args) -> None:
     import numpy as np
 
     from minitransformer.data.registry import load_task
-    from minitransformer.train import make_trainer, settings_for
+    from minitransformer.runsetup import make_trainer, settings_for
 
     task = load_task("copy", seed=args.seed)
     preset, settings = settings_for("copy", seed=args.seed, steps=max(args.at), valid_every=10**9)

@@ -100,7 +100,7 @@ def child(args) -> None:
     t_start = time.perf_counter()
     from minitransformer import threads
     from minitransformer.data.registry import load_task
-    from minitransformer.train import make_trainer, settings_for
+    from minitransformer.runsetup import make_trainer, settings_for
 
     if args.variant == "small1":
         threads.set_policy(False)

@@ -40,7 +40,7 @@ def blas_threads() -> int | None:
 def run_seed(task_name: str, seed: int) -> dict:
     """One run of the task's recipe, as the command line does it, into a temporary folder."""
     from minitransformer.data.registry import load_task
-    from minitransformer.train import make_trainer, settings_for
+    from minitransformer.runsetup import make_trainer, settings_for
     from minitransformer.translate import score_translations
 
     with tempfile.TemporaryDirectory() as out_dir:     # the CLI writes runs/TASK; keep the repo clean
@@ -77,7 +77,7 @@ def main() -> int:
         threadpool_limits(args.threads, user_api="blas")
 
     from minitransformer import machine
-    from minitransformer.train import settings_for
+    from minitransformer.runsetup import settings_for
 
     threads = blas_threads()
     print(f"# bench_copy {time.strftime('%Y-%m-%d %H:%M')} | {machine.machine_summary()} | BLAS threads {threads} "

@@ -130,7 +130,7 @@ def trained_model(args):
     """(model, vocab, sources): the weights to decode with and held-out source id lists."""
     from minitransformer.checkpoint import load_checkpoint
     from minitransformer.data.registry import load_task
-    from minitransformer.train import make_trainer, settings_for
+    from minitransformer.runsetup import make_trainer, settings_for
     from minitransformer.translate import source_ids
 
     task = load_task(args.task, seed=args.seed)

@@ -542,7 +542,8 @@ def _ranks(args):
 def cmd_train(args) -> int:
     from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
     from .data.registry import load_task  # noqa: PLC0415
-    from .train import TrainSettings, check_resumable  # noqa: PLC0415
+    from .runsetup import check_resumable  # noqa: PLC0415
+    from .settings import TrainSettings  # noqa: PLC0415
 
     _set_backend(args)
     comm = _ranks(args)
@@ -601,7 +602,8 @@ def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dic
     from . import backend  # noqa: PLC0415
     from .distributed import describe as describe_ranks  # noqa: PLC0415
     from .model import describe  # noqa: PLC0415
-    from .train import TrainSettings, make_trainer, settings_for  # noqa: PLC0415
+    from .runsetup import make_trainer, settings_for  # noqa: PLC0415
+    from .settings import TrainSettings  # noqa: PLC0415
 
     earlier = os.path.join(out_dir, "checkpoint.npz")
     continuing = args.resume is not None and os.path.exists(earlier) and os.path.samefile(args.resume, earlier)

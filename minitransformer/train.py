@@ -1,4 +1,6 @@
-"""Training: data for a task, the loop (§5), validation, logging and checkpoints.
+"""Training: the loop (§5), validation, the metrics log and checkpoints.
+
+(``runsetup.py`` sets a run up: the model, the task's recipe, the checks before a resume.)
 
 One training step (§5.3):
     logits = model.forward(src, tgt_in)            # teacher forcing
@@ -30,7 +32,7 @@ Nothing is lost, nothing is silent:
   the last checkpoint that is intact;
 * the checkpoint records a fingerprint of the data and of its split
   (``data.fingerprint``): resuming on other data, or on the same data split
-  differently, is refused (``make_trainer``);
+  differently, is refused (``runsetup.make_trainer``);
 * a step whose loss or gradient is not finite is skipped (no update) with a
   warning; ``max_consecutive_skips`` of them in a row stop the run with
   :class:`NonFiniteLossError` or ``optim.NonFiniteGradientError``;
@@ -54,27 +56,24 @@ import math
 import os
 import sys
 import time
-from dataclasses import asdict, replace
+from dataclasses import asdict
 
 import numpy
 
 from . import runlock, snapshots
 from .checkpoint import save_checkpoint
 from .data.batching import Batch, batch_iterator, batch_plan
-from .data.fingerprint import for_resume
-from .data.loading import TaskData
-from .data.registry import recipe_for
 from .data.vocab import Vocab
-from .decoding import EXTRA_OUTPUT_LEN, NonFiniteOutputError
+from .decoding import NonFiniteOutputError
 from .distributed import GradientSum, SingleProcess, StepBatches, agree_to_stop, check_in_sync, step_batches
 from .errors import NonFiniteError
 from .files import atomic_write_text, check_writable_dir, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
-from .model import PRESETS, Transformer
+from .model import Transformer
 from .optim import Adam, NoamSchedule, NonFiniteGradientError
 from .plot import plot_loss_curve
 from .progress import Progress
-from .settings import Recipe, TrainSettings
+from .settings import TrainSettings
 from .stops import OutputWriteError, StopSignals, TrainingInterrupted
 from .translate import source_ids, translate_ids
 
@@ -469,95 +468,5 @@ def read_metrics(path: str, warn=None) -> list[dict]:
     return records
 
 
-# -- setting up a run, as the command line does it --------------------------------------
-
-
-def build_model(task: TaskData, preset: str = "copy", seed: int = 0, **overrides) -> Transformer:
-    """A fresh model of ``preset`` sized for the task, with the TransformerConfig fields in
-    ``overrides`` changed: the vocabulary decides vocab_size and pad_id, and max_len is raised
-    to leave room for decoding (the longest sentence + 50, §6.1) unless ``overrides`` sets it,
-    in which case too small a max_len is an error."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    cfg = PRESETS[preset].with_(vocab_size=len(task.vocab), pad_id=task.vocab.pad_id, **overrides)
-    needed = max(max(len(s), len(t)) + 1 for s, t in task.train + task.valid + task.test) + EXTRA_OUTPUT_LEN + 1
-    if cfg.max_len < needed:
-        if "max_len" in overrides:
-            raise ValueError(f"max_len={cfg.max_len} is too small for task {task.name!r}: its longest sentence "
-                             f"needs {needed} positions (its length + <eos>, + {EXTRA_OUTPUT_LEN} for decoding)")
-        cfg = cfg.with_(max_len=needed)
-    return Transformer(cfg, seed=seed)
-
-
-def settings_for(task: str | TaskData | Recipe, **overrides) -> tuple[str, TrainSettings]:
-    """(preset, settings) of a task's recipe, with ``overrides`` (a None value keeps the recipe's).
-
-    task: a registered task's name, a loaded TaskData (a --data file's carries
-    ``data.registry.DATA_RECIPE``), or a Recipe.
-    """
-    if isinstance(task, TaskData):
-        if task.recipe is None:
-            raise ValueError(f"task {task.name!r} has no recipe; give one with settings_for(Recipe(...))")
-        recipe = task.recipe
-    else:
-        recipe = task if isinstance(task, Recipe) else recipe_for(task)
-    preset = overrides.pop("preset", None) or recipe.preset
-    changes = {k: v for k, v in overrides.items() if v is not None}
-    return preset, replace(recipe.settings, **changes)
-
-
-def check_resumable(ckpt) -> None:
-    """A ValueError if training cannot continue from the loaded checkpoint ``ckpt``: it holds no
-    optimizer state, for an average of checkpoints (average.py) in particular, which says so."""
-    where = getattr(ckpt, "path", None) or "the checkpoint"
-    average = ckpt.extra.get("average")
-    if average is not None:
-        raise ValueError(f"{where} is an average of {len(average['sources'])} checkpoints (steps "
-                         f"{', '.join(map(str, average['steps']))}, written by `average`); an average has no "
-                         "optimizer state, so training cannot resume from it. Translate or evaluate with it, or "
-                         "resume from one of the checkpoints it averages")
-    if ckpt.optimizer_state is None:
-        raise ValueError(f"{where}: the checkpoint has no optimizer state, so training cannot resume from it")
-
-
-def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: str | None = None,
-                 resume=None, config: dict | None = None, comm=None) -> Trainer:
-    """A Trainer for ``task``: a fresh model of ``preset`` with the TransformerConfig fields in
-    ``config`` changed (``train --set``), or the model, vocabulary and optimizer state of a
-    loaded checkpoint (``resume``, a ``checkpoint.Checkpoint``).
-
-    This is the one way a run is set up: ``python -m minitransformer train`` and
-    ``benchmarks/bench_copy.py`` both call it.
-    """
-    if resume is not None:
-        where = getattr(resume, "path", None) or "the checkpoint"
-        check_resumable(resume)
-        # First the data (its fingerprint says how it differs), then what follows from it (the vocabulary).
-        data = for_resume(resume.extra.get("data"), task.fingerprint(), resume.step, where)
-        if resume.vocab != task.vocab:
-            raise ValueError(f"{where}: the checkpoint was trained with a different vocabulary than task "
-                             f"{task.name!r}")
-        k, streak = settings.stop_when_solved, resume.extra.get("solved_streak", 0)
-        if k and streak >= k:
-            raise ValueError(f"{where}: the run was solved by step {resume.step} (validation exact match 100% at "
-                             f"{streak} validations in a row), so it stops before training; to train it further, "
-                             f"give the steps to reach (--steps {resume.step + 1} or more; they switch the stop off)")
-        if resume.step >= settings.steps:
-            raise ValueError(f"{where}: the checkpoint is at step {resume.step}, and steps={settings.steps} "
-                             f"leaves nothing to train; give more steps (--steps {resume.step + 1} or more)")
-        model, vocab = resume.model, resume.vocab
-    else:
-        model, vocab = build_model(task, preset, seed=settings.seed, **(config or {})), task.vocab
-        data = task.fingerprint()
-    trainer = Trainer(model, vocab, encode_pairs(vocab, task.train), encode_pairs(vocab, task.valid),
-                      settings, out_dir, levels=task.levels, comm=comm)
-    trainer.preset = preset
-    trainer.task = task.entry.name if task.entry is not None else None
-    trainer.data_fingerprint = data
-    if resume is not None:
-        trainer.restore(resume)
-    return trainer
-
-
 __all__ = ["NonFiniteLossError", "TrainingInterrupted", "OutputWriteError", "TrainSettings", "Trainer",
-           "encode_pairs", "build_model", "read_metrics", "settings_for", "check_resumable", "make_trainer"]
+           "encode_pairs", "read_metrics"]

@@ -123,7 +123,7 @@ def test_the_average_says_it_is_one_and_holds_no_optimizer_state(tmp_path, two):
 
 def test_training_refuses_to_resume_from_an_average(tmp_path, two):
     from minitransformer.data.registry import load_task
-    from minitransformer.train import make_trainer, settings_for
+    from minitransformer.runsetup import make_trainer, settings_for
 
     avg = average_checkpoints(list(two))
     save_average(tmp_path / "avg.npz", avg)

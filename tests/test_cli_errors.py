@@ -14,7 +14,7 @@ import pytest
 from minitransformer import backend
 from minitransformer.__main__ import main
 from minitransformer.data.registry import load_task
-from minitransformer.train import make_trainer, settings_for
+from minitransformer.runsetup import make_trainer, settings_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORDS = "one two three four five six seven eight".split()

@@ -13,7 +13,7 @@ from minitransformer.data.tsv import DataError, load_tsv, looks_like_header, rea
 from minitransformer.data.vocab import SPACE, tokenize
 from minitransformer.decoding import NonFiniteOutputError, beam_search, greedy_decode
 from minitransformer.model import PRESETS, Transformer
-from minitransformer.train import build_model
+from minitransformer.runsetup import build_model
 
 # -- decoding -------------------------------------------------------------------------------
 

@@ -12,7 +12,7 @@ import pytest
 from minitransformer.__main__ import main
 from minitransformer.data.registry import load_task
 from minitransformer.decoding import MAX_BEAM_SIZE
-from minitransformer.train import make_trainer, settings_for
+from minitransformer.runsetup import make_trainer, settings_for
 
 WORDS = "one two three four five six seven eight".split()
 

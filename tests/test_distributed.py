@@ -23,7 +23,8 @@ from minitransformer.distributed import (
     step_batches,
 )
 from minitransformer.errors import EnvironmentVariableError
-from minitransformer.train import Trainer, TrainSettings, build_model, encode_pairs
+from minitransformer.runsetup import build_model
+from minitransformer.train import Trainer, TrainSettings, encode_pairs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -59,12 +59,8 @@ from minitransformer.model import (
     Transformer,
     TransformerConfig,
 )
-from minitransformer.train import (
-    Trainer,
-    TrainSettings,
-    build_model,
-    encode_pairs,
-)
+from minitransformer.runsetup import build_model
+from minitransformer.train import Trainer, TrainSettings, encode_pairs
 from minitransformer.translate import attention_maps
 
 SYNCS = fake_cupy.SYNCS

@@ -7,6 +7,7 @@ layer or below, and no two modules import each other (directly or in a circle).
     search      decoding, optim, checkpoint, average, snapshots, plot, progress, stops, distributed
     translate   translate
     train       train
+    run setup   runsetup
     lessons     exercises/*
     grade       grade
     cli         __main__
@@ -29,6 +30,7 @@ LAYERS = [
     ("search", ["decoding", "optim", "checkpoint", "average", "snapshots", "plot", "progress", "stops", "distributed"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
+    ("run setup", ["runsetup"]),
     ("lessons", ["exercises.*"]),
     ("grade", ["grade"]),
     ("cli", ["__main__"]),
@@ -148,3 +150,14 @@ def test_the_cache_privacy_check_can_fail(tmp_path):
     f = tmp_path / "x.py"
     f.write_text("def g(attn):\n    return attn._cache.attn.A\n")
     assert _foreign_cache_reads(f) == ["x.py:2"]
+
+
+def test_train_module_holds_the_loop_only():
+    """train.py is the loop (issue 18: under 500 lines, training only); setting a run up
+    (the model, the recipe, the checks before a resume) lives in runsetup.py."""
+    source = (PACKAGE / "train.py").read_text(encoding="utf-8")
+    lines = source.count("\n")
+    assert lines < 500, f"train.py has {lines} lines; move what is not the training loop out (runsetup.py, data/)"
+    defined = {node.name for node in ast.parse(source).body if isinstance(node, (ast.FunctionDef, ast.ClassDef))}
+    moved = {"build_model", "settings_for", "check_resumable", "make_trainer", "load_task", "read_pairs"}
+    assert not defined & moved, f"train.py defines {sorted(defined & moved)}, which belong to runsetup.py or data/"

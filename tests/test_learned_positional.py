@@ -24,7 +24,7 @@ from minitransformer.model import (
     TransformerConfig,
     count_parameters,
 )
-from minitransformer.train import build_model
+from minitransformer.runsetup import build_model
 
 CFG = TransformerConfig(vocab_size=12, d_model=16, h=2, N=2, d_ff=24, P_drop=0.1, max_len=20,
                         positional="learned")

@@ -272,7 +272,7 @@ def _train_argv(corpus, tmp_path, *extra):
 
 @pytest.mark.parametrize("target, says, which", [
     ("minitransformer.data.registry.load_task", "out of memory reading the data", "(--data {corpus})"),
-    ("minitransformer.train.make_trainer", "out of memory building the model; choose a smaller --preset",
+    ("minitransformer.runsetup.make_trainer", "out of memory building the model; choose a smaller --preset",
      "(--preset tiny)"),
     ("minitransformer.train.Trainer.run", "out of memory while training; try a smaller --batch-size", None),
     ("minitransformer.translate.score_translations", "out of memory scoring the test set; the checkpoint is saved",

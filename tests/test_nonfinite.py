@@ -15,7 +15,8 @@ import pytest
 from minitransformer.data.registry import load_task
 from minitransformer.layers.parameter import Parameter
 from minitransformer.optim import Adam, NonFiniteGradientError, clip_grad_norm, global_grad_norm
-from minitransformer.train import Trainer, TrainSettings, build_model, encode_pairs, read_metrics
+from minitransformer.runsetup import build_model
+from minitransformer.train import Trainer, TrainSettings, encode_pairs, read_metrics
 
 
 def _params():

@@ -24,8 +24,8 @@ from minitransformer.data.trees import linearize, parse_tree, read_linearized
 from minitransformer.decoding import GREEDY
 from minitransformer.metrics import bracket_f1
 from minitransformer.model import PRESETS, Transformer
+from minitransformer.runsetup import make_trainer, settings_for
 from minitransformer.settings import recipe
-from minitransformer.train import make_trainer, settings_for
 
 TREE = parse_tree("(S (NP (NNP Alice)) (VP (VT saw) (NP (DT the) (NN dog)) (PP (IN with) (NP (DT a) (NN hat)))))")
 SENTENCE = " ".join(TREE.words())

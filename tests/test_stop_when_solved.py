@@ -21,8 +21,8 @@ from minitransformer.checkpoint import load_checkpoint
 from minitransformer.data import registry
 from minitransformer.data.batching import batch_plan
 from minitransformer.data.registry import load_task
+from minitransformer.runsetup import make_trainer, settings_for
 from minitransformer.settings import TrainSettings, recipe
-from minitransformer.train import make_trainer, settings_for
 
 VALID_EVERY = 5
 SETTINGS = dict(steps=200, batch_size=32, lr_factor=1.0, warmup_steps=20, valid_every=VALID_EVERY,

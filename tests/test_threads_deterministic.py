@@ -36,7 +36,7 @@ import pytest
 from parameter_compare import compare
 
 from minitransformer.data.registry import load_task
-from minitransformer.train import make_trainer, settings_for
+from minitransformer.runsetup import make_trainer, settings_for
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 30
@@ -48,7 +48,7 @@ CHILD = """
 import sys
 import numpy as np
 from minitransformer.data.registry import load_task
-from minitransformer.train import make_trainer, settings_for
+from minitransformer.runsetup import make_trainer, settings_for
 task = load_task("copy", seed=0)
 preset, settings = settings_for("copy", seed=0, steps={steps}, valid_every=10**9)
 trainer = make_trainer(task, settings, preset)

@@ -8,15 +8,8 @@ import pytest
 
 from minitransformer.checkpoint import load_checkpoint, save_checkpoint
 from minitransformer.data.registry import load_task
-from minitransformer.train import (
-    NonFiniteLossError,
-    Trainer,
-    TrainSettings,
-    build_model,
-    encode_pairs,
-    make_trainer,
-    settings_for,
-)
+from minitransformer.runsetup import build_model, make_trainer, settings_for
+from minitransformer.train import NonFiniteLossError, Trainer, TrainSettings, encode_pairs
 from minitransformer.translate import translate_tokens
 
 

@@ -74,7 +74,8 @@ from minitransformer.data.tasks import copy_pairs, reverse_pairs
 from minitransformer.files import atomic_write_text
 from minitransformer.machine import machine_info, machine_summary
 from minitransformer.data.registry import load_task
-from minitransformer.train import encode_pairs, make_trainer, settings_for
+from minitransformer.train import encode_pairs
+from minitransformer.runsetup import make_trainer, settings_for
 from minitransformer.translate import score_translations
 
 HERE = pathlib.Path(__file__).resolve().parent

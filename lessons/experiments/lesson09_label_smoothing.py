@@ -32,7 +32,8 @@ from minitransformer.data.batching import batch_iterator
 from minitransformer.layers.loss import cross_entropy_forward
 from minitransformer.layers.parameter import eval_mode
 from minitransformer.data.registry import load_task
-from minitransformer.train import Trainer, build_model, encode_pairs, settings_for
+from minitransformer.train import Trainer, encode_pairs
+from minitransformer.runsetup import build_model, settings_for
 from minitransformer.translate import score_translations
 
 HERE = pathlib.Path(__file__).resolve().parent

@@ -32,7 +32,8 @@ from minitransformer.data.batching import batch_iterator
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
 from minitransformer.optim import Adam, NoamSchedule
 from minitransformer.data.registry import load_task
-from minitransformer.train import build_model, encode_pairs
+from minitransformer.train import encode_pairs
+from minitransformer.runsetup import build_model
 
 HERE = pathlib.Path(__file__).resolve().parent
 # The model the record was made with: the copy preset as it was then, pinned here so that retuning the

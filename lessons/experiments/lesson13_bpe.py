@@ -29,8 +29,8 @@ kept with ``keep_last=5`` (the package's ``train --keep-last``), for each seed: 
 checkpoint against the average of the last five (``average.average_checkpoints``): test
 perplexity (teacher-forced, unsmoothed, per target piece) and greedy exact match / BLEU / chrF.
 
-Every run goes through the package's own path: ``data.registry.load_task``, ``train.settings_for``,
-``train.build_model``, ``train.Trainer`` and ``translate.score_translations``. Lesson 13 imports
+Every run goes through the package's own path: ``data.registry.load_task``, ``runsetup.settings_for``,
+``runsetup.build_model``, ``train.Trainer`` and ``translate.score_translations``. Lesson 13 imports
 ``tokenization_stats`` and ``train_steps`` from here to repeat parts of it live.
 """
 
@@ -55,7 +55,8 @@ from minitransformer.files import atomic_write_text
 from minitransformer.layers.loss import cross_entropy_forward
 from minitransformer.layers.parameter import eval_mode
 from minitransformer.snapshots import kept_checkpoints
-from minitransformer.train import Trainer, build_model, encode_pairs, settings_for
+from minitransformer.train import Trainer, encode_pairs
+from minitransformer.runsetup import build_model, settings_for
 from minitransformer.translate import score_translations
 
 HERE = pathlib.Path(__file__).resolve().parent

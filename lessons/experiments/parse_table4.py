@@ -9,8 +9,8 @@ corpora ("semi-supervised"), and reports F1 on WSJ section 23: 91.3 and 92.7. He
 treebank is sampled from the grammar of ``data/pcfg.py``: the task ``parse`` (4,000
 training trees) stands for WSJ only, ``parse-large`` (40,000, the first 4,000 being
 parse's) for the larger set. Both have the same validation and test sentences for a
-seed. Each (task, seed) is trained with the task's own recipe (``train.settings_for``,
-``train.make_trainer``, ``Trainer.run``: the command line's path) and scored on the
+seed. Each (task, seed) is trained with the task's own recipe (``runsetup.settings_for``,
+``runsetup.make_trainer``, ``Trainer.run``: the command line's path) and scored on the
 1,000 test sentences with bracket F1 (evalb, ``metrics.bracket_f1``) twice:
 
 * greedy decoding;
@@ -60,7 +60,7 @@ from minitransformer.data.registry import get_task, recipe_for
 from minitransformer.decoding import GREEDY, Beam
 from minitransformer.files import atomic_write_text
 from minitransformer.machine import machine_summary
-from minitransformer.train import make_trainer, settings_for
+from minitransformer.runsetup import make_trainer, settings_for
 from minitransformer.translate import score_translations
 
 HERE = pathlib.Path(__file__).resolve().parent
@@ -101,7 +101,7 @@ def _xx_splits(seed: int) -> dict:
 
 def parser_trainer(task_name: str, seed: int, steps: int | None = None, xx_targets: bool = False):
     """(trainer, task): the task's recipe for ``seed`` (``steps`` to shorten it), set up by
-    ``train.settings_for`` and ``train.make_trainer`` as the command line does, not yet run.
+    ``runsetup.settings_for`` and ``runsetup.make_trainer`` as the command line does, not yet run.
     xx_targets: train on XX leaves instead of the words (the same trees, brackets and scores)."""
     entry = get_task(task_name)
     task = (dataclasses.replace(entry, splits=_xx_splits) if xx_targets else entry).load(seed)

@@ -24,8 +24,8 @@ than any seen in training, needs a task whose length can grow: reverse, trained 
 lengths 1-10 and decoded on 1-20 (``--extrapolation``).
 
 Every run goes through the package's own training path: ``data.registry.load_task``,
-``train.settings_for`` (with the training settings pinned here, PINNED_SETTINGS),
-``train.build_model(task, preset, seed, **overrides)`` and ``train.Trainer``; evaluation through
+``runsetup.settings_for`` (with the training settings pinned here, PINNED_SETTINGS),
+``runsetup.build_model(task, preset, seed, **overrides)`` and ``train.Trainer``; evaluation through
 ``translate.score_translations`` (greedy, exact match, BLEU, chrF) plus a teacher-forced
 perplexity and token accuracy computed here with the package's loss.
 
@@ -56,7 +56,7 @@ import time
 import _record
 import numpy
 
-from minitransformer import train
+from minitransformer import runsetup, train
 from minitransformer.data.registry import load_task
 from minitransformer.data.batching import batch_iterator
 from minitransformer.data.tasks import reverse_pairs
@@ -221,10 +221,10 @@ def run_one(label: str, seed: int, steps: int = STEPS, task_name: str = TASK, ta
     """Train the setting ``label`` with ``seed`` for ``steps`` steps and evaluate it. Returns the record."""
     row, label, overrides, d_k_small, _ = setting(label)
     task = task or load_task(task_name)
-    preset, settings = train.settings_for(task_name, preset=PRESET, steps=steps, seed=seed, valid_every=10**9,
+    preset, settings = runsetup.settings_for(task_name, preset=PRESET, steps=steps, seed=seed, valid_every=10**9,
                                           log_every=25, **PINNED_SETTINGS[task_name])
     config = TOY_BASE | PINNED_MODEL | overrides
-    model = train.build_model(task, preset, seed=seed, **config)
+    model = runsetup.build_model(task, preset, seed=seed, **config)
     trainer = train.Trainer(model, task.vocab, train.encode_pairs(task.vocab, task.train), [], settings)
     n_params = count_parameters(model.cfg)
     if d_k_small is not None:
@@ -424,7 +424,7 @@ def main(argv=None) -> None:
     data |= {"task": TASK, "steps": STEPS, "toy_base": TOY_BASE, "paper_base": PAPER_BASE, "paper_N": PAPER_N,
              "settings": [{"row": r, "label": lab, "overrides": o, "d_k_small": k, "paper": p}
                           for r, lab, o, k, p in SETTINGS],
-             "recipe": train.settings_for(TASK, preset=PRESET, steps=STEPS, **PINNED_SETTINGS[TASK])[1].__dict__}
+             "recipe": runsetup.settings_for(TASK, preset=PRESET, steps=STEPS, **PINNED_SETTINGS[TASK])[1].__dict__}
     if args.pilot:
         section = data.setdefault("pilot", {"runs": []})
         section["note"] = ("4 settings x 2 seeds on two candidate tasks, 500 steps each with the task's recipe "

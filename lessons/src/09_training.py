@@ -36,7 +36,7 @@
 # | the learning-rate schedule (§5.3, Eq. 3) | `minitransformer.optim.NoamSchedule` |
 # | label-smoothed cross-entropy and its gradient $p - q$ (§5.4) | `minitransformer.layers.loss.LabelSmoothedCrossEntropy`, `cross_entropy_forward`, `cross_entropy_backward` |
 # | dropout with its saved mask (§5.4) | `minitransformer.layers.dropout.Dropout`, one object per site |
-# | a run: task, recipe, loop, evaluation | `minitransformer.data.registry.load_task`, `minitransformer.train.settings_for`, `make_trainer`, `Trainer.run`; `minitransformer.translate.score_translations` |
+# | a run: task, recipe, loop, evaluation | `minitransformer.data.registry.load_task`, `minitransformer.runsetup.settings_for`, `make_trainer`, `minitransformer.train.Trainer.run`; `minitransformer.translate.score_translations` |
 #
 # The derivations of this lesson's backward passes are also in
 # [docs/derivations.md §10 (dropout)](../docs/derivations.md#10-dropout-54) and
@@ -303,7 +303,7 @@ print("base model peak:", NoamSchedule(512, 4000).peak_lr, "at step", NoamSchedu
 
 # %%
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
-from minitransformer.train import build_model
+from minitransformer.runsetup import build_model
 
 copy_task = load_task("copy")                   # 20 000 training pairs of 1-10 symbols, seeded
 copy_pairs = encode_pairs(copy_task.vocab, copy_task.train)
@@ -846,7 +846,7 @@ print("independent draws would give 0.1 x 0.1 = 0.01 at both")
 # $\ln V \le \text{initial loss} \le \ln V + \sigma^2/2$:
 
 # %%
-from minitransformer.train import make_trainer, settings_for
+from minitransformer.runsetup import make_trainer, settings_for
 
 # The model of §3's warm-up runs (d_model 64, 8 heads, 2 layers). The copy recipe's own model (§7, d_model 128,
 # one layer, tied embeddings) starts with larger logits: its first losses, printed in §7, are well above ln V.

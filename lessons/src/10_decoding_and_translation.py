@@ -44,7 +44,7 @@
 # | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search`; as named strategies `Greedy()`, `Beam(size=4, alpha=0.6)` (and `Sample(...)`) for `decoding.decode` and `translate` |
 # | the length penalty (Wu et al. 2016, Eq. 14) | `minitransformer.decoding.length_penalty` |
 # | BLEU, chrF, exact match | `minitransformer.metrics.corpus_bleu`, `corpus_chrf`, `exact_match` |
-# | a task, its recipe, a training run | `minitransformer.data.registry.load_task`, `minitransformer.train.settings_for`, `make_trainer`, `Trainer.run` |
+# | a task, its recipe, a training run | `minitransformer.data.registry.load_task`, `minitransformer.runsetup.settings_for`, `make_trainer`, `minitransformer.train.Trainer.run` |
 # | translate and score a test set | `minitransformer.translate.score_translations` |
 # | every layer's and head's attention weights | `minitransformer.translate.attention_maps` |
 #
@@ -68,7 +68,7 @@ from contextlib import contextmanager, nullcontext
 import matplotlib.pyplot as plt
 import numpy as np
 
-from minitransformer import backend, decoding, machine, metrics, translate, train
+from minitransformer import backend, decoding, machine, metrics, runsetup, translate
 from minitransformer.data.registry import load_task
 from minitransformer import model as model_module
 from minitransformer.layers.loss import log_softmax
@@ -301,7 +301,7 @@ for src_tokens, tgt_tokens in task.test[:3]:
     print(f"  {' '.join(src_tokens):32s} ->  {' '.join(tgt_tokens)}")
 
 # %% [markdown]
-# The model and the schedule are the task's recipe (`train.settings_for("dates-en-ko")`): the
+# The model and the schedule are the task's recipe (`runsetup.settings_for("dates-en-ko")`): the
 # `translate` preset ($d_\text{model} = 128$, $h = 4$, $N = 2$, $d_\text{ff} = 512$,
 # $P_\text{drop} = 0.1$, $\varepsilon_{ls} = 0.1$), Adam with the §5.3 schedule
 # (warm-up 400 steps, learning rate factor 0.5) and gradient clipping at norm 1.0 (lesson 9).
@@ -318,8 +318,8 @@ show_slow_cell("10", "training the dates model, 400 steps")
 
 # %%
 # slow: training the dates model, 400 steps
-preset, settings = train.settings_for("dates-en-ko", steps=150, batch_size=64)
-trainer = train.make_trainer(task, settings, preset)
+preset, settings = runsetup.settings_for("dates-en-ko", steps=150, batch_size=64)
+trainer = runsetup.make_trainer(task, settings, preset)
 model = trainer.model
 print(preset, model.cfg)
 print(f"{model.num_parameters():,} parameters")

@@ -30,8 +30,8 @@
 #
 # | what | where in the package |
 # | --- | --- |
-# | a variation of the model | `TransformerConfig.with_(h=..., N=...)`, or `train.build_model(task, preset, seed, **overrides)` |
-# | a training run | `data.registry.load_task`, `train.settings_for`, `train.Trainer` |
+# | a variation of the model | `TransformerConfig.with_(h=..., N=...)`, or `runsetup.build_model(task, preset, seed, **overrides)` |
+# | a training run | `data.registry.load_task`, `runsetup.settings_for`, `train.Trainer` |
 # | BLEU, chrF, exact match (greedy decoding) | `translate.score_translations` (on `metrics.corpus_bleu`, `exact_match`) |
 # | perplexity: the mean negative log-likelihood, unsmoothed | `layers.loss.LabelSmoothedCrossEntropy(pad_id, 0.0)` |
 # | the learned table $P$ (row E) | `layers.positional.LearnedPositionalEmbedding`, `TransformerConfig(positional="learned")` |
@@ -152,7 +152,7 @@ print("settings:", len(table), "  seeds per setting:", sorted({len(s["runs"]) fo
 # `docs/datasets.md`). For example:
 
 # %%
-from minitransformer import train
+from minitransformer import runsetup
 from minitransformer.data.registry import load_task
 from minitransformer.model import count_parameters
 
@@ -160,7 +160,7 @@ task = load_task(results["task"])
 for src, tgt in task.test[:3]:
     print(" ".join(src), " ->  ", " ".join(tgt))
 print("vocabulary:", len(task.vocab), "words;  toy base parameters:",
-      f"{count_parameters(train.build_model(task, 'copy', **results['toy_base']).cfg):,}")
+      f"{count_parameters(runsetup.build_model(task, 'copy', **results['toy_base']).cfg):,}")
 print("recipe:", {k: results["recipe"][k] for k in ("steps", "batch_size", "lr_factor", "warmup_steps", "clip_norm")})
 
 # %% [markdown]

@@ -316,7 +316,7 @@ display(Markdown(
 
 # %%
 from minitransformer.model import PRESETS
-from minitransformer.train import settings_for
+from minitransformer.runsetup import settings_for
 
 preset, recipe_settings = settings_for("numbers-en-de")
 cfg = PRESETS[preset]

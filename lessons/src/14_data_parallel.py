@@ -228,7 +228,8 @@ from minitransformer.data.batching import make_batch
 from minitransformer.data.registry import load_task
 from minitransformer.distributed import shard_batch
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
-from minitransformer.train import build_model, encode_pairs
+from minitransformer.train import encode_pairs
+from minitransformer.runsetup import build_model
 
 backend.set_default_dtype("float64")                          # float64: differences are the method's, not rounding
 copy_task = load_task("copy", seed=0)

@@ -282,8 +282,8 @@ assert abs(package.f1 - F1) < 1e-9 and abs(package.precision - P) < 1e-9
 #
 # The `parse` task's recipe (`python -m minitransformer tasks` shows it) trains the model below for
 # many more steps than a notebook can wait for, so here the same recipe runs for a few hundred steps
-# (`parse_table4.LESSON`), through the package's own training path (`train.settings_for`,
-# `train.make_trainer`, `Trainer.run`, what `train --task parse` calls), in chunks of a couple of hundred
+# (`parse_table4.LESSON`), through the package's own training path (`runsetup.settings_for`,
+# `runsetup.make_trainer`, `Trainer.run`, what `train --task parse` calls), in chunks of a couple of hundred
 # steps, one cell each. Chunks change nothing: the schedule, the batches and the dropout masks depend on
 # the step number alone, so three runs of 200 steps are one run of 600.
 
