@@ -125,8 +125,9 @@ def _parse_result(name: str) -> tuple[str, dict] | None:
     for run in _load(PARSE_RECORD).get("runs", []):
         if run.get("task") == name and run.get("seed") == 0 and "greedy" in run:
             beam = run.get("beam")
-            beam_text = (f"; beam 21: {beam['bracket_f1']:.2f} on the first {run['beam_test_sentences']:,} "
-                         f"sentences" if beam and run.get("beam_test_sentences") else "")
+            n_beam = run.get("beam_test_sentences")
+            where = "the same" if n_beam == run["test_sentences"] else f"the first {n_beam:,}"
+            beam_text = f"; beam 21: {beam['bracket_f1']:.2f} on {where} sentences" if beam and n_beam else ""
             text = (f"bracket F1 {run['greedy']['bracket_f1']:.2f} greedy on {run['test_sentences']:,} "
                     f"sentences{beam_text} "
                     f"(`lessons/experiments/parse_table4.json`) | | {run['train_seconds']:.0f} s "
