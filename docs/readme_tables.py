@@ -128,8 +128,11 @@ def _parse_result(name: str) -> tuple[str, dict] | None:
             n_beam = run.get("beam_test_sentences")
             where = "the same" if n_beam == run["test_sentences"] else f"the first {n_beam:,}"
             beam_text = f"; beam 21: {beam['bracket_f1']:.2f} on {where} sentences" if beam and n_beam else ""
+            seeds = [r for r in _load(PARSE_RECORD)["runs"] if r.get("task") == name and "greedy" in r]
+            mean = (f"; seeds {', '.join(str(r['seed']) for r in seeds)}: greedy mean "
+                    f"{sum(r['greedy']['bracket_f1'] for r in seeds) / len(seeds):.2f}" if len(seeds) > 1 else "")
             text = (f"bracket F1 {run['greedy']['bracket_f1']:.2f} greedy on {run['test_sentences']:,} "
-                    f"sentences{beam_text} "
+                    f"sentences{beam_text}{mean} "
                     f"(`lessons/experiments/parse_table4.json`) | | {run['train_seconds']:.0f} s "
                     f"({run['steps']:,} steps)")
             return text, run
