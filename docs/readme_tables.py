@@ -122,13 +122,13 @@ def lessons_table() -> str:
 
 def _parse_result(name: str) -> tuple[str, dict] | None:
     """A parsing task's row from the Table 4 record (bench_tasks reads BLEU lines; parsing prints F1)."""
-    for run in _load(PARSE_RECORD).get("runs", []):
-        if run.get("task") == name and run.get("seed") == 0 and "greedy" in run:
+    seeds = [r for r in _load(PARSE_RECORD).get("runs", []) if r.get("task") == name and "greedy" in r]
+    for run in seeds:
+        if run.get("seed") == 0:
             beam = run.get("beam")
             n_beam = run.get("beam_test_sentences")
             where = "the same" if n_beam == run["test_sentences"] else f"the first {n_beam:,}"
             beam_text = f"; beam 21: {beam['bracket_f1']:.2f} on {where} sentences" if beam and n_beam else ""
-            seeds = [r for r in _load(PARSE_RECORD)["runs"] if r.get("task") == name and "greedy" in r]
             mean = (f"; seeds {', '.join(str(r['seed']) for r in seeds)}: greedy mean "
                     f"{sum(r['greedy']['bracket_f1'] for r in seeds) / len(seeds):.2f}" if len(seeds) > 1 else "")
             text = (f"bracket F1 {run['greedy']['bracket_f1']:.2f} greedy on {run['test_sentences']:,} "

@@ -19,6 +19,10 @@ so no other run is writing there. The cleanup knows the older names too:
 ``keep_previous``: the file being replaced is kept under a second name
 (``checkpoint.npz`` -> ``checkpoint.prev.npz``), also by renames only, so
 at every moment both names hold a complete file.
+
+Reading: :func:`open_to_read` opens a file the user named (a TSV, a text file,
+a BPE codes file) and turns the three ways that fails into one line that names
+the file and what it should have been.
 """
 
 from __future__ import annotations
@@ -34,6 +38,21 @@ LEGACY_TEMP_PREFIX = ".tmp-"     # tempfile.mkstemp(prefix=".tmp-", suffix=name)
 
 # ".checkpoint.npz.4242-9f86d081.partial" (this version) or ".checkpoint.npz.partial" (before it).
 _PARTIAL_NAME = re.compile(r"^\.(?P<target>.+?)(?:\.(?P<pid>\d+)-[0-9a-f]+)?" + re.escape(PARTIAL_SUFFIX) + "$")
+
+
+def open_to_read(path: str | os.PathLike, kind: str, short: str | None = None):
+    """``open(path, "rb")``; a missing file, a directory or an unreadable file is the same
+    error type with a message naming ``path`` and the ``kind`` of file expected ("TSV data
+    file"; ``short``, if given, in the other two messages: "TSV file")."""
+    name, short = os.fspath(path), short or kind
+    try:
+        return open(path, "rb")
+    except FileNotFoundError:
+        raise FileNotFoundError(f"{kind} not found: {name}") from None
+    except IsADirectoryError:
+        raise IsADirectoryError(f"{name} is a directory, not a {short}") from None
+    except PermissionError:
+        raise PermissionError(f"{name}: no permission to read the {short}") from None
 
 
 def partial_path(path: str | os.PathLike) -> str:

@@ -287,3 +287,22 @@ def test_an_unwritable_file_in_the_folder_keeps_the_good_checkpoint(data, tmp_pa
     assert f"the previous checkpoint, {out / 'checkpoint.npz'} (step 5), is intact" in line
     assert load_checkpoint(str(out / "checkpoint.npz")).step == 5
     assert [n for n in os.listdir(out) if n.endswith(".partial")] == []
+
+
+def test_open_to_read_names_the_file_and_its_kind(tmp_path, monkeypatch):
+    """The one reader of user-named files (TSV, text, BPE codes): each way open fails is its own
+    error type, naming the path and the kind of file that was expected."""
+    open_to_read = files.open_to_read
+    with pytest.raises(FileNotFoundError, match=r"^TSV data file not found: .*nope\.tsv$"):
+        open_to_read(tmp_path / "nope.tsv", "TSV data file", "TSV file")
+    with pytest.raises(IsADirectoryError, match=r"is a directory, not a TSV file$"):
+        open_to_read(tmp_path, "TSV data file", "TSV file")
+    (tmp_path / "codes.bpe").write_bytes(b"#version: 0.2\n")
+    with open_to_read(tmp_path / "codes.bpe", "BPE codes file") as f:
+        assert f.read() == b"#version: 0.2\n"
+
+    def refuse(*args, **kwargs):                  # as root, chmod 000 does not stop a read
+        raise PermissionError(13, "Permission denied")
+    monkeypatch.setattr("builtins.open", refuse)
+    with pytest.raises(PermissionError, match=r"codes\.bpe: no permission to read the BPE codes file$"):
+        open_to_read(tmp_path / "codes.bpe", "BPE codes file")

@@ -65,7 +65,7 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..files import atomic_write_text
+from ..files import atomic_write_text, open_to_read
 from .tsv import read_tsv_rows
 
 __all__ = [
@@ -647,15 +647,8 @@ def read_corpus(paths: Iterable[str | os.PathLike]) -> Counter[str]:
                 counts.update(line_words(src, f"{name}:{lineno}: source: "))
                 counts.update(line_words(tgt, f"{name}:{lineno}: target: "))
             continue
-        try:
-            with open(name, "rb") as f:
-                data = f.read()
-        except FileNotFoundError:
-            raise FileNotFoundError(f"text file not found: {name}") from None
-        except IsADirectoryError:
-            raise IsADirectoryError(f"{name} is a directory, not a text file") from None
-        except PermissionError:
-            raise PermissionError(f"{name}: no permission to read the file") from None
+        with open_to_read(name, "text file") as f:
+            data = f.read()
         for lineno, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
             try:
                 line = raw.decode("utf-8")
@@ -674,15 +667,8 @@ def read_codes(path: str | os.PathLike) -> list[Merge]:
     line; they put the end-of-word marker on a symbol of its own) are refused.
     """
     name = os.fspath(path)
-    try:
-        with open(path, "rb") as f:
-            raw_lines = f.read().split(b"\n")
-    except FileNotFoundError:
-        raise FileNotFoundError(f"BPE codes file not found: {name}") from None
-    except IsADirectoryError:
-        raise IsADirectoryError(f"{name} is a directory, not a BPE codes file") from None
-    except PermissionError:
-        raise PermissionError(f"{name}: no permission to read the BPE codes file") from None
+    with open_to_read(path, "BPE codes file") as f:
+        raw_lines = f.read().split(b"\n")
     while raw_lines and not raw_lines[-1].strip(b"\r "):
         raw_lines.pop()                                # the final newline, and empty lines after it
     lines = []

@@ -12,7 +12,7 @@ import os
 import re
 from collections.abc import Iterable
 
-from ..files import atomic_write_text
+from ..files import atomic_write_text, open_to_read
 
 
 class DataError(ValueError):
@@ -68,17 +68,10 @@ def read_tsv_rows(path: str | os.PathLike, header: bool = False, max_line_bytes:
     * A line holding carriage returns is reported as a file with CR line ends
       (classic Mac OS), which is what it almost always is.
     """
-    try:
-        # Read bytes and decode line by line, so that a bad byte is reported
-        # on its own line (a text-mode file decodes whole chunks ahead).
-        with open(path, "rb") as f:
-            return _parse_rows(f, path, header, max_line_bytes, max_file_bytes)
-    except FileNotFoundError:
-        raise FileNotFoundError(f"TSV data file not found: {os.fspath(path)!s}") from None
-    except IsADirectoryError:
-        raise IsADirectoryError(f"{os.fspath(path)!s} is a directory, not a TSV file") from None
-    except PermissionError:
-        raise PermissionError(f"{os.fspath(path)!s}: no permission to read the file") from None
+    # Read bytes and decode line by line, so that a bad byte is reported
+    # on its own line (a text-mode file decodes whole chunks ahead).
+    with open_to_read(path, "TSV data file", "TSV file") as f:
+        return _parse_rows(f, path, header, max_line_bytes, max_file_bytes)
 
 
 def _raw_lines(f, path, max_line_bytes: int, max_file_bytes: int):
