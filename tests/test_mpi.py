@@ -155,12 +155,17 @@ def test_every_rank_holds_bit_identical_parameters_and_the_check_can_fail(tmp_pa
         "try:\n"
         "    distributed.check_in_sync(comm, params, step=2)\n"
         "except distributed.RanksOutOfSync as exc:\n"
-        "    print(f'rank {comm.rank} caught: {exc}', flush=True)\n", encoding="utf-8")
-    result = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script)], capture_output=True, text=True,
-                            env=_env(), timeout=TIMEOUT)
+        "    import pathlib, sys\n"
+        "    pathlib.Path(sys.argv[1], f'caught{comm.rank}.txt').write_text(str(exc), encoding='utf-8')\n",
+        encoding="utf-8")
+    # Each rank writes what it caught to its own file: mpiexec forwards the ranks' standard
+    # output as it comes, and two ranks printing at once have been seen merged into one line.
+    result = subprocess.run([MPIEXEC, "-n", "2", sys.executable, str(script), str(tmp_path)], capture_output=True,
+                            text=True, env=_env(), timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr
-    caught = sorted(line for line in result.stdout.splitlines() if "caught" in line)
-    assert len(caught) == 2 and all("after step 2 the ranks' parameters differ" in line for line in caught), caught
+    caught = {path.name: path.read_text(encoding="utf-8") for path in sorted(tmp_path.glob("caught*.txt"))}
+    assert sorted(caught) == ["caught0.txt", "caught1.txt"], (caught, result.stdout)
+    assert all("after step 2 the ranks' parameters differ" in text for text in caught.values()), caught
 
 
 # -- checkpoints do not depend on the number of ranks ----------------------------------------------
