@@ -220,3 +220,25 @@ def test_sweep_json_records_its_provenance():
     n = data["n_sweep"]["n"]
     for name, rows in data["n_sweep"]["time_s"].items():
         assert len(rows[0]) == len(n) and all(t > 0 for t in rows[0]), name
+
+
+def _table1_script():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("lesson08_table1", ROOT / "lessons" / "experiments" / "lesson08_table1.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_keep_minimum_keeps_each_points_smaller_time_and_refuses_other_counts():
+    """Lesson 8 re-measures its live piece on a busy machine and keeps each point's minimum."""
+    table1 = _table1_script()
+    a = {"time_s": {"attention": [3.0, 1.0], "conv": [2.0, 5.0]}, "flops": {"attention": [1, 2]}, "calls": {"attention": [4, 4]}}
+    b = {"time_s": {"attention": [2.0, 4.0], "conv": [6.0, 1.0]}, "flops": {"attention": [1, 2]}, "calls": {"attention": [4, 4]}}
+    merged = table1.keep_minimum(a, b)
+    assert merged["time_s"] == {"attention": [2.0, 1.0], "conv": [2.0, 1.0]}
+    assert merged["flops"] == a["flops"] and a["time_s"]["attention"] == [3.0, 1.0]     # the inputs are unchanged
+    with pytest.raises(ValueError, match="different FLOPs or calls"):
+        table1.keep_minimum(a, b | {"calls": {"attention": [4, 5]}})
+    slopes = table1.growth_slopes([16, 64, 256], {"attention": [1.0, 2.0, 8.0]})
+    assert slopes["attention"] == pytest.approx(math.log(4) / math.log(4))

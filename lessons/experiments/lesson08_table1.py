@@ -284,6 +284,15 @@ def live_piece(calls: dict, rng) -> dict:
     return out
 
 
+def keep_minimum(a: dict, b: dict) -> dict:
+    """Two live pieces of the same layers merged: each point's smaller time (noise only ever adds
+    time, so the minimum over more rounds is the better estimate); FLOPs and calls must be equal."""
+    if a["flops"] != b["flops"] or a["calls"] != b["calls"]:
+        raise ValueError("keep_minimum: the two live pieces counted different FLOPs or calls")
+    return a | {"time_s": {name: [min(s, t) for s, t in zip(a["time_s"][name], b["time_s"][name], strict=True)]
+                           for name in a["time_s"]}}
+
+
 def growth_slopes(n: list, time_s: dict, n_from: int = 64, n_to: int = 256) -> dict:
     """The log-log slope of each layer's time from n_from to n_to: the shape, free of the machine's speed."""
     i, j = n.index(n_from), n.index(n_to)
