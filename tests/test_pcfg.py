@@ -103,7 +103,7 @@ def test_the_splits_are_disjoint_nested_and_repeatable():
     assert small == pcfg.parse_splits(300, seed=7, n_valid=50, n_test=100)
     with pytest.raises(ValueError, match="n_train must be an integer >= 0"):
         pcfg.parse_splits(-1, seed=0)
-    assert pcfg.SIZES == {"small": 4_000, "large": 40_000}
+    assert pcfg.SIZES == {"small": 8_000, "large": 80_000}
 
 
 def test_the_examples_are_tokenized_as_the_model_sees_them():

@@ -313,7 +313,7 @@ def tree_log_prob(tree: Tree, grammar: Grammar = GRAMMAR) -> float:
 
 # The training-set sizes of Table 4 in miniature: "WSJ only" (about 40k trees in
 # the paper) scaled to a few thousand, and the semi-supervised set 10x larger.
-SIZES = {"small": 4_000, "large": 40_000}
+SIZES = {"small": 8_000, "large": 80_000}
 
 
 class ParseExample(NamedTuple):
@@ -338,7 +338,7 @@ def parse_splits(n_train: int, seed: int, n_valid: int = 500, n_test: int = 1_00
     Test is drawn first, then valid, then train, from one random stream: for a
     given seed, test and valid are the same whatever ``n_train`` is, and a
     smaller training set is the start of a larger one (``SIZES["small"]``'s
-    trees are the first 4,000 of ``SIZES["large"]``'s). No sentence is in two
+    trees are the first 8,000 of ``SIZES["large"]``'s). No sentence is in two
     splits, nor twice in one.
 
     Source tokens are the words; target tokens are word-level too, split the
