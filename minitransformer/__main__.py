@@ -614,7 +614,7 @@ def _train_locked(args, task, out_dir: str, ckpt, saved, seed: int, changes: dic
     overrides = dict(steps=args.steps, batch_size=args.batch_size, max_tokens=args.max_tokens,
                      accumulate=args.accumulate, lr_factor=args.lr_factor, warmup_steps=args.warmup,
                      clip_norm=args.clip_norm, seed=seed, valid_every=args.valid_every,
-                     checkpoint_every=args.checkpoint_every, keep_last=args.keep_last,
+                     checkpoint_every=args.checkpoint_every, keep_last=args.keep_last, average_last=args.average_last,
                      stop_when_solved=args.stop_when_solved)
     if args.steps is not None and args.stop_when_solved is None:
         overrides["stop_when_solved"] = 0         # --steps N: exactly N steps, solved or not
@@ -715,6 +715,13 @@ def _train_and_report(args, task, trainer, settings, out_dir: str, strategies: l
                                      f"python -m minitransformer evaluate --checkpoint {shlex.quote(checkpoint)} "
                                      f"{source} --beam 1"):
         _report(model.eval(), task, vocab, task.test, strategies)
+        if trainer.average is not None:           # average_last (§6.1): the average is scored too
+            from .checkpoint import load_checkpoint  # noqa: PLC0415
+
+            path, steps = trainer.average
+            print(f"the average of the last {len(steps)} checkpoints (§6.1; steps "
+                  f"{', '.join(f'{k:,}' for k in steps)}): {path}")
+            _report(load_checkpoint(path).model.eval(), task, vocab, task.test, strategies, n_samples=0)
     trainer.comm.barrier("the end of the run (rank 0 decoding the test set)", timeout=False)
     if streams.output_lost() == "stdout":
         print(f"standard output was closed: the test-set report was cut short; the checkpoint is saved ({checkpoint}). "
@@ -1122,6 +1129,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--keep-last", type=positive_int, metavar="K",
                    help="keep the last K checkpoints saved at those intervals (and the last step's) as "
                         "checkpoint.stepNNNNNN.npz, for `average` (§6.1 averages the last 5)")
+    p.add_argument("--average-last", type=positive_int, metavar="K",
+                   help="at the last step, also write average.npz, the average of the last K kept checkpoints "
+                        "(§6.1; needs --keep-last K or more), and score it on the test set too")
     p.add_argument("--stop-when-solved", type=non_negative_int, metavar="K",
                    help="stop once validation exact match is 100%% at K validations in a row (0: never; "
                         "default: the task's, 2 for copy and reverse, 0 when --steps is given)")

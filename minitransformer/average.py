@@ -150,7 +150,8 @@ def average_checkpoints(checkpoints: Sequence[Checkpoint]) -> Checkpoint:
 
     Its model is a fresh Transformer of the shared config holding the mean parameters,
     on the current backend; vocabulary, tokenization (``extra["levels"]``) and training
-    settings are the first checkpoint's (all agree). No optimizer state. ``step`` is the
+    settings (and the task and preset, where the checkpoints name them) are the first
+    checkpoint's (all agree). No optimizer state. ``step`` is the
     latest source step, and ``extra["average"] = {"sources": [...], "steps": [...]}``; ``meta``
     is None (it was not read from a file).
     Raises an AverageError subclass naming the two checkpoints that disagree.
@@ -164,7 +165,8 @@ def average_checkpoints(checkpoints: Sequence[Checkpoint]) -> Checkpoint:
         p.grad = xp.zeros_like(p.data)
     model.reseed_dropout(0)
     steps = [int(c.step) for c in checkpoints]
-    extra = {key: first.extra[key] for key in (*TOKENIZATION_KEYS, "settings") if key in first.extra}
+    extra = {key: first.extra[key] for key in (*TOKENIZATION_KEYS, "settings", "task", "preset")
+             if key in first.extra}
     extra["average"] = {"sources": [_name(c, k) for k, c in enumerate(checkpoints)], "steps": steps}
     return Checkpoint(model, first.vocab, max(steps), None, extra, meta=None, path=None)
 

@@ -51,6 +51,10 @@ class TrainSettings:
     log_every: int = 10
     checkpoint_every: int | None = None    # None: only at validations and at the end
     keep_last: int | None = None           # also keep the last K of those as checkpoint.stepNNNNNN.npz (§6.1)
+    # §6.1: the base models were "a single model obtained by averaging the last 5 checkpoints".
+    # At the last step, also write average.npz, the mean of the last K kept checkpoints (snapshots.py);
+    # needs keep_last >= K. The run's checkpoint.npz stays the last step's (what a resume continues).
+    average_last: int | None = None
     valid_decode: int = 200                # sentences decoded greedily at each validation
     # Stop once the validation exact match has been 100% at this many validations in a row
     # ("solved"); 0: always train all ``steps``. One perfect validation can be luck (a
@@ -76,8 +80,13 @@ class TrainSettings:
         check("batch_by_length", lambda v: isinstance(v, bool), "True or False")
         check("lr_factor", lambda v: _is_number(v) and v > 0, "a finite number > 0")
         check("clip_norm", lambda v: v is None or (_is_number(v) and v > 0), "a finite number > 0 or None")
+        check("average_last", lambda v: v is None or (_is_int(v) and v >= 2), "an integer ≥ 2 or None")
         if self.batch_size is None and self.max_tokens is None:
             raise ValueError("TrainSettings: give batch_size or max_tokens (or both)")
+        if self.average_last is not None and (self.keep_last or 0) < self.average_last:
+            raise ValueError(f"TrainSettings: average_last={self.average_last} averages the last "
+                             f"{self.average_last} kept checkpoints, so keep_last must be at least "
+                             f"{self.average_last}, got {self.keep_last!r}")
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "settings") -> TrainSettings:

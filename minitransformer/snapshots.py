@@ -10,7 +10,9 @@ gives every checkpoint it writes at its interval (each validation, each
 (six digits, so that ``ls`` lists them in step order up to 999,999 steps), and removes
 the oldest beyond K. The second name is a hard link to the checkpoint just written
 (``files.atomic_second_name``): no second copy is written, and it appears atomically.
-``python -m minitransformer average runs/X/checkpoint.step*.npz -o avg.npz`` averages them.
+``python -m minitransformer average runs/X/checkpoint.step*.npz -o avg.npz`` averages them;
+a run with ``average_last`` K (``train --average-last K``) does it itself at its last step,
+into ``average.npz`` beside its checkpoint (``write_average``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import re
 from .files import atomic_second_name
 
 STEP_FILE = "checkpoint.step{step:06d}.npz"
+AVERAGE_FILE = "average.npz"
 _STEP_FILE = re.compile(r"^checkpoint\.step(\d+)\.npz$")
 
 
@@ -60,4 +63,18 @@ def drop_after(out_dir: str, step: int) -> list[str]:
     return later
 
 
-__all__ = ["STEP_FILE", "step_path", "kept_checkpoints", "keep", "drop_after"]
+def write_average(out_dir: str, k: int) -> tuple[str, list[int]]:
+    """Average the last ``k`` kept checkpoints of ``out_dir`` (fewer if fewer are kept) into
+    ``out_dir/average.npz``, atomically; returns (its path, the steps averaged)."""
+    from .average import average_checkpoints, save_average  # noqa: PLC0415  (average imports the model)
+    from .checkpoint import load_checkpoint  # noqa: PLC0415
+
+    last = kept_checkpoints(out_dir)[-k:]
+    if not last:
+        raise FileNotFoundError(f"{out_dir} has no kept checkpoints (checkpoint.stepNNNNNN.npz) to average")
+    path = os.path.join(out_dir, AVERAGE_FILE)
+    save_average(path, average_checkpoints([load_checkpoint(p) for _, p in last]))
+    return path, [step for step, _ in last]
+
+
+__all__ = ["STEP_FILE", "AVERAGE_FILE", "step_path", "kept_checkpoints", "keep", "drop_after", "write_average"]

@@ -123,6 +123,7 @@ class Trainer:
         self.skipped_steps, self.consecutive_skips = 0, 0
         self.last_saved: tuple[str, int] | None = None     # (path, step) of the last checkpoint written
         self.resumed_from: tuple[str, int] | None = None   # (path, step) of the checkpoint restored, if any
+        self.average: tuple[str, list[int]] | None = None  # (path, steps) of the §6.1 average this run wrote
         # What the run trains on (data.fingerprint), saved in every checkpoint; None: not known.
         self.data_fingerprint: dict | None = None
         self._progress: Progress | None = None
@@ -426,6 +427,8 @@ class Trainer:
                     self.save()                    # the end, or the step an interruption stopped at
                 if self.out_dir and self.step == s.steps:
                     self._keep_step()
+                    if s.average_last and self.comm.is_root:     # §6.1, at the end of a whole run
+                        self.average = snapshots.write_average(self.out_dir, s.average_last)
                 if agree_to_stop(self.comm, stop, self.step):
                     raise TrainingInterrupted(stop.signum, self.step, self.checkpoint_path)
         finally:

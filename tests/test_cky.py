@@ -142,7 +142,8 @@ def test_the_ceiling_and_the_floor():
     training-set size, so it is rebuilt here in a second and the committed figures are checked."""
     record = json.loads((pathlib.Path(__file__).resolve().parents[1] / "lessons" / "experiments"
                          / "parse_baselines.json").read_text(encoding="utf-8"))
-    assert record["command"].startswith("python lessons/experiments/parse_baselines.py")
+    assert record["provenance"][-1]["command"].startswith("python lessons/experiments/parse_baselines.py")
+    assert record["sizes"]["small"] == pcfg.SIZES["small"] and record["sizes"]["large"] == pcfg.SIZES["large"]
     seed0 = next(s for s in record["seeds"] if s["seed"] == 0)
     sizes = record["sizes"]
     test = pcfg.parse_splits(0, seed=0, n_valid=sizes["valid"], n_test=sizes["test"]).test

@@ -184,3 +184,60 @@ def test_average_refuses_checkpoints_of_another_run_and_other_bad_input(run_dir,
     code, _, err = run(["average", mine, "-o", tsv / "avg.npz"])            # a folder that is a file
     assert code == 2
     one_error_line(err, "exists and is not a directory", "(--output ")
+
+
+# -- train --average-last: the average written at the end of the run --------------------------------
+
+def test_average_last_writes_the_mean_of_the_last_k_and_scores_it(tmp_path, tsv):
+    out = tmp_path / "run"
+    code, stdout, err = run(["train", "--data", tsv, "--out", out, "--steps", "22", "--keep-last", "3",
+                             "--average-last", "3", *TRAIN])
+    assert code == 0, err
+    avg = load_checkpoint(str(out / "average.npz"))
+    assert avg.optimizer_state is None and avg.extra["average"]["steps"] == [15, 20, 22]
+    assert load_checkpoint(str(out / "checkpoint.npz")).step == 22      # the run's checkpoint is the last step's
+    sources = [_params(p) for _, p in kept_checkpoints(str(out))]
+    for name, value in _params(out / "average.npz").items():
+        mean = sum(s[name].astype(np.float64) for s in sources) / 3
+        np.testing.assert_array_equal(value, mean.astype(value.dtype), err_msg=name)
+    # the test report is printed twice: the last step's checkpoint, then the average
+    assert f"the average of the last 3 checkpoints (§6.1; steps 15, 20, 22): {out / 'average.npz'}" in stdout
+    assert stdout.count("exact match") >= 2, stdout
+
+
+def test_the_trainer_averages_at_its_last_step_and_only_with_a_folder(tmp_path):
+    """``Trainer.average`` is (path, steps) after a run into a folder; a run with no folder keeps nothing to average."""
+    from minitransformer.data.registry import get_task  # noqa: PLC0415
+    from minitransformer.runsetup import make_trainer, settings_for  # noqa: PLC0415
+
+    task = get_task("copy").load(0)
+    preset, settings = settings_for(task, preset="tiny", steps=10, valid_every=5, keep_last=2, average_last=2)
+    trainer = make_trainer(task, settings, preset, str(tmp_path / "run"))
+    assert trainer.average is None
+    trainer.run(progress=False)
+    assert trainer.average == (str(tmp_path / "run" / "average.npz"), [5, 10])
+    no_dir = make_trainer(task, settings, preset)
+    no_dir.run(progress=False)
+    assert no_dir.average is None
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--keep-last", "2", "--average-last", "3"], "average_last=3 averages the last 3 kept checkpoints, so keep_last "
+                                                  "must be at least 3, got 2"),
+    (["--average-last", "3"], "keep_last must be at least 3, got None"),
+    (["--keep-last", "3", "--average-last", "1"], "average_last must be an integer ≥ 2 or None, got 1"),
+])
+def test_a_bad_average_last_is_refused_before_step_1(tmp_path, tsv, args, message):
+    out = tmp_path / "run"
+    code, _, err = run(["train", "--data", tsv, "--out", out, "--steps", "10", *args, *TRAIN])
+    assert code == 2, err
+    one_error_line(err, message)
+    assert not (out / "checkpoint.npz").exists()
+
+
+def test_an_average_names_the_task_and_preset_of_its_run(tmp_path):
+    code, _, err = run(["train", "--task", "copy", "--out", tmp_path / "run", "--steps", "4", "--valid-every", "2",
+                        "--keep-last", "2", "--average-last", "2", "--preset", "tiny", "--no-progress"])
+    assert code == 0, err
+    avg = load_checkpoint(str(tmp_path / "run" / "average.npz"))
+    assert (avg.extra["task"], avg.extra["preset"]) == ("copy", "tiny")

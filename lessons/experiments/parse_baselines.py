@@ -13,27 +13,27 @@ training sets of Table 4 in miniature, the validation and test sets) and reports
   parse (``data/cky.py``) on the test set, and the floor: a right-branching tree;
 * CKY's speed on the test set (sentences per second, one thread).
 
-Writes JSON with the command, date and machine; the §6.3 lesson reads it.
+Writes JSON through ``_record`` (commit, command, dates, machine, BLAS, load); the §6.3
+lesson reads it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import pathlib
 import statistics
 import sys
 import time
 
-from minitransformer.machine import machine_summary
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))                  # _record, when a test loads this file by path
+
+import _record
+
 from minitransformer.data import pcfg
 from minitransformer.data.cky import ViterbiParser
 from minitransformer.data.trees import right_branching
-from minitransformer.files import atomic_write_text
 from minitransformer.metrics import bracket_f1
-
-HERE = pathlib.Path(__file__).resolve().parent
 
 
 def _lengths(values: list[int]) -> dict:
@@ -52,6 +52,7 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="seed 0 only, 400 training trees, 200 test trees")
     p.add_argument("--out", default=str(HERE / "parse_baselines.json"))
     args = p.parse_args()
+    prov = _record.start(threads=1)
     seeds = [0] if args.quick else args.seeds
     n_large = 400 if args.quick else pcfg.SIZES["large"]
     n_valid, n_test = (100, 200) if args.quick else (500, 1_000)
@@ -59,8 +60,6 @@ def main() -> int:
     grammar = pcfg.GRAMMAR
     ambiguous = {w: grammar.tags_of(w) for w in grammar.words if len(grammar.tags_of(w)) > 1}
     record = {
-        "command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
-        "date": time.strftime("%Y-%m-%d %H:%M"), "machine": machine_summary(),
         "grammar": {"rules": len(grammar.rules), "words": len(grammar.words),
                     "tag_entries": sum(len(w) for w in grammar.lexicon.values()),
                     "tags": len(grammar.lexicon), "phrase_labels": grammar.phrase_labels,
@@ -98,8 +97,8 @@ def main() -> int:
     f1s = [s["ceiling_viterbi"]["f1"] for s in record["seeds"]]
     record["ceiling_f1_mean"] = round(statistics.fmean(f1s), 2)
     record["floor_f1_mean"] = round(statistics.fmean(s["floor_right_branching"]["f1"] for s in record["seeds"]), 2)
-    record["load_average_at_end"] = os.getloadavg()[0]
-    atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+    record = {"provenance": [_record.finish(prov)], **record}
+    _record.write(args.out, record)
     print("wrote", args.out)
     return 0
 

@@ -1,20 +1,25 @@
 """Table 4 of the paper (§6.3, English constituency parsing) in miniature.
 
-    OPENBLAS_NUM_THREADS=1 python lessons/experiments/parse_table4.py           # 2 sets x 3 seeds (resumes)
-    OPENBLAS_NUM_THREADS=1 python lessons/experiments/parse_table4.py --quick   # a smoke test, to --out
+    python lessons/experiments/parse_table4.py                   # 2 sets x 3 seeds (resumes)
+    python lessons/experiments/parse_table4.py --quick --out F   # a smoke test
 
 The paper trains a 4-layer Transformer on the WSJ part of the Penn Treebank (40K
 sentences, "WSJ only") and on a much larger set that adds parsed sentences from other
 corpora ("semi-supervised"), and reports F1 on WSJ section 23: 91.3 and 92.7. Here the
-treebank is sampled from the grammar of ``data/pcfg.py``: the task ``parse`` (4,000
-training trees) stands for WSJ only, ``parse-large`` (40,000, the first 4,000 being
+treebank is sampled from the grammar of ``data/pcfg.py``: the task ``parse`` (8,000
+training trees) stands for WSJ only, ``parse-large`` (80,000, the first 8,000 being
 parse's) for the larger set. Both have the same validation and test sentences for a
 seed. Each (task, seed) is trained with the task's own recipe (``runsetup.settings_for``,
-``runsetup.make_trainer``, ``Trainer.run``: the command line's path) and scored on the
-1,000 test sentences with bracket F1 (evalb, ``metrics.bracket_f1``) twice:
+``runsetup.make_trainer``, ``Trainer.run``: the command line's path). The recipe ends
+with §6.1's average of the run's last 5 checkpoints (``average_last``), which is the
+model a row scores, on the 1,000 test sentences with bracket F1 (evalb,
+``metrics.bracket_f1``) twice:
 
 * greedy decoding;
 * beam search with §6.3's settings, beam 21 and α = 0.3.
+
+The last step's checkpoint is scored greedily beside it (``last_checkpoint``): what
+the average is worth.
 
 Both decode at most ``data.parsing.PARSE_MAX_OUTPUT`` tokens, the scaled equivalent of
 §6.3's "input + 300": the longest linearized tree the grammar can give a 20-word
@@ -38,8 +43,13 @@ train through the same functions, so the row is the one the script would have ma
 ``--beam-test N`` scores the beam on the first N test sentences only (beam 21 is slow
 on a CPU); the record says how many.
 
-The file is rewritten after every run: a crash loses at most the run in progress, and
-a second call skips the runs already there.
+The record is written through ``_record`` (one BLAS thread; the provenance of every call
+that wrote into it: commit, command, dates, machine, BLAS, load, and what it wrote), and
+each row names the date, commit and load of the call that made it. The file is rewritten
+after every run: a crash loses at most the run in progress (its call is then marked
+``interrupted``), and a second call skips the runs already there. A checkpoint's row is
+as reproducible as its training: train it with one BLAS thread too
+(``OPENBLAS_NUM_THREADS=1 python -m minitransformer train ...``).
 """
 
 from __future__ import annotations
@@ -50,20 +60,23 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
 
+HERE = pathlib.Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))                  # _record, when a lesson or a test loads this file by path
+
+import _record
+
+from minitransformer import snapshots
 from minitransformer.checkpoint import load_checkpoint
 from minitransformer.data import parsing, pcfg
 from minitransformer.data.registry import get_task, recipe_for
 from minitransformer.decoding import GREEDY, Beam
-from minitransformer.files import atomic_write_text
-from minitransformer.machine import machine_summary
 from minitransformer.runsetup import make_trainer, settings_for
 from minitransformer.translate import score_translations
 
-HERE = pathlib.Path(__file__).resolve().parent
 OUT = HERE / "parse_table4.json"
 BASELINES = HERE / "parse_baselines.json"
 
@@ -99,16 +112,19 @@ def _xx_splits(seed: int) -> dict:
             for name, pairs in get_task("parse").splits(seed).items()}
 
 
-def parser_trainer(task_name: str, seed: int, steps: int | None = None, xx_targets: bool = False):
+def parser_trainer(task_name: str, seed: int, steps: int | None = None, xx_targets: bool = False,
+                   out_dir: str | None = None):
     """(trainer, task): the task's recipe for ``seed`` (``steps`` to shorten it), set up by
     ``runsetup.settings_for`` and ``runsetup.make_trainer`` as the command line does, not yet run.
-    xx_targets: train on XX leaves instead of the words (the same trees, brackets and scores)."""
+    xx_targets: train on XX leaves instead of the words (the same trees, brackets and scores).
+    out_dir: where the run writes its checkpoints (needed for the recipe's §6.1 average; None:
+    nothing is written, and there is no average)."""
     entry = get_task(task_name)
     task = (dataclasses.replace(entry, splits=_xx_splits) if xx_targets else entry).load(seed)
     steps = steps or task.recipe.settings.steps
     # Validation without decoding (valid_decode=0): the test set is decoded afterwards.
     preset, settings = settings_for(task, seed=seed, steps=steps, valid_every=steps, valid_decode=0)
-    return make_trainer(task, settings, preset), task
+    return make_trainer(task, settings, preset, out_dir), task
 
 
 def train_more(trainer, steps: int) -> float:
@@ -124,13 +140,6 @@ def train_more(trainer, steps: int) -> float:
     return time.perf_counter() - t0
 
 
-def train_parser(task_name: str, seed: int, steps: int | None = None, xx_targets: bool = False):
-    """(model, vocab, task, seconds): ``parser_trainer`` run to the end in one go."""
-    trainer, task = parser_trainer(task_name, seed, steps, xx_targets)
-    seconds = train_more(trainer, trainer.settings.steps)
-    return trainer.model.eval(), trainer.vocab, task, seconds
-
-
 def _score_row(record: dict, model, vocab, task, n_test: int | None, beam: bool, beam_test: int | None) -> dict:
     test = task.test[:n_test] if n_test else task.test
     record.update({"test_sentences": len(test), "greedy": _scores(model, vocab, test)})
@@ -140,17 +149,51 @@ def _score_row(record: dict, model, vocab, task, n_test: int | None, beam: bool,
         record["beam_test_sentences"] = len(beam_pairs)
         if len(beam_pairs) < len(test):       # greedy on the same sentences, for a fair beam-vs-greedy
             record["greedy_on_beam_sentences"] = _scores(model, vocab, beam_pairs)
-    record.update({"load_average": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M"),
-                   "commit": _commit()})
+    record.update(_row_provenance())
     return record
 
 
+def _averaged(record: dict, ckpt, run_dir: str, k: int | None, task) -> object:
+    """The model a row scores: with the recipe's ``average_last`` k, §6.1's average of the run's
+    last k kept checkpoints (its average.npz, written by ``train``; made here the same way,
+    ``snapshots.write_average``, if the run did not write one), and the last step's checkpoint
+    scored greedily beside it (``record["last_checkpoint"]``); without, the checkpoint itself."""
+    if not k:
+        return ckpt.model.eval()
+    path = os.path.join(run_dir, snapshots.AVERAGE_FILE)
+    made_by = "train (average_last)"
+    if not os.path.exists(path):
+        kept = snapshots.kept_checkpoints(run_dir)
+        if len(kept) < k or kept[-1][0] != ckpt.step:
+            raise SystemExit(f"error: {run_dir} has no {snapshots.AVERAGE_FILE} and not the last {k} checkpoints "
+                             f"of step {ckpt.step} to make it from (kept: {[step for step, _ in kept]}); train with "
+                             "the recipe's --checkpoint-every and --keep-last (--checkpoint)")
+        snapshots.write_average(run_dir, k)
+        made_by = "parse_table4.py (snapshots.write_average, as train does at its last step)"
+    average = load_checkpoint(path)
+    steps = average.extra["average"]["steps"]
+    if len(steps) != k or max(steps) != ckpt.step:
+        raise SystemExit(f"error: {path} averages steps {steps}, not the last {k} of step {ckpt.step} (--checkpoint)")
+    record["average"] = {"steps": steps, "made_by": made_by}
+    record["last_checkpoint"] = {"greedy": _scores(ckpt.model.eval(), ckpt.vocab, task.test)}
+    return average.model.eval()
+
+
 def run_one(size: str, seed: int, n_test: int | None = None, beam: bool = True, beam_test: int | None = None) -> dict:
-    model, vocab, task, seconds = train_parser(TASKS[size], seed)
-    record = {"size": size, "task": TASKS[size], "seed": seed, "train_trees": len(task.train),
-              "steps": task.recipe.settings.steps, "preset": task.recipe.preset, "trained_by": "this script",
-              "train_seconds": round(seconds, 1)}
-    return _score_row(record, model, vocab, task, n_test, beam, beam_test)
+    """Train (size, seed) with the task's recipe into a temporary folder, as ``train`` would, and score it."""
+    with tempfile.TemporaryDirectory(prefix="parse_table4-") as out_dir:
+        trainer, task = parser_trainer(TASKS[size], seed, out_dir=out_dir)
+        seconds = train_more(trainer, trainer.settings.steps)
+        ckpt = load_checkpoint(trainer.checkpoint_path)
+        record = {"size": size, "task": TASKS[size], "seed": seed, "train_trees": len(task.train),
+                  "steps": ckpt.step, "preset": task.recipe.preset, "trained_by": "this script",
+                  "train_seconds": round(seconds, 1)}
+        model = _averaged(record, ckpt, out_dir, task.recipe.settings.average_last, task)
+        return _score_row(record, model, ckpt.vocab, task, n_test, beam, beam_test)
+
+
+# Settings that do not change the weights a run ends with: a checkpoint may differ from the recipe in these.
+NOT_TRAINING = ("seed", "valid_every", "checkpoint_every", "keep_last", "average_last", "valid_decode")
 
 
 def checkpoint_row(path: str, beam: bool = True, beam_test: int | None = None, train_seconds: float | None = None) -> dict:
@@ -162,8 +205,7 @@ def checkpoint_row(path: str, beam: bool = True, beam_test: int | None = None, t
         raise SystemExit(f"error: {path} was trained on {name!r}, not on one of {sorted(TASKS.values())} (--checkpoint)")
     saved = ckpt.extra.get("settings", {})
     recipe = vars(recipe_for(name).settings)
-    differ = {k: (saved.get(k), v) for k, v in recipe.items() if k not in ("seed", "valid_every", "checkpoint_every",
-                                                                          "valid_decode") and saved.get(k) != v}
+    differ = {k: (saved.get(k), v) for k, v in recipe.items() if k not in NOT_TRAINING and saved.get(k) != v}
     if differ or ckpt.extra.get("preset") != recipe_for(name).preset or ckpt.step != recipe["steps"]:
         raise SystemExit(f"error: {path} was not trained with {name}'s default recipe (saved vs recipe: {differ}, "
                          f"preset {ckpt.extra.get('preset')!r}, step {ckpt.step}) (--checkpoint)")
@@ -173,7 +215,8 @@ def checkpoint_row(path: str, beam: bool = True, beam_test: int | None = None, t
               "preset": ckpt.extra.get("preset"),
               "trained_by": f"python -m minitransformer train --task {name} --seed {seed}",
               "train_seconds": train_seconds}
-    return _score_row(record, ckpt.model.eval(), ckpt.vocab, task, None, beam, beam_test)
+    model = _averaged(record, ckpt, os.path.dirname(os.path.abspath(path)), recipe["average_last"], task)
+    return _score_row(record, model, ckpt.vocab, task, None, beam, beam_test)
 
 
 def _chunked_row(xx_targets: bool) -> dict:
@@ -182,8 +225,7 @@ def _chunked_row(xx_targets: bool) -> dict:
     return {**LESSON, "targets": "XX per word (Vinyals et al.)" if xx_targets else "words",
             "steps": trainer.step, "train_seconds": round(seconds, 1),
             "greedy": _scores(trainer.model.eval(), trainer.vocab, task.test[:LESSON["test"]]),
-            "load_average": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M"),
-            "commit": _commit()}
+            **_row_provenance()}
 
 
 def lesson_row() -> dict:
@@ -196,16 +238,11 @@ def xx_row() -> dict:
     return _chunked_row(xx_targets=True)
 
 
-def _commit() -> str:
-    """The commit of the code that ran, with "+changes" if the working tree differed from it."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=HERE, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", "minitransformer"],
-                               capture_output=True, text=True, cwd=HERE, check=True).stdout.strip()
-        return head + ("+changes" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+def _row_provenance() -> dict:
+    """Where one row was made: the load average as it finished, the date, and the commit of the
+    call (the call's own provenance, in the record's ``provenance`` list, has the rest)."""
+    return {"load_average": round(os.getloadavg()[0], 2), "date": time.strftime("%Y-%m-%d %H:%M"),
+            "commit": _record.commit()["commit"]}
 
 
 def _summary(runs: list[dict]) -> dict:
@@ -222,6 +259,10 @@ def _summary(runs: list[dict]) -> dict:
                                       "f1_min": min(f1s), "f1_max": max(f1s),
                                       "ill_formed_mean": round(statistics.fmean(
                                           r[decoder]["ill_formed"] for r in rows if decoder in r), 2)}
+        last = [r["last_checkpoint"]["greedy"]["bracket_f1"] for r in rows if "last_checkpoint" in r]
+        if last:                                 # the last step alone, without §6.1's average
+            out[size]["last_checkpoint_greedy"] = {"f1_mean": round(statistics.fmean(last), 2),
+                                                   "f1_min": min(last), "f1_max": max(last)}
     return out
 
 
@@ -245,16 +286,24 @@ def main() -> int:
     args = p.parse_args()
     if args.quick and args.out == str(OUT):
         p.error("--quick writes a smoke-test record: give it its own --out")
+    prov = _record.start(threads=1)                # one BLAS thread from here on
     record = json.loads(pathlib.Path(args.out).read_text()) if os.path.exists(args.out) else {"runs": []}
     baselines = json.loads(BASELINES.read_text())
     seeds = [0] if args.quick else args.seeds
     sizes = ["small"] if args.quick else args.sizes
-    call = {"command": "OPENBLAS_NUM_THREADS=1 python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
-            "date": time.strftime("%Y-%m-%d %H:%M"), "commit": _commit(), "machine": machine_summary(),
-            "threads": os.environ.get("OPENBLAS_NUM_THREADS")}
-    record.setdefault("calls", []).append(call)     # every call that added to the record, in order
+    provenance = record.setdefault("provenance", [])   # every call that wrote into the record, in order
+    for earlier in provenance:
+        if earlier.get("finished") is None:          # a call that crashed or was stopped
+            earlier["interrupted"] = True
+    wrote: list[str] = []                            # the rows this call adds, named as its output lines name them
+
+    def save() -> None:
+        provenance[-1] = _record.snapshot(prov, wrote=wrote)
+        record["summary"] = _summary(record["runs"])
+        _record.write(args.out, record)
+
+    provenance.append(_record.snapshot(prov, wrote=wrote))
     record.update({
-        **call,                                         # the latest call's, as the other records have them
         "sizes": {size: pcfg.SIZES[size] for size in TASKS}, "test_sentences": 1_000,
         "recipes": {size: {"task": name, "preset": recipe_for(name).preset, **vars(recipe_for(name).settings)}
                     for size, name in TASKS.items()},
@@ -264,13 +313,12 @@ def main() -> int:
         "floor_right_branching_f1": {s["seed"]: s["floor_right_branching"]["f1"] for s in baselines["seeds"]},
         "ceiling_f1_mean": baselines["ceiling_f1_mean"], "floor_f1_mean": baselines["floor_f1_mean"],
     })
-    t_all = time.perf_counter()
     for k, path in enumerate(args.checkpoint):
         seconds = args.train_seconds[k] if k < len(args.train_seconds) else None
         run = checkpoint_row(path, beam=not args.no_beam, beam_test=args.beam_test, train_seconds=seconds)
         record["runs"] = [r for r in record["runs"] if (r["size"], r["seed"]) != (run["size"], run["seed"])] + [run]
-        record["summary"] = _summary(record["runs"])
-        atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+        wrote.append(f"{run['size']} seed {run['seed']}")
+        save()
         beam = f", beam {run['beam']['bracket_f1']}" if "beam" in run else ""
         print(f"{run['size']} seed {run['seed']} (from {path}): greedy F1 {run['greedy']['bracket_f1']}{beam}",
               flush=True)
@@ -286,22 +334,24 @@ def main() -> int:
                           beam_test=args.beam_test)
             run["wall_seconds"] = round(time.perf_counter() - t0, 1)
             record["runs"].append(run)
-            record["summary"] = _summary(record["runs"])
-            atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+            wrote.append(f"{size} seed {seed}")
+            save()
             beam = f", beam {run['beam']['bracket_f1']}" if "beam" in run else ""
             print(f"{size} seed {seed}: greedy F1 {run['greedy']['bracket_f1']}{beam} "
                   f"(trained {run['train_seconds']} s, load {run['load_average']})", flush=True)
     if not args.no_lesson and not args.quick and "lesson" not in record:
         record["lesson"] = lesson_row()
-        atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+        wrote.append("lesson")
+        save()
         print(f"lesson row: greedy F1 {record['lesson']['greedy']['bracket_f1']} on {LESSON['test']} sentences "
               f"(trained {record['lesson']['train_seconds']} s)", flush=True)
     if not args.no_xx and not args.quick and "xx_targets" not in record:
         record["xx_targets"] = xx_row()
+        wrote.append("xx_targets")
         print(f"XX targets, the lesson's run: greedy F1 {record['xx_targets']['greedy']['bracket_f1']}", flush=True)
     record["summary"] = _summary(record["runs"])
-    record["wall_seconds_this_call"] = round(time.perf_counter() - t_all, 1)
-    atomic_write_text(args.out, json.dumps(record, indent=1) + "\n")
+    provenance[-1] = _record.finish(prov, wrote=wrote)
+    _record.write(args.out, record)
     print("wrote", args.out)
     return 0
 
