@@ -131,8 +131,10 @@ def _parse_result(name: str) -> tuple[str, dict] | None:
             beam_text = f"; beam 21: {beam['bracket_f1']:.2f} on {where} sentences" if beam and n_beam else ""
             mean = (f"; seeds {', '.join(str(r['seed']) for r in seeds)}: greedy mean "
                     f"{sum(r['greedy']['bracket_f1'] for r in seeds) / len(seeds):.2f}" if len(seeds) > 1 else "")
+            averaged = (f" (the §6.1 average of the last {len(run['average']['steps'])} checkpoints)"
+                        if run.get("average") else "")
             text = (f"bracket F1 {run['greedy']['bracket_f1']:.2f} greedy on {run['test_sentences']:,} "
-                    f"sentences{beam_text}{mean} "
+                    f"sentences{averaged}{beam_text}{mean} "
                     f"(`lessons/experiments/parse_table4.json`) | | {run['train_seconds']:.0f} s "
                     f"({run['steps']:,} steps)")
             return text, run

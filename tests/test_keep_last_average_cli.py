@@ -207,8 +207,8 @@ def test_average_last_writes_the_mean_of_the_last_k_and_scores_it(tmp_path, tsv)
 
 def test_the_trainer_averages_at_its_last_step_and_only_with_a_folder(tmp_path):
     """``Trainer.average`` is (path, steps) after a run into a folder; a run with no folder keeps nothing to average."""
-    from minitransformer.data.registry import get_task  # noqa: PLC0415
-    from minitransformer.runsetup import make_trainer, settings_for  # noqa: PLC0415
+    from minitransformer.data.registry import get_task
+    from minitransformer.runsetup import make_trainer, settings_for
 
     task = get_task("copy").load(0)
     preset, settings = settings_for(task, preset="tiny", steps=10, valid_every=5, keep_last=2, average_last=2)

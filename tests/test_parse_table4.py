@@ -79,3 +79,27 @@ def test_quick_refuses_to_overwrite_the_record(monkeypatch):
     with pytest.raises(SystemExit) as exc:
         script.main()
     assert exc.value.code == 2
+
+
+def test_a_row_scores_the_average_of_the_last_checkpoints_and_the_last_one_beside_it(tmp_path):
+    """_averaged: the §6.1 average the recipe ends with (made from the kept checkpoints when the run
+    folder has no average.npz), and the refusal when the folder lacks the checkpoints to make it."""
+    import dataclasses
+
+    from minitransformer.checkpoint import load_checkpoint
+
+    script = _script()
+    trainer, task = script.parser_trainer("parse", 0, 5, out_dir=str(tmp_path))
+    trainer.settings = dataclasses.replace(trainer.settings, checkpoint_every=1, average_last=None)
+    script.train_more(trainer, 5)                   # kept: steps 1-5; no average.npz written
+    assert not (tmp_path / "average.npz").exists()
+    task = dataclasses.replace(task, test=task.test[:10])
+    ckpt, record = load_checkpoint(trainer.checkpoint_path), {}
+    model = script._averaged(record, ckpt, str(tmp_path), 5, task)
+    assert record["average"] == {"steps": [1, 2, 3, 4, 5], "made_by": record["average"]["made_by"]}
+    assert record["average"]["made_by"].startswith("parse_table4.py")
+    assert (tmp_path / "average.npz").exists() and set(record["last_checkpoint"]) == {"greedy"}
+    assert model is not ckpt.model
+    with pytest.raises(SystemExit, match="not the last 6 checkpoints of step 5"):
+        script._averaged({}, ckpt, str(tmp_path / "elsewhere"), 6, task)
+    assert script._averaged({}, ckpt, str(tmp_path), None, task) is ckpt.model
