@@ -357,7 +357,8 @@ TRAIN_OPTIONS = {
                  "--valid-every", "--checkpoint-every", "--keep-last", "--stop-when-solved", "--check-sync-every",
                  "--no-progress",
                  "--progress-every"},
-    "end": {"--eval"},
+    "end": {"--eval",
+            "--average-last"},     # refused before step 1: test_keep_last_average_cli.py, test_a_bad_average_last_...
 }
 
 

@@ -345,7 +345,7 @@ print(f"live: {', '.join(f'{k} {v:.2f}' for k, v in live['scores'].items())}  [{
 print(f"recorded by parse_table4.py: bracket F1 {recorded_f1:.2f} (trained in {table4['lesson']['train_seconds']} s "
       f"on {machine})")
 assert abs(live_f1 - recorded_f1) <= 3.0, (live_f1, recorded_f1)
-print(f"live - recorded = {live_f1 - recorded_f1:+.2f} F1 points (tolerance ±3)")
+print(f"live - recorded = {round(live_f1 - recorded_f1, 2) + 0.0:+.2f} F1 points (tolerance ±3)")   # + 0.0: no "-0.00"
 
 # %% [markdown]
 # What `translate` prints for a parse checkpoint is the output read back as a tree, with the sentence's
