@@ -96,10 +96,13 @@ def test_a_row_scores_the_average_of_the_last_checkpoints_and_the_last_one_besid
     task = dataclasses.replace(task, test=task.test[:10])
     ckpt, record = load_checkpoint(trainer.checkpoint_path), {}
     model = script._averaged(record, ckpt, str(tmp_path), 5, task)
-    assert record["average"] == {"steps": [1, 2, 3, 4, 5], "made_by": record["average"]["made_by"]}
-    assert record["average"]["made_by"].startswith("parse_table4.py")
+    assert record["average"]["steps"] == [1, 2, 3, 4, 5]
+    assert record["average"]["made_by"].startswith("parse_table4.py (snapshots.write_average")
     assert (tmp_path / "average.npz").exists() and set(record["last_checkpoint"]) == {"greedy"}
     assert model is not ckpt.model
+    again = {}                                      # a second call finds the average.npz the first one wrote
+    script._averaged(again, ckpt, str(tmp_path), 5, task)
+    assert again["average"] == {"steps": [1, 2, 3, 4, 5], "made_by": "the average.npz found in the run folder"}
     with pytest.raises(SystemExit, match="not the last 6 checkpoints of step 5"):
         script._averaged({}, ckpt, str(tmp_path / "elsewhere"), 6, task)
     assert script._averaged({}, ckpt, str(tmp_path), None, task) is ckpt.model

@@ -153,7 +153,7 @@ def _score_row(record: dict, model, vocab, task, n_test: int | None, beam: bool,
     return record
 
 
-def _averaged(record: dict, ckpt, run_dir: str, k: int | None, task) -> object:
+def _averaged(record: dict, ckpt, run_dir: str, k: int | None, task):
     """The model a row scores: with the recipe's ``average_last`` k, §6.1's average of the run's
     last k kept checkpoints (its average.npz, written by ``train``; made here the same way,
     ``snapshots.write_average``, if the run did not write one), and the last step's checkpoint
@@ -161,7 +161,7 @@ def _averaged(record: dict, ckpt, run_dir: str, k: int | None, task) -> object:
     if not k:
         return ckpt.model.eval()
     path = os.path.join(run_dir, snapshots.AVERAGE_FILE)
-    made_by = "train (average_last)"
+    made_by = f"the {snapshots.AVERAGE_FILE} found in the run folder"     # train's, if it ran with average_last
     if not os.path.exists(path):
         kept = snapshots.kept_checkpoints(run_dir)
         if len(kept) < k or kept[-1][0] != ckpt.step:
