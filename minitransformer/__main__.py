@@ -714,6 +714,8 @@ def _train_and_report(args, task, trainer, settings, out_dir: str, strategies: l
                                      f"the checkpoint is saved ({checkpoint}): score it with a smaller beam, "
                                      f"python -m minitransformer evaluate --checkpoint {shlex.quote(checkpoint)} "
                                      f"{source} --beam 1"):
+        if trainer.average is not None:
+            print(f"the last step's checkpoint ({checkpoint}):")
         _report(model.eval(), task, vocab, task.test, strategies)
         if trainer.average is not None:           # average_last (§6.1): the average is scored too
             from .checkpoint import load_checkpoint  # noqa: PLC0415

@@ -201,7 +201,9 @@ def test_average_last_writes_the_mean_of_the_last_k_and_scores_it(tmp_path, tsv)
         mean = sum(s[name].astype(np.float64) for s in sources) / 3
         np.testing.assert_array_equal(value, mean.astype(value.dtype), err_msg=name)
     # the test report is printed twice: the last step's checkpoint, then the average
+    assert f"the last step's checkpoint ({out / 'checkpoint.npz'}):" in stdout
     assert f"the average of the last 3 checkpoints (§6.1; steps 15, 20, 22): {out / 'average.npz'}" in stdout
+    assert stdout.index("the last step's checkpoint") < stdout.index("the average of the last 3")
     assert stdout.count("exact match") >= 2, stdout
 
 
