@@ -45,8 +45,8 @@
 #
 # ```
 # python -m minitransformer train --task parse --eval greedy beam:size=21,alpha=0.3   # scores §6.3's beam at the end
-# python -m minitransformer translate --checkpoint runs/parse/checkpoint.npz --beam 1 "Alice saw the dog with the telescope"
-# python -m minitransformer evaluate --checkpoint runs/parse/checkpoint.npz --task parse --beam 21
+# python -m minitransformer translate --checkpoint runs/parse/average.npz --beam 1 "Alice saw the dog with the telescope"
+# python -m minitransformer evaluate --checkpoint runs/parse/average.npz --task parse --beam 21
 # ```
 #
 # **What it trains:** one small parser for 600 steps, in three cells of 200 (a row of the record, repeated
