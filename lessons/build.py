@@ -6,6 +6,13 @@
     python lessons/build.py --check         # only verify that every notebook matches its source and its runtime record
     python lessons/build.py --student DIR   # write the student edition of every lesson into DIR
     python lessons/build.py --table         # print the lessons' table (number, title, section, runtime) as Markdown
+    python lessons/build.py 03 --lang ko    # only the Korean edition (lessons/ko/, lessons/editions.py); en: only English
+    python lessons/build.py 03 --drift      # for translators: what keeps the Korean edition out of step, and why
+
+Building and checking cover both editions: the English one and, for each lesson translated so far, the
+Korean one (``lessons/ko/NN_name.ipynb``, from the English code cells and ``lessons/ko/src/NN_name.toml``;
+``lessons/editions.py`` and docs/translating.md say how). ``--student DIR --lang ko`` writes the Korean
+student edition into ``DIR/ko/``.
 
 A lesson's source is ``lessons/src/NN_name.py``, in jupytext's percent format (``# %%``
 starts a code cell, ``# %% [markdown]`` a markdown cell), beginning with a jupytext header.
