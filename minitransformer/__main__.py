@@ -1067,7 +1067,7 @@ def cmd_tasks(args) -> int:
 
 
 def cmd_grade(args) -> int:
-    from .grade import run  # noqa: PLC0415
+    from lessonkit.grade import run  # noqa: PLC0415  (the teaching harness, beside the package)
 
     return run(args)
 
@@ -1228,7 +1228,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p, backend_option=False)
     p.set_defaults(func=cmd_tasks)
 
-    from .grade import add_arguments as add_grade_arguments  # noqa: PLC0415
+    from lessonkit.grade import add_arguments as add_grade_arguments  # noqa: PLC0415  (the teaching harness)
 
     p = sub.add_parser("grade", help="score lesson notebooks with the lessons' own checkers (this runs them)",
                        description="Run each notebook top to bottom in a fresh kernel and score its exercises "
