@@ -19,7 +19,7 @@ docs/glossary.tsv has one term per line, tab-separated, with a header line:
               the term in English prose; empty: the English term itself (plural allowed); "-": never
 
 tests/test_glossary.py checks the rendering, and the Korean edition (lessons/ko/src/*.toml, the
-package's minitransformer/exercises/ko.toml, the Korean docs pages): every English markdown cell or
+package's lessonkit/ko.toml, the Korean docs pages): every English markdown cell or
 string that uses a term has a translation that uses the term's ``ko``, no ``also`` outside parentheses,
 no ``wrong`` anywhere (``problems``).
 """

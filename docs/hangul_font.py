@@ -30,7 +30,7 @@ FAMILY = "mt Hangul Gothic"
 HANGUL = re.compile(r"[\uac00-\ud7a3\u3131-\u318e]")
 # Where the site's Korean comes from: its pages, the glossary's data, the lessons' translations.
 TEXTS = ("docs/*.md", "docs/ko/*.md", "docs/glossary.tsv", "lessons/ko/src/*.toml", "lessons/ko/README.md",
-         "minitransformer/exercises/ko.toml", "README.md")
+         "lessonkit/ko.toml", "README.md")
 
 
 def source_font() -> pathlib.Path:

@@ -4,7 +4,7 @@
 
 An edition in language ``ko`` is the folder ``lessons/ko/``:
 
-* ``edition.toml``: the marker that tells the kernel its language (``minitransformer.exercises.i18n``);
+* ``edition.toml``: the marker that tells the kernel its language (``lessonkit.i18n``);
 * ``src/NN_name.toml``: the translation file of lesson NN, one per lesson, the only file a translator
   edits: each markdown cell of the English source in Korean, with the hash of the English cell it
   translates (``[[cell]]``), and the Korean of each string the code shows as prose (``[[text]]``);
@@ -33,7 +33,7 @@ import time
 
 import nbformat
 
-from minitransformer.exercises import i18n, runtimes
+from lessonkit import i18n, runtimes
 
 HERE = pathlib.Path(__file__).resolve().parent
 LANGUAGES = ("ko",)                     # the translated editions (English is the source)
@@ -469,7 +469,7 @@ def _student_strings(source: pathlib.Path, lang: str) -> str:
     kept.cells = [c for c in nb.cells if "solution" not in english.tags(c)]
     wanted = {text for _, _, _, text in code_strings(kept) if text is not None}
     texts = i18n.read_translation(translation_path(source, lang))["text"]
-    out = [f"# The strings lesson {source.name[:2]}'s code shows, in {lang}: minitransformer.exercises.i18n reads them."]
+    out = [f"# The strings lesson {source.name[:2]}'s code shows, in {lang}: lessonkit.i18n reads them."]
     for entry in texts:
         if entry["en"] in wanted:
             out += ["", "[[text]]", f"en = {_literal(entry['en'])}", f"ko = {_literal(entry['ko'])}"]

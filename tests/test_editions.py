@@ -20,7 +20,7 @@ for _module in ("jupytext", "nbformat"):
                                         "edition tests skipped")
 import nbformat  # noqa: E402
 
-from minitransformer.exercises import i18n  # noqa: E402
+from lessonkit import i18n  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"
@@ -215,8 +215,8 @@ def test_the_korean_student_edition(student):
 @pytest.mark.slow
 def test_the_korean_student_edition_runs_and_grades(student):
     """Lesson 3 in Korean: the untouched student notebook runs clean and scores 0; the teacher's scores full."""
-    from minitransformer import grade
-    from minitransformer.exercises import catalogue
+    from lessonkit import grade
+    from lessonkit.exercises import catalogue
 
     name = editions.notebook_path(KO["03"], "ko").name
     untouched = grade.grade_notebook(student / "ko" / name, lessons=LESSONS)

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from minitransformer.exercises import i18n
+from lessonkit import i18n
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"
@@ -81,7 +81,7 @@ def _pairs():
             pairs += [(f"{path.name}, [[cell]] {k + 1}", en, cell["ko"])
                       for k, (en, cell) in enumerate(zip(english, translation["cell"]))]
         pairs += [(f"{path.name}, [[text]] {entry['en'][:40]!r}", entry["en"], entry["ko"]) for entry in translation["text"]]
-    package = i18n.read_translation(ROOT / "minitransformer" / "exercises" / "ko.toml")
+    package = i18n.read_translation(ROOT / "lessonkit" / "ko.toml")
     pairs += [(f"ko.toml, {e['en'][:40]!r}", e["en"], e["ko"]) for e in package["text"]]
     return pairs
 

@@ -1,7 +1,7 @@
-"""The i18n helper (minitransformer/exercises/i18n.py): prose rendered by code in the edition's language,
+"""The i18n helper (lessonkit/i18n.py): prose rendered by code in the edition's language,
 from the same code. Templates, the lookup at the call site, the fields of a translation, the edition
 marker (a Korean notebook's kernel speaks Korean and moves to lessons/), and the package's own Korean
-table (minitransformer/exercises/ko.toml) against the package's tr(...) calls."""
+table (lessonkit/ko.toml) against the package's tr(...) calls."""
 
 import ast
 import os
@@ -12,11 +12,11 @@ import textwrap
 
 import pytest
 
-from minitransformer.exercises import i18n, runtimes
-from minitransformer.exercises.prose import claim, claim_true, show_markdown
+from lessonkit import i18n, runtimes
+from lessonkit.prose import claim, claim_true, show_markdown
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-PACKAGE = ROOT / "minitransformer" / "exercises"
+PACKAGE = ROOT / "lessonkit"
 
 
 def _template(source: str) -> str | None:
@@ -121,7 +121,7 @@ def _run_in(folder: pathlib.Path, code: str, **env) -> str:
     return done.stdout.strip()
 
 
-PROBE = ("import os; from minitransformer.exercises import i18n; "
+PROBE = ("import os; from lessonkit import i18n; "
          "print(i18n.language(), os.path.basename(os.getcwd()))")
 
 
@@ -149,7 +149,7 @@ def test_a_bad_marker_or_language_is_named(tmp_path):
 def _package_strings() -> dict[str, list[str]]:
     """{template: [where]} of every tr(...) in the teaching harness's modules."""
     found = {}
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         for name, line, text in i18n.translatable(ast.parse(path.read_text(encoding="utf-8"))):
             if name == "tr" and text is not None:
                 found.setdefault(text, []).append(f"{path.name}:{line}")
@@ -162,7 +162,7 @@ def test_the_package_table_translates_every_tr_of_the_package():
     translated = {entry["en"]: entry["ko"] for entry in table}
     assert len(translated) == len(table), "a string is translated twice in ko.toml"
     missing = {text: where for text, where in strings.items() if text not in translated}
-    assert not missing, f"tr(...) without a line in minitransformer/exercises/ko.toml: {missing}"
+    assert not missing, f"tr(...) without a line in lessonkit/ko.toml: {missing}"
     unused = sorted(set(translated) - set(strings))
     assert not unused, f"lines of ko.toml that no tr(...) of the package shows: {unused}"
     for english, korean in translated.items():
@@ -171,6 +171,6 @@ def test_the_package_table_translates_every_tr_of_the_package():
 
 
 def test_every_tr_of_the_package_is_a_literal():
-    for path in sorted(PACKAGE.glob("*.py")):
+    for path in sorted(PACKAGE.rglob("*.py")):
         for name, line, text in i18n.translatable(ast.parse(path.read_text(encoding="utf-8"))):
             assert name != "tr" or text is not None, f"{path.name}:{line}: tr(...) of something not a literal"

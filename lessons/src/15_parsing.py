@@ -55,7 +55,7 @@
 # **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("15")
 
@@ -595,7 +595,7 @@ def my_linearize(tree):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_15 import check_bracket_f1, check_linearize, check_repair
+from lessonkit.exercises.lesson_15 import check_bracket_f1, check_linearize, check_repair
 
 check_linearize(my_linearize)
 

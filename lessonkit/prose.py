@@ -20,7 +20,7 @@ A number a lesson measures appears in its prose only if it is computed (lessons/
 A failed claim names the sentence, the value this run measured and the tolerance, so whoever
 changed the code knows which sentence to rewrite.
 
-In a translated edition (``minitransformer.exercises.i18n``) each of the three shows its sentence in
+In a translated edition (``lessonkit.i18n``) each of the three shows its sentence in
 the edition's language, from the lesson's translation file: the code stays the English code.
 """
 

@@ -62,7 +62,7 @@ TRANSLATED_CALLS = ("tr", "show_markdown", "claim", "claim_true")
 # Calls with a plain string argument that the package shows in a sentence (by position): a slow cell's label.
 LABEL_ARGUMENTS = {"show_slow_cell": 1}
 _HERE = pathlib.Path(__file__).resolve().parent
-_REPO_LESSONS = _HERE.parents[1] / "lessons"      # an editable install: the repository's lessons/
+_REPO_LESSONS = _HERE.parent / "lessons"          # an editable install: the repository's lessons/
 
 
 @dataclass(frozen=True)
@@ -127,7 +127,7 @@ def _hangul_plots() -> None:
         import matplotlib  # noqa: PLC0415  (only a translated edition needs it here)
     except ImportError:
         return
-    from .. import plot  # noqa: PLC0415
+    from minitransformer import plot  # noqa: PLC0415
 
     matplotlib.rcParams["font.family"] = plot.label_fonts()
 
