@@ -52,7 +52,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 __all__ = ["ENV", "LABEL_ARGUMENTS", "LANGUAGES", "MARKER", "TRANSLATED_CALLS", "Edition", "edition", "fields",
-           "language", "read_translation", "table", "template", "tr", "tr_label", "translate_argument", "use"]
+           "language", "notebook_language", "read_translation", "table", "template", "tr", "tr_label",
+           "translate_argument", "use"]
 
 ENV = "MINITRANSFORMER_LANG"
 LANGUAGES = ("en", "ko")
@@ -145,6 +146,15 @@ def edition() -> Edition:
 def language() -> str:
     """"en" or "ko": the language the lessons' prose is shown in."""
     return edition().language
+
+
+def notebook_language(metadata: dict) -> str:
+    """The language a notebook was built in, from its metadata (``minitransformer.language``, which the build
+    writes into every translated notebook); "en" when it says none. A grader that runs the notebook elsewhere
+    starts its kernel with ``{ENV: notebook_language(nb.metadata)}`` so that the checkers speak it too."""
+    meta = metadata.get("minitransformer") if isinstance(metadata, dict) else None
+    lang = meta.get("language") if isinstance(meta, dict) else None
+    return lang if lang in LANGUAGES else "en"
 
 
 @contextlib.contextmanager

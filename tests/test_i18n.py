@@ -137,6 +137,16 @@ def test_a_kernel_in_the_korean_folder_speaks_korean_and_runs_in_lessons(tmp_pat
     assert _run_in(lessons / "ko", PROBE, **{i18n.ENV: "en"}) == "en ko"
 
 
+def test_the_grader_reads_a_notebooks_language_from_its_metadata():
+    """The hook for the checkers' hints: a grader starts the kernel with MINITRANSFORMER_LANG set to this."""
+    import nbformat
+
+    korean = nbformat.read(ROOT / "lessons" / "ko" / "03_feed_forward.ipynb", as_version=4)
+    english = nbformat.read(ROOT / "lessons" / "03_feed_forward.ipynb", as_version=4)
+    assert i18n.notebook_language(korean.metadata) == "ko" and i18n.notebook_language(english.metadata) == "en"
+    assert i18n.notebook_language({"minitransformer": {"language": "fr"}}) == "en"
+
+
 def test_a_bad_marker_or_language_is_named(tmp_path):
     (tmp_path / i18n.MARKER).write_text('language = "fr"\n')
     with pytest.raises(ValueError, match="language = 'fr'"):
