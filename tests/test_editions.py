@@ -7,11 +7,9 @@ unchanged and the translation's markdown, with outputs rendered in Korean and no
 planted tests show each check failing, naming the lesson and the cell.
 """
 
-import importlib.util
 import json
 import pathlib
 import shutil
-import sys
 
 import pytest
 
@@ -19,6 +17,7 @@ for _module in ("jupytext", "nbformat"):
     pytest.importorskip(_module, reason=f"{_module} is not installed (pip install -r requirements-dev.txt): "
                                         "edition tests skipped")
 import nbformat  # noqa: E402
+from repo_scripts import load  # noqa: E402
 
 from lessonkit import i18n  # noqa: E402
 
@@ -26,16 +25,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"
 
 
-def _load(name, path):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-editions = _load("lessons_editions", LESSONS / "editions.py")
+editions = load("lessons_editions", LESSONS / "editions.py")
 build = editions._english()
 KO = editions.translated("ko")
 

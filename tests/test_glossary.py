@@ -9,9 +9,9 @@ Korean pages of the docs, the README's Korean section). Planted cases show each 
 import importlib.util
 import pathlib
 import re
-import sys
 
 import pytest
+from repo_scripts import load
 
 from lessonkit import i18n
 
@@ -19,16 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"
 
 
-def _load(name, path):
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, path)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-glossary = _load("docs_glossary", ROOT / "docs" / "glossary.py")
+glossary = load("docs_glossary", ROOT / "docs" / "glossary.py")
 TERMS = glossary.load()
 
 
@@ -67,7 +58,7 @@ def test_a_bad_line_of_the_data_is_named(tmp_path):
 
 # -- the Korean edition against the glossary ---------------------------------------------------------
 
-editions = _load("lessons_editions", LESSONS / "editions.py") if importlib.util.find_spec("jupytext") else None
+editions = load("lessons_editions", LESSONS / "editions.py") if importlib.util.find_spec("jupytext") else None
 
 
 def _pairs():
