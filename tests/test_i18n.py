@@ -66,6 +66,10 @@ def korean(tmp_path):
         [[text]]
         en = '''a wrong {field}'''
         ko = '''틀린 {other}'''
+
+        [[text]]
+        en = '''the copy run'''
+        ko = '''복사 태스크 학습'''
         """), encoding="utf-8")
     with i18n.use("ko", tmp_path):
         yield
@@ -100,6 +104,17 @@ def test_the_prose_functions_translate_their_sentence(korean, capsys):
     assert "'손실이 더 내려가지 않는다'" in str(failed.value) and "1 ± 0.1" in str(failed.value)
     with pytest.raises(AssertionError, match="손실이 더 내려가지 않는다"):
         claim_true("the loss levels off", False)
+
+
+def test_a_slow_cells_label_is_translated_as_data(korean):
+    """show_slow_cell("09", "the copy run"): the label reaches the package as data; the scan finds it as a string
+    the lesson shows, and the flag shows its Korean."""
+    record = {"slow_cell_seconds": 20, "lessons": {"09": {"machine": {"cores": 2, "cpu": "x"}, "seconds": 60,
+                                                          "cells": [{"index": 3, "seconds": 30, "label": "the copy run"}]}}}
+    assert "(복사 태스크 학습)" in runtimes.slow_cell_markdown("09", "the copy run", record)
+    assert "복사 태스크 학습 (30초)" in runtimes.cost_markdown("09", record)
+    found = i18n.translatable(ast.parse('show_slow_cell("09", "the copy run")'))
+    assert found == [("show_slow_cell", 1, "the copy run")]
 
 
 def test_the_runtime_sentence_speaks_korean():
