@@ -26,7 +26,9 @@ What is compared, and how it is kept fair:
   machine moves far less than wall time.
 
 Not the same, and said so: the recurrent model has no dropout (the Transformer keeps its
-P_drop = 0.1); its attention has one head. Both are reference implementations in NumPy on one
+P_drop = 0.1; a third model, "transformer-p0", is the same Transformer without dropout, at the
+Transformer's learning-rate factor, so that dropout's share of the difference shows); the recurrent
+model's attention has one head. Both are reference implementations in NumPy on one
 CPU core, so this measures the arithmetic of each model and its loop, not the parallel hardware the
 paper trained on (8 P100 GPUs, §5.2), where the recurrent loop's steps cannot be spread out and the
 Transformer's can.
@@ -83,12 +85,15 @@ def transformer_params(vocab_size: int) -> int:
     return count_parameters(TransformerConfig(vocab_size=vocab_size, **TRANSFORMER))
 
 
+MODELS = ("transformer", "transformer-p0", "rnn")     # the main runs; the pilot tunes the first and the last
+
+
 def build(kind: str, task, seed: int):
-    """The model of ``kind`` ("transformer" or "rnn") for ``task``, float32 parameters."""
+    """The model of ``kind`` (one of MODELS) for ``task``, float32 parameters."""
     backend.set_default_dtype("float32")
-    if kind == "transformer":
+    if kind.startswith("transformer"):
         preset, _ = runsetup.settings_for(TASK, preset="copy")
-        return runsetup.build_model(task, preset, seed=seed, **TRANSFORMER)
+        return runsetup.build_model(task, preset, seed=seed, **TRANSFORMER | ({"P_drop": 0.0} if kind == "transformer-p0" else {}))
     v = task.vocab
     return rnn_seq2seq.RNNSeq2Seq(len(v), rnn_width(len(v)), RNN_LAYERS, seed=seed, pad_id=v.pad_id)
 
@@ -104,7 +109,7 @@ def batches(pairs, vocab, seed: int):
 
 
 def forward(model, kind: str, b):
-    if kind == "transformer":
+    if kind.startswith("transformer"):
         return model.forward(b.src, b.tgt_in, b.src_mask, b.tgt_mask)
     return model.forward(b.src, b.tgt_in, b.src_mask[:, 0, 0, :])
 
@@ -120,8 +125,8 @@ class Run:
         self.train_pairs = train.encode_pairs(v, task.train)
         self.dev = [make_batch([s for s, _ in part], [t for _, t in part], v.pad_id, v.bos_id, v.eos_id, numpy)
                     for part in chunks(train.encode_pairs(v, task.valid)[:DEV_PAIRS], 100)]
-        d = self.model.cfg.d_model if kind == "transformer" else self.model.d
-        if kind == "transformer":
+        d = self.model.cfg.d_model if kind.startswith("transformer") else self.model.d
+        if kind.startswith("transformer"):
             _, settings = runsetup.settings_for(TASK, preset="copy", steps=STEPS, seed=seed, batch_size=BATCH,
                                                 lr_factor=factor, warmup_steps=WARMUP, clip_norm=CLIP,
                                                 batch_by_length=True, valid_every=10**9, stop_when_solved=0)
@@ -133,7 +138,7 @@ class Run:
 
     def step(self) -> float:
         b = next(self.batches)
-        if self.kind == "transformer":
+        if self.kind.startswith("transformer"):
             return self.trainer.train_step(b)
         self.optimizer.zero_grad()
         loss = self.criterion.forward(forward(self.model, "rnn", b), b.tgt_out)
@@ -156,7 +161,7 @@ class Run:
     def test_exact_match(self) -> float:
         v, pairs = self.task.vocab, self.task.test
         with eval_mode(self.model):
-            if self.kind == "transformer":
+            if self.kind.startswith("transformer"):
                 return score_translations(self.model, v, pairs, self.task.tgt_level, self.task.bleu_tokenize)[
                     "exact_match"]
             right = 0
@@ -191,7 +196,7 @@ def train_one(kind: str, seed: int, factor: float, steps: int = STEPS, evaluate:
             window = []
     record = {"model": kind, "seed": seed, "lr_factor": factor, "steps": steps,
               "params": run.model.num_parameters(),
-              "width": run.model.cfg.d_model if kind == "transformer" else run.model.d,
+              "width": run.model.cfg.d_model if kind.startswith("transformer") else run.model.d,
               "train_cpu_s": round(cpu, 2), "step_cpu_ms_median": round(1e3 * float(numpy.median(step_cpu)), 3),
               "curve": curve}
     if evaluate:
@@ -222,10 +227,14 @@ def load(path=OUT) -> dict:
     return json.loads(pathlib.Path(path).read_text(encoding="utf-8")) if pathlib.Path(path).exists() else {}
 
 
+def factor_for(data: dict, kind: str) -> float:
+    """The pilot's choice for ``kind``; transformer-p0 takes the Transformer's."""
+    return data["chosen_factor"]["rnn" if kind == "rnn" else "transformer"]
+
+
 def live_value(kind: str) -> float:
     """The live row: dev loss after LIVE['steps'] steps, with the record's chosen factor for ``kind``."""
-    data = load()
-    return train_one(kind, LIVE["seed"], data["chosen_factor"][kind], LIVE["steps"], evaluate=False)["dev_loss"]
+    return train_one(kind, LIVE["seed"], factor_for(load(), kind), LIVE["steps"], evaluate=False)["dev_loss"]
 
 
 def main(argv=None) -> None:
@@ -265,11 +274,11 @@ def main(argv=None) -> None:
     elif args.live_check:
         checks, reruns = [], {}
         for kind in ("transformer", "rnn"):
-            recorded = train_one(kind, LIVE["seed"], data["chosen_factor"][kind], LIVE["steps"], evaluate=False)["dev_loss"]
+            recorded = train_one(kind, LIVE["seed"], factor_for(data, kind), LIVE["steps"], evaluate=False)["dev_loss"]
             values = {v["name"]: _record.rerun(__file__, ["--live-row", kind], v) for v in _record.variants()}
             reruns[kind] = {"recorded": recorded, **values}
             checks.append(_record.measured_check(
-                f"{kind}, seed {LIVE['seed']}, {LIVE['steps']} steps, lr factor {data['chosen_factor'][kind]:g}",
+                f"{kind}, seed {LIVE['seed']}, {LIVE['steps']} steps, lr factor {factor_for(data, kind):g}",
                 "dev loss (nats per token, teacher-forced, unsmoothed) after the live steps", recorded, values,
                 "rel", 0.002, 0.001, f"re-runs of lesson08_rnn_vs_transformer.live_value({kind!r}) in fresh processes",
                 model=kind))
@@ -281,8 +290,8 @@ def main(argv=None) -> None:
             raise SystemExit("error: run --pilot first: it chooses each model's learning-rate factor")
         runs = []
         for seed in args.seeds:
-            for kind in ("transformer", "rnn"):
-                rec = train_one(kind, seed, data["chosen_factor"][kind])
+            for kind in MODELS:
+                rec = train_one(kind, seed, factor_for(data, kind))
                 runs.append(rec)
                 print(_line(rec), flush=True)
         data["runs"] = runs
