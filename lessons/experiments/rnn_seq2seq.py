@@ -244,7 +244,7 @@ class RNNSeq2Seq(Layer):
         self.src_embed.backward(dx)                                         # use 3 of E
 
     def greedy(self, src, max_len: int, bos_id: int, eos_id: int):
-        """Greedy decoding, one position at a time: src (B, S) -> ids (B, <= max_len), <eos> excluded.
+        """Greedy decoding, one position at a time: src (B, S) -> ids (B, <= max_len), <pad> and <bos> never chosen.
         The decoder's recurrence makes generation sequential, as the Transformer's is (§7)."""
         xp = self.xp
         src_mask = src != self.pad_id
@@ -259,7 +259,9 @@ class RNNSeq2Seq(Layer):
                 state[k] = layer.step(x, *state[k])
                 x = state[k][0]
             out, _, _ = self.attend(x[:, None], memory, src_mask)
-            y_t = self.output_projection.forward(out)[:, 0].argmax(axis=-1)
+            logits = self.output_projection.forward(out)[:, 0]
+            logits[:, [self.pad_id, bos_id]] = -xp.inf                          # never written, as in decoding.py
+            y_t = logits.argmax(axis=-1)
             ids.append(xp.where(done, self.pad_id, y_t))
             done |= y_t == eos_id
             if bool(done.all()):
