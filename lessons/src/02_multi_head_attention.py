@@ -360,9 +360,9 @@ report.assert_ok()
 # apart* (say, the subject in one slot of its output and the object in another), one head can
 # only hand it $\alpha_a c_a + \alpha_b c_b$: the two contents mixed in the same coordinates. With
 # $h$ heads there are $h$ averages, each with its own $W_i^V$ into its own $d_v$ columns of the
-# Concat, so head 1 can take $a$ and head 2 can take $b$.
+# Concat, so one head can take $a$ and another $b$.
 #
-# **How much does a mixture lose?** Let $c_a, c_b$ be independent, each coordinate of variance 1,
+# **How much does a mixture lose?** Let $c_a, c_b$ be independent, each coordinate of unit variance,
 # and let the readout see only $m = \alpha c_a + \beta c_b$. The best linear estimate of $c_a$ from
 # $m$ leaves an error of variance $\beta^2/(\alpha^2+\beta^2)$ per coordinate, and that of $c_b$
 # $\alpha^2/(\alpha^2+\beta^2)$: on average **one half**, whatever the weights. Checked by least
