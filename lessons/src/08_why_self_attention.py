@@ -1478,19 +1478,6 @@ show_markdown(
 # token of a forward and backward pass (one BLAS thread, minimum of repeats).
 
 # %%
-import tracemalloc
-
-
-def peak_bytes_of(fn):
-    """Peak bytes allocated while fn runs (NumPy reports its arrays to tracemalloc)."""
-    tracemalloc.start()
-    try:
-        fn()
-        return tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
 d_mem, budget = 64, 64 * 2**20
 lengths_mem = [16, 64, 256, 1024]
 rng_mem = np.random.default_rng(12)
@@ -1515,7 +1502,7 @@ with threadpool_limits(1):
     for n_m in lengths_mem:
         for name, fn in (("recurrent", rec_train_pass), ("self-attention", att_train_pass)):
             one = f32(rng_mem.standard_normal((1, n_m, d_mem)))
-            per_sentence = peak_bytes_of(lambda: fn(one))
+            per_sentence = table1.peak_bytes(lambda: fn(one))            # tracemalloc sees NumPy's buffers
             B_fit = budget // per_sentence                              # 0: not even one sentence fits
             xb = f32(rng_mem.standard_normal((max(B_fit, 1), n_m, d_mem)))
             t = table1.min_time(lambda: fn(xb), repeats=3) if B_fit else math.nan
