@@ -65,7 +65,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from . import backend
 from .errors import NonFiniteError, ShapeError
@@ -73,6 +73,7 @@ from .layers.loss import log_softmax
 from .layers.masks import padding_mask
 from .layers.parameter import eval_mode
 from .model import KVCache, Transformer
+from .options import check_fields, parse_named, setting
 
 NEG_INF = float("-inf")
 
@@ -185,25 +186,18 @@ class Sample:
     numbers than a NumPy run of the same seed: the generators differ).
     """
 
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int = 0
+    # Each field's check and help, declared once (options.setting): Sample(...) checks them, and
+    # translate / evaluate take each as an option (--temperature, --top-k, ...), train --eval as sample:FIELD=V.
+    temperature: float = setting(1.0, "divide the logits by T (< 1 sharper, > 1 flatter; default 1)", above=0,
+                                 metavar="T")
+    top_k: int | None = setting(None, "only the K most probable tokens", at_least=1, metavar="K")
+    top_p: float | None = setting(None, "only the most probable tokens holding probability P (nucleus, 0 < P ≤ 1)",
+                                  above=0, at_most=1, metavar="P")
+    seed: int = setting(0, "seed of the draws (default 0; the same seed gives the same outputs)", at_least=0,
+                        at_most=2 ** 63 - 1, metavar="N")
 
     def __post_init__(self):
-        where = "Sample"
-        t = _real(self.temperature, "temperature", where)
-        if t <= 0:
-            raise ValueError(f"{where}: temperature must be > 0, got {t}")
-        _set(self, "temperature", t)
-        if self.top_k is not None:
-            _set(self, "top_k", _whole(self.top_k, "top_k", where, 1))
-        if self.top_p is not None:
-            p = _real(self.top_p, "top_p", where)
-            if not 0 < p <= 1:
-                raise ValueError(f"{where}: top_p must be in (0, 1], got {p}")
-            _set(self, "top_p", p)
-        _set(self, "seed", _whole(self.seed, "seed", where, 0, 2 ** 63 - 1))
+        check_fields(self)                     # the declarations above: types, finite numbers, bounds
 
     def make_rng(self, xp):
         return backend.seeded_rng(self.seed, xp)
@@ -246,8 +240,8 @@ class Beam:
     size is at most MAX_BEAM_SIZE; α ≥ 0 (0: rank by raw log P). Size 1 is greedy decoding.
     """
 
-    size: int = 4
-    alpha: float = 0.6
+    size: int = setting(4, "the number of hypotheses kept per sentence (§6.1: 4)", metavar="K")
+    alpha: float = setting(0.6, "the length penalty's α (§6.1: 0.6; 0: rank by log P alone)", metavar="A")
 
     def __post_init__(self):
         size, alpha = _check_beam(self.size, self.alpha, "Beam", "size")
@@ -269,43 +263,15 @@ STRATEGIES = {"greedy": Greedy, "sample": Sample, "beam": Beam}
 
 
 def parse_strategy(text: str):
-    """A strategy from its name, as ``train --eval`` takes it. Raises ValueError naming the problem.
+    """A strategy from its name, as ``train --eval`` takes it (``options.parse_named``). Raises ValueError
+    naming the problem.
 
         greedy                       Greedy()
         beam4, beam                  Beam(size=4), Beam() (a number after the name is the first field)
         beam:size=8,alpha=1.0        Beam(size=8, alpha=1.0)
         sample:temperature=0.7,top_k=10,top_p=0.9,seed=3
     """
-    name, _, options = text.strip().partition(":")
-    digits = len(name) - len(name.rstrip("0123456789"))
-    base, number = (name[:-digits], name[-digits:]) if digits else (name, "")
-    if base not in STRATEGIES:
-        raise ValueError(f"unknown decoding strategy {text!r}; expected one of {', '.join(STRATEGIES)} "
-                         "(e.g. greedy, beam4, sample:temperature=0.7,top_k=10)")
-    cls = STRATEGIES[base]
-    types = {f.name: f.type for f in fields(cls)}
-    kwargs: dict = {}
-    if number:
-        if not types:
-            raise ValueError(f"{base} takes no number ({text!r})")
-        kwargs[next(iter(types))] = number
-    for item in filter(None, options.split(",")):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or key not in types:
-            raise ValueError(f"{text!r}: expected {base}:FIELD=VALUE with FIELD one of "
-                             f"{', '.join(types) or '(none)'}, got {item!r}")
-        kwargs[key] = value.strip()
-    for key, value in kwargs.items():
-        whole = "int" in str(types[key])       # the field's annotation, e.g. "int | None" or "float"
-        try:
-            kwargs[key] = int(value) if whole else float(value)
-        except ValueError:
-            raise ValueError(f"{text!r}: {key}={value!r} is not a {'whole number' if whole else 'number'}") from None
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{text!r}: {exc}") from None
+    return parse_named(STRATEGIES, text, "decoding strategy", "greedy, beam4, sample:temperature=0.7,top_k=10")
 
 
 def keep_largest(z, n):

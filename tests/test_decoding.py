@@ -501,7 +501,7 @@ def test_parse_strategy(text, want):
     ("sample:temp=2", "FIELD one of temperature, top_k, top_p, seed, got 'temp=2'"),
     ("sample:top_k=2.5", "top_k='2.5' is not a whole number"),
     ("sample:temperature=hot", "temperature='hot' is not a number"),
-    ("sample:top_p=nan", "top_p must be a finite number"),
+    ("sample:top_p=nan", "top_p='nan' is not a finite number"),
     ("sample:seed", "got 'seed'"),
 ])
 def test_parse_strategy_names_the_problem(text, message):

@@ -153,7 +153,7 @@ def test_accumulate_walks_k_batches_of_the_plan_per_step(copy_pairs):
     assert len(first.shards) == 3 and trainer.batch_in_epoch == 3
     next(batches)
     assert trainer.batch_in_epoch == 6
-    with pytest.raises(ValueError, match="accumulate must be an integer ≥ 1"):
+    with pytest.raises(ValueError, match="TrainSettings: accumulate must be ≥ 1, got 0"):
         TrainSettings(accumulate=0)
 
 
