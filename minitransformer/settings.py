@@ -4,8 +4,9 @@ The model's own hyperparameters (d_model, h, N, d_ff, P_drop, ε_ls, ...) are a
 ``model.TransformerConfig``; everything else about a run lives here:
 
     TrainSettings   steps, batch size (and batches accumulated per step), whether a
-                    batch holds sentences of one length, the §5.3 schedule's warm-up
-                    and factor, clipping, seed, how often to validate, log and save,
+                    batch holds sentences of one length, the learning-rate schedule
+                    (by name: optim.SCHEDULES; §5.3's by default), its warm-up and
+                    factor, clipping, seed, how often to validate, log and save,
                     and whether to stop once the task is solved
     Recipe          a task's defaults: a model preset (a name in model.PRESETS)
                     plus its TrainSettings
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
 
+from .optim import SCHEDULES
 from .options import check_fields, setting
 
 
@@ -44,7 +46,9 @@ class TrainSettings:
     # (lessons/experiments/copy_recipe_search.json, the candidates named "pool1").
     batch_by_length: bool = setting(True, "batch sentences of about one length together (§5.1); "
                                           "--no-batch-by-length: random batches of mixed lengths")
-    lr_factor: float = setting(1.0, "multiplier on the §5.3 learning-rate schedule", above=0)
+    lr_factor: float = setting(1.0, "multiplier on the learning-rate schedule", above=0)
+    schedule: str = setting("noam", "the learning-rate schedule, by name (optim.SCHEDULES): noam, §5.3's warm-up "
+                                    "then 1/√step, is the paper's and the default", choices=SCHEDULES)
     warmup_steps: int = setting(4000, "warm-up steps of the schedule (§5.3's base model: 4000)", at_least=1)
     clip_norm: float | None = setting(None, "clip the global gradient norm to this value", above=0)
     seed: int = setting(0, "seed of the data split, the initial weights and dropout (default 0; when resuming, "

@@ -6,7 +6,7 @@ One training step (§5.3):
     logits = model.forward(src, tgt_in)            # teacher forcing
     loss   = label-smoothed cross-entropy (§5.4)
     model.backward(dloss/dlogits)                    # fills every .grad
-    Adam step with lr = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
+    Adam step with lr = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)   (the default schedule)
 
 Resuming is exact: the checkpoint stores the parameters, Adam's moments, the
 step and the position in the epoch; the batches of an epoch are a pure function
@@ -70,7 +70,7 @@ from .errors import NonFiniteError
 from .files import atomic_write_text, check_writable_dir, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
 from .model import Transformer
-from .optim import Adam, NoamSchedule, NonFiniteGradientError
+from .optim import Adam, NonFiniteGradientError, schedule_for
 from .plot import plot_loss_curve
 from .progress import Progress
 from .settings import TrainSettings
@@ -113,7 +113,7 @@ class Trainer:
         self.task: str | None = None           # the registered task's name, saved so translate finds its hooks
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
         self.criterion = LabelSmoothedCrossEntropy(vocab.pad_id, model.cfg.eps_ls)
-        self.schedule = NoamSchedule(model.cfg.d_model, settings.warmup_steps, settings.lr_factor)
+        self.schedule = schedule_for(model.cfg.d_model, settings)       # settings.schedule, by name (optim.py)
         # Adam skips an update with a non-finite gradient; the trainer counts the skips (a
         # non-finite loss skips a step too), warns, and stops the run (_skipped).
         self.optimizer = Adam(model.parameters(), lr=self.schedule, clip_norm=settings.clip_norm)
