@@ -94,10 +94,50 @@ class NoamSchedule:
         return f"NoamSchedule(d_model={self.d_model}, warmup_steps={self.warmup_steps}, factor={self.factor})"
 
 
+class CosineSchedule:
+    """Linear warm-up to the §5.3 peak, then a cosine decay to zero at the run's last step.
+
+        lr(step) = peak · step / warmup_steps                                   step ≤ warmup_steps
+                 = peak · ½ (1 + cos(π · (step − warmup_steps) / (total_steps − warmup_steps)))
+                                                                                warmup_steps < step
+        peak = factor · (d_model · warmup_steps)^-0.5
+
+    The peak is NoamSchedule's, so ``lr_factor`` and ``warmup_steps`` mean the same under either;
+    after it the rate falls smoothly to 0 at ``total_steps`` (the run's ``steps``) instead of
+    as 1/√step (Loshchilov & Hutter's cosine annealing, with a warm-up). A step past
+    ``total_steps`` (a run resumed with more steps keeps its first length) has rate 0.
+    """
+
+    def __init__(self, d_model: int, warmup_steps: int, factor: float, total_steps: int):
+        self.d_model = _positive_int("CosineSchedule", "d_model", d_model)
+        self.warmup_steps = _positive_int("CosineSchedule", "warmup_steps", warmup_steps)
+        self.total_steps = _positive_int("CosineSchedule", "total_steps", total_steps)
+        if not (isinstance(factor, int | float) and math.isfinite(factor) and factor > 0):
+            raise ValueError(f"CosineSchedule: factor must be a positive number, got {factor!r}")
+        self.factor = float(factor)
+        self.peak_lr = self.factor * (self.d_model * self.warmup_steps) ** -0.5
+
+    @classmethod
+    def from_settings(cls, d_model: int, settings) -> CosineSchedule:
+        """The schedule of a run's TrainSettings: warmup_steps, lr_factor, and its steps as the length."""
+        return cls(d_model, settings.warmup_steps, settings.lr_factor, settings.steps)
+
+    def __call__(self, step: int) -> float:
+        step = _step("CosineSchedule", step)
+        if step <= self.warmup_steps:
+            return self.peak_lr * step / self.warmup_steps
+        done = min(1.0, (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps))
+        return self.peak_lr * 0.5 * (1.0 + math.cos(math.pi * done))
+
+    def __repr__(self) -> str:
+        return (f"CosineSchedule(d_model={self.d_model}, warmup_steps={self.warmup_steps}, factor={self.factor}, "
+                f"total_steps={self.total_steps})")
+
+
 # The schedules a run can name (TrainSettings.schedule; train --schedule NAME): each a class whose
 # from_settings(d_model, settings) makes the callable step -> lr that Adam reads once per step.
 # A new schedule is a class here and its name in this table.
-SCHEDULES = {"noam": NoamSchedule}
+SCHEDULES = {"noam": NoamSchedule, "cosine": CosineSchedule}
 
 
 def schedule_for(d_model: int, settings):
