@@ -12,11 +12,13 @@ T tokens; the tests check that both give the same numbers.
 How the next token is chosen is a *strategy*, a small frozen object:
 
     Greedy()                                   the most probable token at every step
-    Sample(temperature=1.0, top_k=None, top_p=None, seed=0)
+    Sample(temperature=1.0, top_k=None, top_p=None, seed=0, min_p=None)
                                                a random token from softmax(logits / T),
                                                optionally only among the k most probable
-                                               (top-k) and then the smallest set holding
-                                               probability ≥ p (top-p, "nucleus")
+                                               (top-k), then the smallest set holding
+                                               probability ≥ p (top-p, "nucleus"), then
+                                               those at least min_p times as probable as
+                                               the most probable token (min-p)
     Beam(size=4, alpha=0.6)                    beam search with a length penalty (§6.1)
 
 ``decode(model, src, bos_id, eos_id, strategy)`` runs any of them. Greedy and
@@ -175,7 +177,9 @@ class Sample:
     softmax(logits / T): log P differs from the logits by a constant per row);
     then, if ``top_k`` is set, only the k most probable tokens stay; then, if
     ``top_p`` is set, only the smallest set of the most probable remaining tokens
-    whose (renormalised) probability adds up to at least p (the "nucleus"). One
+    whose (renormalised) probability adds up to at least p (the "nucleus"); then,
+    if ``min_p`` is set, only the tokens at least min_p times as probable as the
+    most probable one (P_i / P_max ≥ min_p, i.e. z_i ≥ log min_p, since z_max = 0). One
     token is drawn from what is left, renormalised. Ties at a cut go to the
     lowest id, exactly as greedy's argmax, so ``top_k=1`` is greedy decoding.
 
@@ -195,6 +199,8 @@ class Sample:
                                   above=0, at_most=1, metavar="P")
     seed: int = setting(0, "seed of the draws (default 0; the same seed gives the same outputs)", at_least=0,
                         at_most=2 ** 63 - 1, metavar="N")
+    min_p: float | None = setting(None, "only the tokens at least P times as probable as the most probable one "
+                                        "(min-p, 0 < P ≤ 1)", above=0, at_most=1, metavar="P")
 
     def __post_init__(self):
         check_fields(self)                     # the declarations above: types, finite numbers, bounds
@@ -219,6 +225,8 @@ class Sample:
             before = xp.cumsum(p, axis=1) - p                         # probability of the tokens ranked above
             n = (before < self.top_p).sum(axis=1, keepdims=True)      # (R, 1), ≥ 1: the nucleus' size
             z = keep_largest(z, n)
+        if self.min_p is not None:
+            z = xp.where(z >= math.log(self.min_p), z, NEG_INF)     # P_i / P_max ≥ min_p; the best stays (z = 0)
         # Gumbel-max. u in [2^-60, 1): -log u > 0, so g is finite and no log(0) warning appears.
         u = xp.maximum(rng.random(z.shape, dtype=xp.float64), 2.0 ** -60)
         g = -xp.log(-xp.log(u))
@@ -230,6 +238,8 @@ class Sample:
             parts.append(f"top-k {self.top_k}")
         if self.top_p is not None:
             parts.append(f"top-p {self.top_p:g}")
+        if self.min_p is not None:
+            parts.append(f"min-p {self.min_p:g}")
         return "sample (" + ", ".join(parts + [f"seed {self.seed}"]) + ")"
 
 

@@ -448,7 +448,7 @@ def test_strategies_are_small_frozen_values():
     assert len({Greedy(), Beam(4), Beam(4, 0.6), Sample(seed=1), Sample(seed=1)}) == 3    # hashable values
     with pytest.raises(AttributeError):
         Beam().size = 8                                         # frozen: a strategy never changes under you
-    assert repr(Sample(temperature=0.5, top_k=3)) == "Sample(temperature=0.5, top_k=3, top_p=None, seed=0)"
+    assert repr(Sample(temperature=0.5, top_k=3)) == "Sample(temperature=0.5, top_k=3, top_p=None, seed=0, min_p=None)"
     assert [str(s) for s in (GREEDY, Beam(4), Beam(2, 1.0), Sample(0.7, 10, 0.9, 3))] == [
         "greedy", "beam 4", "beam 2 (α=1)", "sample (T=0.7, top-k 10, top-p 0.9, seed 3)"]
     assert type(Sample(temperature=2, seed=np.int64(4)).temperature) is float       # stored as plain numbers
