@@ -3,7 +3,7 @@
 The model's own hyperparameters (d_model, h, N, d_ff, P_drop, ε_ls, ...) are a
 ``model.TransformerConfig``; everything else about a run lives here:
 
-    TrainSettings   steps, batch size (and batches accumulated per step), whether a
+    TrainSettings   steps, the global batch (and the micro-batches it is cut into), whether a
                     batch holds sentences of one length, the learning-rate schedule
                     (by name: optim.SCHEDULES; §5.3's by default), its warm-up and
                     factor, clipping, seed, how often to validate, log and save,
@@ -34,11 +34,14 @@ class TrainSettings:
 
     steps: int = setting(600, "optimizer steps (default: the task's); exactly this many, even once solved",
                          at_least=1)
-    batch_size: int | None = setting(64, "sentence pairs per batch", at_least=1)
-    max_tokens: int | None = setting(None, "cap on padded tokens per batch", at_least=1)
-    accumulate: int = setting(1, "K batches per optimizer step, their gradients summed (gradient accumulation: the "
-                                 "update of one batch K times larger, in the memory of one; default 1)",
-                              at_least=1, metavar="K")
+    # batch_size and max_tokens are the global batch of a step, whatever cuts it: mpiexec -n N into N
+    # shards (in space), accumulate into K micro-batches (in time); the update is the same (distributed.py).
+    batch_size: int | None = setting(64, "sentence pairs per step: the global batch, which --accumulate and "
+                                         "mpiexec -n N cut into parts", at_least=1)
+    max_tokens: int | None = setting(None, "cap on the padded tokens of a step's global batch", at_least=1)
+    accumulate: int = setting(1, "cut each global batch into K micro-batches, run one after another, their "
+                                 "gradients summed into one update (gradient accumulation: the update of the whole "
+                                 "batch in the memory of about 1/K of it; default 1)", at_least=1, metavar="K")
     # §5.1: "Sentence pairs were batched together by approximate sequence length" (little
     # padding). False: every batch is a random draw of the training pairs, of mixed lengths.
     # A copy batch of one length teaches one length at a time, and the model keeps forgetting

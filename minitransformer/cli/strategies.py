@@ -94,7 +94,7 @@ class DecoderChoice:
 def _build(cls, given: dict, **fixed):
     """``cls(**fixed, **the fields given)``; a value the strategy refuses is named by its option."""
     for name, (option, value) in given.items():
-        with about(f"{option} {value}"):
+        with about(option):
             cls(**{name: value})
     return cls(**fixed, **{name: value for name, (_, value) in given.items()})
 
