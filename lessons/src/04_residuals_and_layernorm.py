@@ -36,9 +36,11 @@
 # [§9, residual connections](../docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54) and [§10, dropout](../docs/derivations.md#10-dropout-54).
 #
 # **What it trains:** nothing; it sends gradients through deep random stacks. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("04")
 
@@ -347,7 +349,7 @@ for kind, g in grad_norm.items():
 #   residual stream is a sum of 64 branch outputs that is never normalized.
 
 # %%
-from minitransformer.exercises.prose import claim, claim_true
+from lessonkit.prose import claim, claim_true
 
 g0 = {kind: np.array([gg[0] for gg in g]) for kind, g in grad_norm.items()}     # ||dL/dx_0|| / top, per stack
 plain, ln_only = g0["plain F(x)"], g0["LN(F(x)), no residual"]
@@ -482,7 +484,7 @@ for pre_ln in (False, True):
 # *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
-# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# `correct` with the measured errors. The checkers live in `lessonkit.exercises.lessons_4_7`.
 # Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
 # end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
@@ -500,7 +502,7 @@ def my_layernorm_backward(dy, x, gamma, eps=1e-5):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_4_7 import (
+from lessonkit.exercises.lessons_4_7 import (
     check_layernorm_backward, check_post_ln_residual_backward, check_pre_ln_residual_backward)
 
 check_layernorm_backward(my_layernorm_backward)

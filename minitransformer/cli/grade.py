@@ -7,7 +7,7 @@ from .common import add_common
 
 
 def register(sub) -> None:
-    from ..grade import add_arguments  # noqa: PLC0415
+    from lessonkit.grade import add_arguments  # noqa: PLC0415  (the teaching harness, beside the package)
 
     p = sub.add_parser("grade", help="score lesson notebooks with the lessons' own checkers (this runs them)",
                        description="Run each notebook top to bottom in a fresh kernel and score its exercises "
@@ -20,6 +20,6 @@ def register(sub) -> None:
 
 def run(args) -> int:
     """The grader's own options (``grade.add_arguments``) are its request."""
-    from ..grade import run as grade  # noqa: PLC0415
+    from lessonkit.grade import run as grade  # noqa: PLC0415  (the teaching harness)
 
     return grade(args)
