@@ -498,7 +498,7 @@ def test_parse_strategy(text, want):
     ("beam0", "'beam0': Beam: size must be ≥ 1, got 0"),
     ("beam100000", f"must be at most {MAX_BEAM_SIZE}"),
     ("beam9223372036854775808", f"must be at most {MAX_BEAM_SIZE}"),
-    ("sample:temp=2", "FIELD one of temperature, top_k, top_p, seed, got 'temp=2'"),
+    ("sample:temp=2", "FIELD one of temperature, top_k, top_p, seed, min_p, got 'temp=2'"),
     ("sample:top_k=2.5", "top_k='2.5' is not a whole number"),
     ("sample:temperature=hot", "temperature='hot' is not a number"),
     ("sample:top_p=nan", "top_p='nan' is not a finite number"),
