@@ -37,7 +37,7 @@ import numpy as np
 
 from . import wire
 
-__all__ = ["call", "final", "pending", "register", "start"]
+__all__ = ["call", "final", "note_prediction", "pending", "predictions", "register", "start"]
 
 _state = types.SimpleNamespace(session=None)
 
@@ -55,6 +55,7 @@ class _Discard:
 class _Session:
     def __init__(self, watch: dict):
         self.candidates: list = []           # (exercise, answer) in the order they were registered
+        self.predictions: list = []          # [what, prediction, result] from the reveal cells (lessonkit.predict)
         self.reported = 0                    # how many pending() has handed out
         self.watch = watch                   # exercise -> ({id(code): name}, {(tail, line): name}, {line})
         # Kept from start(), before any cell ran: what the hook is installed with.
@@ -132,6 +133,19 @@ def register(exercise: str, answer) -> None:
     if session is not None and isinstance(exercise, str):
         if not any(e == exercise and a is answer for e, a in session.candidates):
             session.candidates.append((exercise, answer))
+
+
+def note_prediction(what: str, prediction, result) -> None:
+    """Keep a reveal cell's prediction and result for the feedback (a no-op when not grading)."""
+    session = _state.session
+    if session is not None and len(session.predictions) < 100:
+        session.predictions.append([str(what)[:200], None if prediction is None else str(prediction)[:100],
+                                    str(result)[:100]])
+
+
+def predictions() -> str:
+    """The predictions of the reveal cells run so far, as JSON."""
+    return json.dumps(_state.session.predictions)
 
 
 def _describe(index: int, exercise: str, answer) -> list:

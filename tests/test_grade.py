@@ -358,6 +358,20 @@ def test_a_class_from_a_roster_in_parallel_gets_one_feedback_file_each(tmp_path)
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the grader adopts orphans on Linux only")
+def test_a_process_the_notebook_left_behind_is_stopped(tmp_path):
+    pid_file = tmp_path / "pid"
+    _notebook(tmp_path / "01_daemon.ipynb", "import subprocess, sys\n"
+              "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'], start_new_session=True)\n"
+              f"open({str(pid_file)!r}, 'w').write(str(p.pid))", CAUSAL_MASK, CHECK_MASK)
+    result = _cli(str(tmp_path / "01_daemon.ipynb"), "--timeout", "60")
+    assert result.returncode == 0, result.stderr
+    assert "1 process the notebook left running was stopped" in result.stdout
+    pid = int(pid_file.read_text())
+    assert not pathlib.Path(f"/proc/{pid}").exists() or "zombie" in pathlib.Path(f"/proc/{pid}/status").read_text()
+
+
+@pytest.mark.slow
 def test_an_endless_cell_times_out_and_the_rest_still_runs(tmp_path):
     endless = _notebook(tmp_path / "01_loop.ipynb", CAUSAL_MASK, "while True:\n    pass", CHECK_MASK)
     stubborn = _notebook(tmp_path / "01_stubborn.ipynb", CAUSAL_MASK, CHECK_MASK,

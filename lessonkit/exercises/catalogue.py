@@ -13,9 +13,14 @@ tests/test_exercise_catalogue.py keeps this table, the checkers' ``@exercise`` n
 
 from __future__ import annotations
 
+import json
+import math
+import pathlib
+import re
 from typing import NamedTuple
 
-__all__ = ["DEFAULT_POINTS", "EXERCISES", "POINTS", "Exercise", "for_lesson", "markdown_table", "points"]
+__all__ = ["DEFAULT_POINTS", "EXERCISES", "NEEDS", "POINTS", "Exercise", "for_lesson", "lesson_table", "markdown_table",
+           "points", "reading_minutes"]
 
 DEFAULT_POINTS = 1
 POINTS: dict[str, int] = {}            # exercise number -> points, where it is not DEFAULT_POINTS
@@ -234,4 +239,48 @@ def markdown_table() -> str:
         rows.append(f"| {e.number} | {e.title} | {points(e.number)} | {e.minutes} | {e.needs} |")
     total = sum(e.minutes for e in EXERCISES)
     rows.append(f"| all {len(EXERCISES)} | | {sum(points(e.number) for e in EXERCISES)} | {total} | |")
+    return "\n".join(rows)
+
+
+# What a lesson needs beyond the learner's install (pip install -r requirements.txt), by lesson number.
+NEEDS: dict[int, str] = {
+    12: "optional: torch 2.13 (`pip install -e '.[dev]'`) for the PyTorch-parity column; without it the column "
+        "says *skipped*",
+    14: "the MPI extra, `pip install -e '.[mpi]'` (mpi4py and the MPICH wheel, which brings `mpiexec`); on Windows "
+        "install Microsoft MPI (MS-MPI) and then `pip install mpi4py`",
+}
+WORDS_PER_MINUTE = 120      # technical prose with formulas, read to be understood
+CODE_LINES_PER_MINUTE = 15  # code read line by line, not skimmed
+
+
+def reading_minutes(notebook: dict) -> int:
+    """An estimate of the time to read a lesson: its prose at WORDS_PER_MINUTE and its code at
+    CODE_LINES_PER_MINUTE (solutions excluded), rounded up to 5 minutes; not a measurement."""
+    words = lines = 0
+    for cell in notebook.get("cells", []):
+        if "solution" in cell.get("metadata", {}).get("tags", []):
+            continue
+        text = "".join(cell.get("source", []))
+        if cell.get("cell_type") == "markdown":
+            words += len(re.findall(r"[^\s$]+", text))
+        elif cell.get("cell_type") == "code":
+            lines += sum(1 for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#"))
+    return 5 * math.ceil((words / WORDS_PER_MINUTE + lines / CODE_LINES_PER_MINUTE) / 5)
+
+
+def lesson_table(lessons: pathlib.Path) -> str:
+    """docs/teachers.md's table of lessons: reading time (estimated), running time (the build's record),
+    exercise time (this catalogue's minutes) and what each needs installed."""
+    record = json.loads((lessons / "runtimes.json").read_text(encoding="utf-8")) if \
+        (lessons / "runtimes.json").is_file() else {}
+    rows = ["| lesson | reading (estimate) | running (last build) | exercises | needs beyond requirements.txt |",
+            "| ---: | ---: | ---: | ---: | --- |"]
+    for path in sorted(lessons.glob("[0-9][0-9]_*.ipynb")):
+        number = int(path.name[:2])
+        seconds = record.get("lessons", {}).get(path.name[:2], {}).get("seconds")
+        running = f"{math.ceil(seconds / 60)} min" if seconds is not None else "not recorded"
+        exercises = sum(e.minutes for e in for_lesson(number))
+        notebook = json.loads(path.read_text(encoding="utf-8"))
+        rows.append(f"| {number} | {reading_minutes(notebook)} min | {running} | {exercises} min | "
+                    f"{NEEDS.get(number, '')} |")
     return "\n".join(rows)

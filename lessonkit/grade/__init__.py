@@ -37,7 +37,6 @@ import os
 import pathlib
 import secrets
 import sys
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -111,6 +110,7 @@ def grade_submission(sub: Submission, ctx: Context, points: dict | None = None) 
         return report
     out = run_notebook(nb, sub.lesson, ctx)
     report.cells, report.cells_run = out.cells, out.cells_run
+    report.predictions = out.predictions
     _note_cells(report, out, ctx.timeout)
     not_run = f"{out.stopped}" if out.stopped else "no checking call: the checking cell was deleted or not reached"
     report.exercises = score(sub.lesson, out.judgements, points, not_run)
@@ -119,10 +119,12 @@ def grade_submission(sub: Submission, ctx: Context, points: dict | None = None) 
 
 
 def make_context(lessons: pathlib.Path | None, timeout: float, seed: int | None = None,
-                 hidden: int = HIDDEN_CASES) -> Context:
+                 hidden: int = HIDDEN_CASES, sweep: bool = False) -> Context:
+    """What a grading run shares. ``sweep``: stop the processes notebooks leave behind (the command line
+    does; a script that calls grade_notebook from a process with children of its own should not)."""
     _import_everything()
     seed = secrets.randbits(63) if seed is None else seed
-    return Context(Snapshot.take(lessons), timeout, seed, hidden, Leftovers())
+    return Context(Snapshot.take(lessons), timeout, seed, hidden, Leftovers() if sweep else None)
 
 
 def grade_notebook(path: str | os.PathLike, timeout: float = DEFAULT_TIMEOUT, lessons: pathlib.Path | None = LESSONS,
@@ -150,24 +152,18 @@ def _seconds(text: str) -> float:
     return value
 
 
-def _jobs(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def _seed(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= value < 2 ** 63:
-        raise argparse.ArgumentTypeError(f"must be between 0 and 2**63 - 1, got {text}")
-    return value
+def _whole(low: int, high: int | None = None):
+    """An option's type: a whole number from ``low`` (to ``high``, excluded)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value >= high):
+            raise argparse.ArgumentTypeError(f"must be at least {low}, got {text}" if high is None else
+                                             f"must be between {low} and 2**63 - 1, got {text}")
+        return value
+    return parse
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -179,7 +175,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--csv", metavar="FILE", help="also write one row per notebook and exercise as CSV")
     p.add_argument("--feedback", metavar="DIR",
                    help="write one Markdown file per student into DIR: each exercise's verdict, hint and points")
-    p.add_argument("--jobs", type=_jobs, default=1, metavar="N",
+    p.add_argument("--jobs", type=_whole(1), default=1, metavar="N",
                    help="grade N notebooks at once (default 1; each is a kernel and a CPU's worth of work)")
     p.add_argument("--timeout", type=_seconds, default=DEFAULT_TIMEOUT, metavar="S",
                    help=f"seconds a cell, or one call of a student's function, may run before it is interrupted "
@@ -187,7 +183,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--points", metavar="FILE",
                    help='a JSON object of points per exercise, e.g. {"1.3": 2} (default: 1 each, or '
                         "lessonkit/exercises/catalogue.py's POINTS)")
-    p.add_argument("--seed", type=_seed, metavar="N",
+    p.add_argument("--seed", type=_whole(0, 2 ** 63), metavar="N",
                    help="the seed of the hidden cases (default: a new one each run, written to the --json file)")
     p.add_argument("--lessons", metavar="DIR", type=pathlib.Path,
                    help="the lessons folder whose experiments/, debug_attention.py and runtimes.json each notebook "
@@ -232,24 +228,19 @@ def run(args) -> int:
         raise ValueError(f"no such folder (--lessons {args.lessons})")
     outputs = check_outputs(args.csv, args.json, args.feedback, subs)
     lessons = args.lessons if args.lessons is not None else (LESSONS if LESSONS.is_dir() else None)
-    ctx = make_context(lessons, args.timeout, args.seed)
-    printing = threading.Lock()
+    ctx = make_context(lessons, args.timeout, args.seed, sweep=True)
     t0 = time.perf_counter()
-
-    def one(sub: Submission) -> NotebookReport:
-        report = grade_submission(sub, ctx, points)
-        with printing:
+    reports = []
+    with ThreadPoolExecutor(max_workers=args.jobs, thread_name_prefix="grade") as pool:
+        for report in pool.map(lambda sub: grade_submission(sub, ctx, points), subs):   # in the order given
+            reports.append(report)
             print(format_report(report), flush=True)
             print(flush=True)
-        return report
-
-    with ThreadPoolExecutor(max_workers=args.jobs, thread_name_prefix="grade") as pool:
-        reports = list(pool.map(one, subs))
     _after(reports, subs, ctx)
     total, most = sum(r.score for r in reports), sum(r.max_points for r in reports)
     total = int(total) if total == int(total) else round(total, 2)
-    print(f"total: {total}/{most} points over {len(reports)} notebook{'s' if len(reports) != 1 else ''} "
-          f"({time.perf_counter() - t0:.0f} s)")
+    print(f"total: {total}/{most} points over {len(reports)} notebook{'s' if len(reports) != 1 else ''}")
+    print(f"graded in {time.perf_counter() - t0:.0f} s with --jobs {args.jobs}", file=sys.stderr)
     run_info = {"timeout_s": args.timeout, "seed": ctx.seed, "hidden_cases": ctx.hidden, "jobs": args.jobs,
                 "lesson_files": list(LESSON_FILES) if lessons else []}
     if outputs.csv:

@@ -54,6 +54,7 @@ class NotebookReport:
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
     raised: list[str] = field(default_factory=list)     # "cell 4: NameError: name 'q' is not defined"
+    predictions: list = field(default_factory=list)     # [what, the prediction or None, the result] per reveal
 
     @property
     def score(self) -> float:
@@ -148,6 +149,11 @@ def feedback_text(report: NotebookReport) -> str:
     lines += ["Each exercise was run on the notebook's own inputs and then on hidden ones (other sizes and values). "
               "*partial* means some hidden cases were wrong; the hint names the likely mistake when one "
               "matches.", ""]
+    if report.predictions:
+        lines += ["Predictions (not scored by the grader; your teacher may read them):", "",
+                  "| what | you predicted | the run gave |", "| --- | --- | --- |"]
+        lines += [f"| {what} | {'(none written)' if p is None else p} | {r} |".replace("\n", " ")
+                  for what, p, r in report.predictions] + [""]
     if report.raised:
         lines += ["Cells that raised an error when the notebook ran from the top:", ""]
         lines += [f"* {r}" for r in report.raised] + [""]

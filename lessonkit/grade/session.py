@@ -54,6 +54,7 @@ class Outcome:
     timed_out: set = field(default_factory=set)
     errors: dict = field(default_factory=dict)          # cell -> "TypeName: first line"
     notes: list = field(default_factory=list)
+    predictions: list = field(default_factory=list)     # [what, prediction, result] of the reveal cells
     stopped: str | None = None                          # why the run ended early
 
 
@@ -176,9 +177,18 @@ async def _judge_pending(kernel: _Kernel, ctx: Context, out: Outcome, cell: int 
             answer = judging.Remote(send, number) if kind == "function" else judging.wire.decode(value)
         except judging.wire.WireError:
             continue
-        verdict = await asyncio.to_thread(judging.judge, number, checkers[number], answer, seed=ctx.seed,
-                                          hidden=ctx.hidden)
+        verdict = await asyncio.to_thread(_judge_alone, number, checkers[number], answer, ctx)
         out.judgements.append((cell, verdict))
+
+
+# Checkers touch process-wide state while they build a reference (the default dtype, a counting wrapper
+# around backend.matmul): with --jobs, one judge at a time. The notebooks still run side by side.
+_JUDGING = threading.Lock()
+
+
+def _judge_alone(number: str, checker, answer, ctx: Context):
+    with _JUDGING:
+        return judging.judge(number, checker, answer, seed=ctx.seed, hidden=ctx.hidden)
 
 
 def _checkers_by_exercise() -> dict:
@@ -198,6 +208,8 @@ async def _run(client, nb, box: Private, ctx: Context, lesson: int | None, out: 
         await client.async_start_new_kernel(cwd=str(box.work), env=box.env(), stdout=subprocess.DEVNULL,
                                             stderr=subprocess.DEVNULL)
         pid = _kernel_pid(client)
+        if pid is None:
+            ctx.leftovers = None   # a kernel this jupyter_client does not name: sweeping could stop it, so never sweep
         ctx.kernels.add(pid)
     try:
         await client.async_start_new_kernel_client()
@@ -221,6 +233,11 @@ async def _run(client, nb, box: Private, ctx: Context, lesson: int | None, out: 
                 raise _Stopped(f"cell {index} ignored the interrupt after {ctx.timeout:g} s, so the kernel was stopped")
             await _judge_pending(kernel, ctx, out, index, f"{_KERNEL}.pending()", checkers, done)
         await _judge_pending(kernel, ctx, out, None, f"{_KERNEL}.final({json.dumps(stubs)!r})", checkers, done)
+        try:
+            listed = json.loads(await kernel.ask(f"{_KERNEL}.predictions()", within=60, interrupt=False))
+            out.predictions = [p for p in listed if isinstance(p, list) and len(p) == 3][:100]
+        except (ValueError, judging.Tampered, judging.CallTimedOut):
+            pass
     except judging.KernelLost as exc:
         raise _Stopped(str(exc)) from None
     finally:
@@ -234,7 +251,7 @@ async def _run(client, nb, box: Private, ctx: Context, lesson: int | None, out: 
                     stopped = ctx.leftovers.stop(keep=set(ctx.kernels))
                     if stopped:
                         out.notes.append(f"{stopped} process{'es' if stopped > 1 else ''} the notebook left running "
-                                         "were stopped")
+                                         f"{'were' if stopped > 1 else 'was'} stopped")
 
 
 def _kernel_pid(client) -> int | None:
