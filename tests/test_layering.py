@@ -8,7 +8,7 @@ layer or below, and no two modules import each other (directly or in a circle).
     translate   translate
     train       train
     run setup   runsetup
-    cli         __main__
+    cli         __main__, cli/*
 
 The teaching harness (``lessonkit``: the exercise checkers, the grader, the lessons' prose and runtime
 helpers) is a sibling package above all of them: it imports the library, and the library imports it
@@ -32,7 +32,7 @@ LAYERS = [
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("run setup", ["runsetup"]),
-    ("cli", ["__main__"]),
+    ("cli", ["__main__", "cli.*"]),
 ]
 
 
