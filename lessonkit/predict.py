@@ -8,8 +8,10 @@ tuple); the cell tagged ``reveal`` after it computes the result and calls::
     reveal(my_prediction_11_1, "rises" if ... else "falls", what="...", choices=("rises", "falls"))
 
 which shows the prediction beside the result, and how close it came (a number within 10%, within a factor
-of 3, or further; a choice right or not). Nothing is scored: under the grader each prediction and its
-result are listed in the student's feedback file, for the teacher's rubric (docs/teachers.md).
+of 3, or further; a choice right or not), in the edition's language (its own sentences are in
+lessonkit/ko.toml; ``what`` is looked up in the lesson's translation file as it is). Nothing is scored:
+under the grader each prediction and its result are listed in the student's feedback file, for the
+teacher's rubric (docs/teachers.md).
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import math
 import numbers
 
+from .i18n import tr, tr_label
 from .prose import show_markdown
 
 __all__ = ["reveal"]
@@ -32,36 +35,39 @@ def _show(value) -> str:
 
 def _how_close(prediction, actual, choices) -> str:
     if choices is not None or isinstance(actual, str):
-        want = str(actual).strip().lower()
-        return "Right." if str(prediction).strip().lower() == want else "Not this time."
-    if isinstance(actual, tuple) or isinstance(prediction, (tuple, list)):
-        return "Right." if tuple(prediction) == tuple(actual) else "Not this time."
-    try:
-        p, a = float(prediction), float(actual)
-    except (TypeError, ValueError):
-        return "(the prediction is not a number, so it cannot be compared)"
-    if a == 0 or p == 0:
-        return "Right." if p == a else "Not this time."
-    ratio = p / a
-    if ratio < 0:
-        return "The sign is wrong."
-    if abs(ratio - 1) <= 0.1:
-        return "Within 10%."
-    if 1 / 3 <= ratio <= 3:
-        return "Within a factor of 3."
-    return f"Off by a factor of {max(ratio, 1 / ratio):.3g}."
+        right = str(prediction).strip().lower() == str(actual).strip().lower()
+    elif isinstance(actual, tuple) or isinstance(prediction, (tuple, list)):
+        right = tuple(prediction) == tuple(actual)
+    else:
+        try:
+            p, a = float(prediction), float(actual)
+        except (TypeError, ValueError):
+            return tr("(the prediction is not a number, so it cannot be compared)")
+        if a != 0 and p != 0:
+            ratio = p / a
+            if ratio < 0:
+                return tr("The sign is wrong.")
+            if abs(ratio - 1) <= 0.1:
+                return tr("Within 10%.")
+            if 1 / 3 <= ratio <= 3:
+                return tr("Within a factor of 3.")
+            factor = max(ratio, 1 / ratio)
+            return tr(f"Off by a factor of {factor:.3g}.")
+        right = p == a
+    return tr("Right.") if right else tr("Not this time.")
 
 
 def reveal(prediction, actual, *, what: str, choices: tuple | None = None) -> None:
     """Show ``actual`` (the result the run gives: ``what``) beside the learner's ``prediction``."""
-    result = f"**{what}: {_show(actual)}.**"
+    result = f"**{tr_label(what)}: {_show(actual)}.**"
+    shown = _show(prediction)
     if prediction is None:
-        text = f"No prediction written in the cell above (write one, then run this cell again). {result}"
+        text = tr("No prediction written in the cell above (write one, then run this cell again).") + f" {result}"
     elif choices is not None and str(prediction).strip().lower() not in {str(c).lower() for c in choices}:
-        text = (f"You predicted {_show(prediction)!s}, which is not one of {', '.join(map(str, choices))}. "
-                f"{result}")
+        options = ", ".join(map(str, choices))
+        text = tr(f"You predicted {shown}, which is not one of {options}.") + f" {result}"
     else:
-        text = f"You predicted {_show(prediction)}. {result} {_how_close(prediction, actual, choices)}"
+        text = tr(f"You predicted {shown}.") + f" {result} {_how_close(prediction, actual, choices)}"
     show_markdown(text)
     _note(what, prediction, actual)
 

@@ -215,7 +215,10 @@ def test_a_notebook_gets_a_private_folder_and_a_read_only_copy_of_the_packages(t
         assert not os.access(copy, os.W_OK) or os.geteuid() == 0       # root writes anything
         assert not os.stat(copy).st_mode & 0o222
         assert sorted(p.name for p in box.work.iterdir()) == sorted(sandbox.LESSON_FILES)
-        assert box.env()["PYTHONPATH"].split(os.pathsep)[0] == str(box.pkg)
+        assert box.env()["PYTHONPATH"].split(os.pathsep)[0] == str(box.pkg) and box.env("ko")["MINITRANSFORMER_LANG"] == "ko"
+        if (LESSONS / "ko" / "src").is_dir():                           # where lessonkit.i18n looks from the copy
+            assert sorted(p.name for p in (box.pkg / "lessons" / "ko" / "src").iterdir()) == \
+                sorted(p.name for p in (LESSONS / "ko" / "src").glob("*.toml"))
         root = box.root
     assert not root.exists()
 

@@ -30,9 +30,14 @@ import stat
 import sys
 import tempfile
 
+from ..i18n import ENV
+
 __all__ = ["LESSON_FILES", "Leftovers", "Private", "Snapshot"]
 
 LESSON_FILES = ("experiments", "debug_attention.py", "runtimes.json")
+# Files of the repository a lesson reads beside the package (lesson 0 shows the debugger's launch file),
+# written where the lessons look for them: beside the packages' copy.
+REPO_FILES = (".vscode/launch.json",)
 PACKAGES = ("minitransformer", "lessonkit")
 _SKIP = ("__pycache__",)
 
@@ -51,8 +56,10 @@ def _files(root: pathlib.Path) -> dict[str, bytes]:
 class Snapshot:
     """The packages' and the lessons' files as they were when grading began."""
 
-    def __init__(self, packages: dict[str, bytes], lessons: dict[str, bytes], roots: dict[str, pathlib.Path]):
+    def __init__(self, packages: dict[str, bytes], lessons: dict[str, bytes], roots: dict[str, pathlib.Path],
+                 translations: dict[str, bytes] | None = None):
         self.packages, self.lessons, self.roots = packages, lessons, roots
+        self.translations = translations or {}      # lessons/<lang>/src/*.toml, REPO_FILES: beside the copy
 
     @classmethod
     def take(cls, lessons: pathlib.Path | None) -> Snapshot:
@@ -64,11 +71,17 @@ class Snapshot:
         packages = {}
         for root in roots.values():
             packages.update(_files(root))
-        lesson_files = {}
+        lesson_files, translations = {}, {}
         for name in LESSON_FILES if lessons is not None else ():
             if (lessons / name).exists():
                 lesson_files.update(_files(lessons / name))
-        return cls(packages, lesson_files, roots)
+        for folder in sorted(lessons.glob("*/src")) if lessons is not None else ():
+            translations.update({f"lessons/{folder.parent.name}/{rel}": data for rel, data in _files(folder).items()
+                                 if rel.endswith(".toml")})
+        for rel in REPO_FILES if lessons is not None else ():
+            if (lessons.parent / rel).is_file():
+                translations[rel] = (lessons.parent / rel).read_bytes()
+        return cls(packages, lesson_files, roots, translations)
 
     def changed_on_disk(self) -> list[str]:
         """The package files that differ on disk from the snapshot (a notebook wrote them)."""
@@ -120,11 +133,14 @@ class Private:
         self.work.mkdir()
         _write_tree(self.work, self.snapshot.lessons)
         _write_tree(self.pkg, self.snapshot.packages)
+        _write_tree(self.pkg, self.snapshot.translations)     # where lessonkit.i18n looks, beside the copy
         _read_only(self.pkg)
         return self
 
-    def env(self) -> dict[str, str]:
+    def env(self, language: str = "en") -> dict[str, str]:
+        """The kernel's environment: the packages' copy first on the path, and the notebook's language."""
         env = dict(os.environ)
+        env[ENV] = language                              # a translated notebook's kernel speaks its language
         rest = env.get("PYTHONPATH")
         env["PYTHONPATH"] = str(self.pkg) + (os.pathsep + rest if rest else "")
         env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 
 from .. import judge as judging
 from ..exercises import catalogue, registered
+from ..i18n import notebook_language
 from .sandbox import Leftovers, Private, Snapshot
 
 __all__ = ["GRACE", "Context", "Outcome", "run_notebook"]
@@ -205,8 +206,8 @@ async def _run(client, nb, box: Private, ctx: Context, lesson: int | None, out: 
     client.km = client.create_kernel_manager()
     pid = None
     with ctx.launch:           # the leftover sweep of another notebook must not take this kernel for an orphan
-        await client.async_start_new_kernel(cwd=str(box.work), env=box.env(), stdout=subprocess.DEVNULL,
-                                            stderr=subprocess.DEVNULL)
+        await client.async_start_new_kernel(cwd=str(box.work), env=box.env(notebook_language(nb.metadata)),
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         pid = _kernel_pid(client)
         if pid is None:
             ctx.leftovers = None   # a kernel this jupyter_client does not name: sweeping could stop it, so never sweep
