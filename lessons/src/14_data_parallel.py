@@ -225,6 +225,17 @@ show_markdown(
 # Take one batch of the copy task, 48 sentences of 1 to 10 symbols sorted by length as the batcher sorts them, and
 # give each of 2 ranks half of the sentences. The long half holds far more tokens than the short half:
 
+# %% [markdown]
+# **Predict**, before the cell below. (1) 48 sentences of the copy task, sorted by length and cut in half between 2 ranks: how many times the target tokens of the short half does the long half hold? (2) Each rank takes the mean loss over its own tokens, and the two gradients are simply averaged: how far is that from the one-process gradient (the largest relative difference)? About `1e-16` (rounding), `1e-3`, or `1e-1`?
+
+# %% tags=["predict"]
+my_prediction_14_1 = None   # a number: tokens of the long half over the short half
+
+
+# %% tags=["predict"]
+my_prediction_14_2 = None   # a number: the plain average's relative difference
+
+
 # %%
 from minitransformer.data.batching import make_batch
 from minitransformer.data.registry import load_task
@@ -290,6 +301,13 @@ claim_true("splitting by tokens shrinks the plain average's error but does not r
            1e-12 < by_tokens[0] < by_sentences[0], f"{by_tokens[0]:.1e} against {by_sentences[0]:.1e}")
 claim("the token split's counts still differ by a few tokens (at most 5% of the batch)",
       abs(by_token_counts[0] - by_token_counts[1]), low=1, high=0.05 * n_whole)
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_14_1, halves[1] / halves[0], what="target tokens of the long half over the short half")
+reveal(my_prediction_14_2, float(by_sentences[0]), what="largest relative difference of the plain average from one process")
+
 
 # %% [markdown]
 # The plain average of the ranks' mean losses treats every rank's tokens as if there were as many on each rank, so
@@ -444,6 +462,12 @@ backend.set_default_dtype("float32")
 # an array of the size of the chunk that arrives. The checker runs your function on 2, 3 and 4 ranks simulated by
 # threads (`SimulatedRanks`, no `mpiexec` needed), with vectors whose length is and is not a multiple of the rank
 # count, and counts the bytes each rank sends: a ring sends $2(N-1)/N$ of the vector.
+
+# %% [markdown]
+# The simulated ranks block in `Send` until the matching `Recv` has taken the message, as MPI does for a
+# message past its eager limit (a real gradient is far past it): a ring whose every rank sends first and
+# receives after waits forever, here as under `mpiexec`, and the checker names the deadlock. `Sendrecv`
+# sends and receives at once.
 
 # %% tags=["stub"]
 def my_ring_allreduce(comm, x):
