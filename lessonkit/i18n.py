@@ -123,14 +123,58 @@ def _discover() -> Edition:
 
 
 def _hangul_plots() -> None:
-    """Plot labels in Hangul: matplotlib falls back glyph by glyph from DejaVu Sans to a CJK font."""
-    try:
-        import matplotlib  # noqa: PLC0415  (only a translated edition needs it here)
-    except ImportError:
-        return
+    """Plot labels in Hangul: matplotlib falls back glyph by glyph from DejaVu Sans to a CJK font.
+
+    Set when matplotlib is first imported, not before: a lesson's first cell asks the language, and importing
+    matplotlib there would import NumPy before the lesson's own settings (lesson 2 pins BLAS threads with
+    environment variables that only work before NumPy's first import)."""
+    if "matplotlib" in sys.modules:
+        _label_fonts()
+    elif not any(isinstance(finder, _AfterMatplotlib) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterMatplotlib())
+
+
+def _label_fonts() -> None:
+    import matplotlib  # noqa: PLC0415  (only a translated edition needs it here)
+
     from minitransformer import plot  # noqa: PLC0415
 
     matplotlib.rcParams["font.family"] = plot.label_fonts()
+
+
+class _AfterMatplotlib:
+    """An import hook that sets the label fonts once matplotlib's first import has run (``_hangul_plots``)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util  # noqa: PLC0415
+
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenLabelFonts(spec.loader)
+        return spec
+
+
+class _ThenLabelFonts:
+    """matplotlib's own loader, then ``_label_fonts``; anything else is the original loader's."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        try:
+            _label_fonts()
+        except ImportError:          # no minitransformer (never in the lessons): plots stay as they are
+            pass
 
 
 def edition() -> Edition:

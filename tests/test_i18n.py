@@ -152,6 +152,21 @@ def test_a_kernel_in_the_korean_folder_speaks_korean_and_runs_in_lessons(tmp_pat
     assert _run_in(lessons / "ko", PROBE, **{i18n.ENV: "en"}) == "en ko"
 
 
+def test_the_first_question_imports_no_numpy_and_plots_get_hangul_later(tmp_path):
+    """A Korean notebook's first cell asks the language; NumPy must not be imported by it (lesson 2 pins BLAS
+    threads with environment variables that work only before NumPy's first import). The Hangul font is set once
+    matplotlib is imported, with matplotlib's own loader underneath (its files are still found)."""
+    lessons = tmp_path / "lessons"
+    (lessons / "ko").mkdir(parents=True)
+    (lessons / "ko" / i18n.MARKER).write_text((ROOT / "lessons" / "ko" / i18n.MARKER).read_text())
+    probe = ("import sys; from lessonkit import i18n; i18n.language(); print('numpy' in sys.modules); "
+             "import matplotlib.pyplot as plt, matplotlib; from minitransformer import plot; "
+             "print(plt.rcParams['font.family'] == plot.label_fonts(), len(plot.label_fonts()) > 1, "
+             "matplotlib.get_data_path() != '')")
+    assert _run_in(lessons / "ko", probe).split() == ["False", "True", "True", "True"]
+    assert _run_in(lessons, probe).split()[:2] == ["False", "False"]       # English: the fonts are left alone
+
+
 def test_the_grader_reads_a_notebooks_language_from_its_metadata():
     """The hook for the checkers' hints: a grader starts the kernel with MINITRANSFORMER_LANG set to this."""
     import nbformat
