@@ -3,6 +3,7 @@
     python lessons/experiments/lesson13_bpe.py                       # everything (resumes: finished runs are kept)
     python lessons/experiments/lesson13_bpe.py --part levels         # only the tokenization table
     python lessons/experiments/lesson13_bpe.py --part average --seeds 0 1 2
+    python lessons/experiments/lesson13_bpe.py --part live-check     # lesson 13's live run on other processors
 
 Writes lessons/experiments/lesson13_bpe.json: the command, the dates, the commit, the machine,
 the budget, and one record per run. The file is rewritten after every run, so a crash loses at
@@ -45,6 +46,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import _record
 
 from minitransformer.average import average_checkpoints
 from minitransformer.machine import machine_summary
@@ -154,6 +157,51 @@ def run_average(seed: int, steps: int, every: int) -> dict:
     return record
 
 
+# -- the live check: lesson 13's first 100 steps of the bpe 200 run ---------------------------
+
+# The run lesson 13 repeats live (keeping its last checkpoints for the averaging section), and what it asserts:
+# the training loss logged at step LOSS_AT (the mean over its last log_every steps). After 100 steps another
+# processor's rounding has moved it by little: a check of the arithmetic, on seed 0 only.
+LIVE = {"level": AVERAGED, "steps": LOSS_AT, "seed": 0, "checkpoint_every": 20, "keep_last": 5}
+LIVE_CHECK = ("loss", f"training loss logged at step {LOSS_AT}, the mean over steps {LOSS_AT - 9}-{LOSS_AT} "
+              "(relative)", "rel", 0.001, 0.001)
+# The kernel the levels were trained on (the record predates _record; the machine chose Haswell then, as the
+# records of that day say): the live check's "as the record" re-run uses it and must reproduce the loss exactly.
+RECORD_KERNEL = "Haswell"
+
+
+def live_run(task=None, out_dir: str | None = None) -> tuple:
+    """(trainer, history, seconds) of the live run: LIVE's level, steps and seed, keeping checkpoints in out_dir."""
+    task = task or load_task(TASK, **LEVELS[LIVE["level"]])
+    extra = {k: LIVE[k] for k in ("checkpoint_every", "keep_last")} if out_dir else {}
+    return train_steps(task, LIVE["steps"], LIVE["seed"], out_dir, **extra)
+
+
+def live_values(history) -> dict:
+    return {"loss": loss_at(history, LIVE["steps"])}
+
+
+def check_live(results: dict, history) -> list[str]:
+    """Assert the record's live check on a live run's history; one line per check, for the lesson to print."""
+    return _record.assert_checks(results["live_check"], live_values(history))
+
+
+def live_checks(results: dict) -> tuple[list, dict]:
+    """Re-run LIVE under ``_record.variants()`` (seed 0 on every machine) in fresh processes; the tolerance."""
+    recorded = next(r for r in results["levels"] if r["level"] == LIVE["level"])[f"loss_at_{LOSS_AT}"]
+    reruns = {v["name"]: _record.rerun(__file__, ["--live-row", str(v["seed"])], v)["loss"]
+              for v in _record.variants((LIVE["seed"],), LIVE["seed"], record_kernel=RECORD_KERNEL)}
+    key, metric, kind, floor, step = LIVE_CHECK
+    check = _record.measured_check(
+        f"{LIVE['level']}, seed {LIVE['seed']}, the first {LIVE['steps']} steps", metric, recorded, reruns, kind,
+        floor, step, "re-runs of lesson13_bpe.train_steps in fresh processes, one BLAS thread, seed 0",
+        fails_when="the first 100 steps differ: the arithmetic (tokenization, initialisation, batches, schedule, "
+                   "loss, Adam) is not the one that made the record", level=LIVE["level"], seed=LIVE["seed"],
+        steps=LIVE["steps"], key=key)
+    print(check["metric"], "recorded", recorded, "spread", check["observed_spread"], "tolerance", check["tolerance"])
+    return [check], reruns
+
+
 def _commit() -> str:
     """The commit the package was at, and whether its files had changes not committed."""
     root = HERE.parent.parent
@@ -169,13 +217,33 @@ def _commit() -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--part", choices=["levels", "average", "all"], default="all")
+    p.add_argument("--part", choices=["levels", "average", "all", "live-check"], default="all",
+                   help="live-check: re-run lesson 13's live row on other processors and write its tolerance "
+                        "(after the levels)")
     p.add_argument("--steps", type=int, default=1500, help="training steps of every run (batch 64)")
     p.add_argument("--every", type=int, default=50, help="averaging: a checkpoint every this many steps")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="averaging: the seeds")
     p.add_argument("--out", default=str(HERE / "lesson13_bpe.json"))
+    p.add_argument("--live-row", type=int, help=argparse.SUPPRESS)    # a seed: the live run's loss as JSON
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.live_row is not None:
+        _record.limit_blas_threads(args.threads)
+        _record.emit(live_values(train_steps(load_task(TASK, **LEVELS[LIVE["level"]]), LIVE["steps"],
+                                             args.live_row)[1]))
+        return 0
     path = pathlib.Path(args.out)
+    if args.part == "live-check":
+        # The levels and averages keep the provenance they were made with (command, commit, machine, dates:
+        # written before _record); "provenance" lists the calls made through _record, each naming what it wrote.
+        prov = _record.start(threads=1)
+        results = json.loads(path.read_text())
+        results["live_check"], results["live_check_reruns"] = live_checks(results)
+        results["live_check_machines"] = _record.played()
+        results["provenance"] = [*results.get("provenance", []), _record.finish(prov, wrote="live_check")]
+        _record.write(path, results)
+        print("wrote", path)
+        return 0
     results = json.loads(path.read_text()) if path.exists() else {"levels": [], "average": []}
     results.update({"command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
                     "task": TASK, "budget": {"steps": args.steps, "batch_size": 64, "seed_levels": 0},
