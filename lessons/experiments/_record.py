@@ -338,7 +338,9 @@ def agrees(check: dict, live) -> bool:
 
 def _band(check: dict) -> str:
     unit = {"abs": "", "rel": " (relative)", "exact": " (must be equal)"}[check["kind"]]
-    return f"{check['recorded']} ± {check['tolerance']}{unit}"
+    recorded = check["recorded"]
+    return f"{recorded:.6g} ± {check['tolerance']:g}{unit}" if isinstance(recorded, float) else \
+        f"{recorded} ± {check['tolerance']}{unit}"
 
 
 def assert_live(check: dict, live) -> None:
@@ -373,7 +375,9 @@ def assert_checks(checks: list, values: dict) -> list[str]:
         raise AssertionError("the record has no live checks: re-run the script that wrote it")
     for check in checks:
         assert_live(check, values[check["where"]["key"]])
-    return [f"{c['metric']}: {values[c['where']['key']]:.6g}, within {_band(c)}" for c in checks]
+    several = len({c["row"] for c in checks}) > 1           # then each line names its row
+    return [(f"{c['row']}: " if several else "") + f"{c['metric']}: {values[c['where']['key']]:.6g}, within {_band(c)}"
+            for c in checks]
 
 
 def record_problems(record) -> list[str]:

@@ -86,8 +86,8 @@ sys.path.insert(0, str(pathlib.Path("experiments").resolve()))   # the notebook 
 import lesson13_bpe as experiment  # lessons/experiments/lesson13_bpe.py
 
 results = json.loads(pathlib.Path("experiments/lesson13_bpe.json").read_text())
-print("measured with:", results["command"])
-print("dates:        ", ", ".join(results["dates"]), "  commit:", results["commit"])
+for made in results["provenance"]:                 # every call of the script that wrote into the record
+    print(f"{made['command']}: {made['started']} to {made['finished']}, commit {made['commit'][:7]}")
 print("machine:      ", results["machine"], "(load when the script started; one BLAS thread, cores shared with other jobs)")
 
 # %% [markdown]
