@@ -50,9 +50,11 @@
 #
 # **What it trains:** one numbers-en-de model for 100 steps (the record's first steps, repeated live). The cell
 # below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("13")
 
@@ -575,7 +577,7 @@ def my_merge_step(vocab):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_13 import check_average_two, check_merge_step, check_segment
+from lessonkit.exercises.lesson_13 import check_average_two, check_merge_step, check_segment
 
 check_merge_step(my_merge_step)
 

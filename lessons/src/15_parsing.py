@@ -51,9 +51,11 @@
 #
 # **What it trains:** one small parser for 600 steps, in three cells of 200 (a row of the record, repeated
 # live); the full runs of Table 4 come from the record. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("15")
 
@@ -594,7 +596,7 @@ def my_linearize(tree):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_15 import check_bracket_f1, check_linearize, check_repair
+from lessonkit.exercises.lesson_15 import check_bracket_f1, check_linearize, check_repair
 
 check_linearize(my_linearize)
 
