@@ -25,7 +25,7 @@ _spec = importlib.util.spec_from_file_location("_record", EXPERIMENTS / "_record
 _record = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(_record)
 
-LESSONS = ("9w", "9ls", "11", "13", "15")          # live_checks.LESSONS: every lesson that re-runs a record's row
+LESSONS = ("8", "9w", "9ls", "11", "13", "15")          # live_checks.LESSONS: every lesson that re-runs a record's row
 
 
 def _env(extra: dict) -> dict:

@@ -33,6 +33,15 @@ def _load(name: str) -> dict:
     return json.loads((HERE / name).read_text(encoding="utf-8"))
 
 
+def lesson08_race() -> tuple[list, dict]:
+    import lesson08_rnn_vs_transformer as script
+    from minitransformer import backend
+    record = _load("lesson08_rnn_vs_transformer.json")
+    values = script.live_values(record)
+    backend.set_default_dtype("float64")                 # train_one set float32; lesson 8 sets it back too
+    return record["live_check"], values
+
+
 def lesson09_warmup() -> tuple[list, dict]:
     import lesson09_warmup as script
     return _load("lesson09_warmup.json")["live_check"], script.live_values(script.live_losses())
@@ -66,6 +75,7 @@ def lesson15_parse() -> tuple[list, dict]:
 
 # name -> (the lesson and its cell, the function that runs it and returns (checks, live values))
 LESSONS = {
+    "8": ("lesson 8, the first steps of the Transformer and the LSTM", lesson08_race),
     "9w": ("lesson 9, with and without warm-up", lesson09_warmup),
     "9ls": ("lesson 9, label smoothing on and off", lesson09_label_smoothing),
     "11": ("lesson 11, row E's two models", lesson11_row_e),
