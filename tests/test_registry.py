@@ -59,7 +59,7 @@ def test_the_synthetic_data_is_what_the_generators_give():
     for i, (split, n) in enumerate(tasks.SPLIT_SIZES.items()):
         assert getattr(task, split) == tasks.reverse_pairs(n, np.random.default_rng([3, i]))
     assert task.vocab == tasks.synthetic_vocab(10)
-    assert (task.src_level, task.tgt_level, task.bleu_tokenize) == ("word", "word", "none")
+    assert (task.src_level, task.tgt_level, task.bleu_tokenize) == ("space", "space", "none")
 
 
 def test_a_new_synthetic_task_needs_only_an_entry():

@@ -32,14 +32,28 @@ def lowercase(tokens: list[str], level: str, bpe) -> list[str]:
     return tokenize(detokenize(tokens, level).lower(), level, bpe)
 
 
-def warn_unknown_tokens(vocab, sources, targets=(), bpe: bool = False) -> None:
-    """The warning ``translate`` and ``evaluate`` give for tokens the model has never seen."""
-    unknown = sorted({t for src in sources for t in src if t not in vocab})
-    if unknown:
-        # A byte-pair piece is missing only when it holds a character never seen in training (no merge
-        # has it), or one seen only at the end of words and now inside one ("x" known, "x@@" not).
-        why = "; each holds a character never seen in training at that place in a word" if bpe else ""
-        print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}{why}", file=sys.stderr)
+# translate and evaluate name at most this many sentences with unknown tokens, then count the rest.
+MAX_SENTENCES_NAMED = 5
+
+
+def warn_unknown_tokens(vocab, sources, targets=(), bpe: bool = False, name=None) -> None:
+    """The warning ``translate`` and ``evaluate`` give for tokens the model has never seen: one line
+    per sentence that has some, naming it (``name(i)``: sentence i, default "sentence i + 1"), up to
+    ``MAX_SENTENCES_NAMED``, then a count of the others."""
+    name = name or (lambda i: f"sentence {i + 1}")
+    # A byte-pair piece is missing only when it holds a character never seen in training (no merge
+    # has it), or one seen only at the end of words and now inside one ("x" known, "x@@" not).
+    why = "; each holds a character never seen in training at that place in a word" if bpe else ""
+    with_unknown = [(i, sorted({t for t in src if t not in vocab})) for i, src in enumerate(sources)]
+    with_unknown = [(i, unknown) for i, unknown in with_unknown if unknown]
+    for i, unknown in with_unknown[:MAX_SENTENCES_NAMED]:
+        print(f"warning: {name(i)}: tokens not in the vocabulary (read as <unk>): {unknown[:10]}{why}",
+              file=sys.stderr)
+    if len(with_unknown) > MAX_SENTENCES_NAMED:
+        rest = with_unknown[MAX_SENTENCES_NAMED:]
+        distinct = sorted({t for _, unknown in rest for t in unknown})
+        print(f"warning: {len(rest):,} more sentences have tokens not in the vocabulary (read as <unk>), "
+              f"{len(distinct):,} distinct: {distinct[:10]}", file=sys.stderr)
     unreachable = sorted({t for tgt in targets for t in tgt if t not in vocab})
     if unreachable:
         print(f"warning: reference tokens not in the vocabulary (the model can never produce them): "

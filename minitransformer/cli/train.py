@@ -95,8 +95,10 @@ def register(sub) -> None:
     p.add_argument("--task", help=f"a named task: {_task_names_help()} (see the 'tasks' command)")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task); duplicate pairs "
                                   "are removed and the rest split into train / valid / test")
-    p.add_argument("--level", choices=["char", "word", "bpe"], default=None,
-                   help="tokenization of both sides of --data: char (default), word, or bpe (byte-pair pieces, "
+    p.add_argument("--level", choices=["char", "word", "space", "bpe"], default=None,
+                   help="tokenization of both sides of --data: char (default); word (punctuation split off: "
+                        "'March 5, 2024' is March|5|,|2024, but twenty-one and 1,234 stay whole); space (split "
+                        "at spaces only, for text that is already tokens); or bpe (byte-pair pieces, "
                         "§5.1, learned on the training split, one vocabulary for source and target; give "
                         "--bpe-merges). With --task only bpe: the task's own tokenization otherwise")
     p.add_argument("--bpe-merges", type=positive_int, default=None, metavar="N",

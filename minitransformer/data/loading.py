@@ -32,7 +32,7 @@ from . import fingerprint as _fingerprint
 from .bpe import BPE
 from .bpe import detokenize as detokenize_bpe
 from .tsv import DataError, looks_like_header, read_tsv_rows
-from .vocab import LEVELS, PLAIN_LEVELS, Vocab, bpe_vocab, tokenize
+from .vocab import LEVELS, PLAIN_LEVELS, WORD_RULE, WORD_RULE_KEY, Vocab, bpe_vocab, tokenize
 
 TextPair = tuple[str, str]                     # (source sentence, target sentence)
 TokenPair = tuple[list[str], list[str]]        # the same, tokenized
@@ -63,7 +63,7 @@ class TaskData:
         """How the task tokenizes, saved in checkpoints so translate and evaluate do the same
         (for "bpe", with the merges and initial symbols: ``levels["bpe"]``, see ``bpe_of``)."""
         levels = {"src": self.src_level, "tgt": self.tgt_level, "bleu_tokenize": self.bleu_tokenize,
-                  "src_lowercase": self.src_lowercase}
+                  "src_lowercase": self.src_lowercase, WORD_RULE_KEY: WORD_RULE}
         if self.bpe is not None:
             levels["bpe"] = self.bpe.to_dict()
         return levels
@@ -113,7 +113,8 @@ class Task:
     name: what ``--task`` takes. description: one line (``tasks`` and ``train --help``
     print it). recipe: the default model preset and training settings. splits:
     seed -> {"train", "valid", "test"}: lists of (source, target) text pairs,
-    disjoint. src_level / tgt_level: "char" or "word" tokenization of each side.
+    disjoint. src_level / tgt_level: "char", "word" or "space" tokenization of each
+    side (``vocab.tokenize``).
     bleu_tokenize: sacrebleu's tokenizer for scoring the target side. vocab:
     the training token pairs -> the Vocab (None: built from both sides of the
     training split). bpe_merges: the number of merges ``level="bpe"`` learns when
@@ -130,6 +131,12 @@ class Task:
         ``train``) print instead of BLEU and chrF.
     max_output_len: the most tokens decoding may produce (<eos> included) for
         every sentence; None: the input length + 50 (§6.1).
+
+    What a person may type to its model: ``phrasing``, one line naming the forms
+    of the sources it was trained on (``tasks`` and ``translate --help`` print it),
+    and ``check_input``: sentence (tokenized and joined back) -> None when it is
+    in one of those forms, else the reason ``translate`` refuses it with (one line;
+    ``data/phrasing.py``). None: every sentence is translated, unknown words named.
 
     A checkpoint saves its task's name, so ``translate`` and ``evaluate`` find
     the hooks again through the registry.
@@ -149,6 +156,8 @@ class Task:
     render: Callable[[str, str], str] | None = None
     scores: Callable[[list, list, list], dict] | None = None
     max_output_len: int | None = None
+    phrasing: str = ""
+    check_input: Callable[[str], str | None] | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip() or " " in self.name:
@@ -166,7 +175,9 @@ class Task:
                                  f"bpe_merges), got {getattr(self, side)!r}")
         if self.bpe_merges is not None:
             _check_bpe_request("bpe", self.bpe_merges, None, f"Task {self.name!r}")
-        for hook in ("render", "scores"):
+        if not isinstance(self.phrasing, str) or "\n" in self.phrasing:
+            raise ValueError(f"Task {self.name!r}: phrasing must be one line")
+        for hook in ("render", "scores", "check_input"):
             if getattr(self, hook) is not None and not callable(getattr(self, hook)):
                 raise TypeError(f"Task {self.name!r}: {hook} must be a function or None")
         n = self.max_output_len
@@ -177,7 +188,7 @@ class Task:
              bpe: BPE | None = None) -> TaskData:
         """The task's splits for ``seed``, tokenized, with their vocabulary.
 
-        level: None, the task's own tokenization; "char" or "word", both sides at that
+        level: None, the task's own tokenization; "char", "word" or "space", both sides at that
         level; "bpe", both sides byte-pair encoded, with ``bpe_merges`` merges learned on
         this seed's training split (both sides, never valid or test; default: the task's
         own ``bpe_merges``), or with the given learned merges ``bpe`` (a checkpoint's:
