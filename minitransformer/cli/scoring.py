@@ -112,7 +112,7 @@ def report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> d
 
     stream = stream or sys.stdout   # looked up now: a default of sys.stdout would miss redirections
     entry = task.entry
-    results = {}
+    results, explained = {}, False
     for i, strategy in enumerate(strategies):
         r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, strategy=strategy,
                                max_len=entry.max_output_len if entry is not None else None,
@@ -128,7 +128,23 @@ def report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> d
         else:
             print(f"{name:>7}: exact match {100 * r['exact_match']:.2f}% ({len(pairs)} sentences), "
                   f"BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}  [{r['seconds']:.1f}s]", file=stream)
+            why = None if explained else why_bleu_is_zero(r["bleu_stats"], task.bleu_tokenize)
+            if why:
+                print(f"         ({why})", file=stream)
+                explained = True
     return results
+
+
+def why_bleu_is_zero(bleu, tokenize: str) -> str | None:
+    """Why a BLEU of 0 is no verdict on the outputs, when it is because they are too short to
+    have n-grams of BLEU's highest order (metrics.BleuScore's totals); None otherwise."""
+    if bleu.score != 0 or not bleu.totals or bleu.totals[0] == 0 or bleu.totals[-1] != 0:
+        return None
+    order = len(bleu.totals)
+    longest = bleu.totals.index(0)          # no output has this many tokens: the longest has fewer
+    return (f"BLEU is 0 because no output has {order} tokens ({tokenize} tokenizer; the longest has {longest}): "
+            f"BLEU multiplies the precisions of 1- to {order}-grams, and with no {order}-gram the product is 0. "
+            "Exact match and chrF are the scores to read for sentences this short")
 
 
 def _print_samples(task, pairs, r, n_samples: int, stream) -> None:

@@ -283,18 +283,34 @@ def _train_locked(req: TrainRequest, task, out_dir: str, ckpt, saved, seed: int,
                         max_len=task.entry.max_output_len if task.entry is not None else None)
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
           f"vocabulary {len(vocab)}")
+    for warning in task.warnings:                # after every check: an error stays the only line
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     if task.bpe is not None:
         print(f"  tokenization: byte-pair encoding, {len(task.bpe.merges)} merges learned on the training split "
               f"(both sides); one vocabulary of {len(vocab)} pieces for source and target")
     changed = "".join(f" --set {name}={value}" for name, value in changes.items())
     print(f"model: preset {preset}{changed}, {model.num_parameters():,} parameters, backend {backend.backend_name()}")
     print(f"  config: {describe(cfg)}")
+    print(_stopping(settings, "steps" in req.settings, task.name))
     ranks_line = describe_ranks(comm, settings)
     if ranks_line:
         print(ranks_line)
     if ckpt is not None:
         print(f"resuming from {req.resume} at step {trainer.step}")
     return _train_and_report(req, task, trainer, settings, out_dir, strategies)
+
+
+def _stopping(settings, steps_given: bool, name: str) -> str:
+    """When the run will end, and, when it will not stop once solved, why not."""
+    s = settings
+    if s.stop_when_solved:
+        return (f"stops: once solved (100% validation exact match at {s.stop_when_solved} validations in a row, "
+                f"every {s.valid_every} steps, on up to {s.valid_decode} validation pairs), at most {s.steps:,} steps")
+    if steps_given:
+        return (f"stops: after exactly {s.steps:,} steps (--steps), solved or not; add --stop-when-solved 2 to stop "
+                "once validation exact match is 100% twice in a row")
+    return (f"stops: after {s.steps:,} steps, the fixed length of {name}'s recipe (it does not stop once solved); "
+            "--stop-when-solved 2 would stop at the second 100% validation in a row")
 
 
 @contextmanager

@@ -53,6 +53,7 @@ class TaskData:
     tgt_level: str = "word"
     bleu_tokenize: str = "13a"
     notes: list = field(default_factory=list)    # what loading did that the user should know
+    warnings: list = field(default_factory=list)  # what the user should worry about (splits too small to score)
     src_lowercase: bool = False                  # no training source holds a capital: lower-case new input
     recipe: Recipe | None = None                 # how it trains by default (the registry's, or DATA_RECIPE)
     bpe: BPE | None = None                       # level "bpe": the merges, learned on the training split
@@ -304,6 +305,28 @@ def split_pairs(pairs, seed: int = 0, valid_fraction: float = 0.05, test_fractio
     return train, valid, test, duplicates
 
 
+# A held-out split with fewer pairs than this gives a score that means little: one pair is more
+# than 1 point of exact match, and the 95% interval of a score near 50% (1.96 * sqrt(p(1-p)/n))
+# is wider than ±10 points (±9.8 at 100 pairs). `train --data` warns below it.
+MIN_SCORED_PAIRS = 100
+
+
+def small_split_warnings(valid: list, test: list, where: str) -> list[str]:
+    """What to tell the user of a file whose validation or test split is under ``MIN_SCORED_PAIRS``
+    pairs: one line each, with what a pair is worth and how uncertain a score is."""
+    lines = []
+    for split, pairs, role in (("validation", valid, "'solved' (100% exact match, which stops training) means "
+                                "{n} sentence(s) right"),
+                               ("test", test, "its score at the end is uncertain by about ±{half:.0f} points "
+                                "(95% interval near 50%)")):
+        n = len(pairs)
+        if n < MIN_SCORED_PAIRS:
+            lines.append(f"{where}: the {split} split has {n} pair(s), under the {MIN_SCORED_PAIRS} a score needs to "
+                         f"mean something: one pair is {100 / n:.0f} points of exact match, and "
+                         + role.format(n=n, half=98 / n ** 0.5) + "; add pairs to the file for a score worth reading")
+    return lines
+
+
 def load_tsv_task(path: str, level: str = "char", seed: int = 0, valid_fraction: float = 0.05,
                   test_fraction: float = 0.05, header: bool = False,
                   max_length: int | None = MAX_DATA_LENGTH, bpe_merges: int | None = None,
@@ -331,10 +354,12 @@ def load_tsv_task(path: str, level: str = "char", seed: int = 0, valid_fraction:
     train, valid, test, duplicates = split_pairs(pairs, seed, valid_fraction, test_fraction, where=path)
     if duplicates:
         notes.append(f"{path}: removed {duplicates} duplicate pair(s) before splitting")
+    warnings = small_split_warnings(valid, test, path)
     vocab = bpe_vocab(bpe) if bpe is not None else Vocab.build([s for s, _ in train] + [t for _, t in train])
     return TaskData(os.path.basename(path), vocab, train, valid, test, level, level,
-                    "char" if level == "char" else "13a", notes, src_lowercase=_all_lowercase(train), bpe=bpe)
+                    "char" if level == "char" else "13a", notes, src_lowercase=_all_lowercase(train), bpe=bpe,
+                    warnings=warnings)
 
 
-__all__ = ["TaskData", "Task", "TextPair", "TokenPair", "SPLITS", "MAX_DATA_LENGTH", "read_pairs", "split_pairs",
-           "load_tsv_task", "bpe_of", "learn_joint_bpe"]
+__all__ = ["TaskData", "Task", "TextPair", "TokenPair", "SPLITS", "MAX_DATA_LENGTH", "MIN_SCORED_PAIRS", "read_pairs",
+           "split_pairs", "small_split_warnings", "load_tsv_task", "bpe_of", "learn_joint_bpe"]

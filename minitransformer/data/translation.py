@@ -69,14 +69,14 @@ class TranslationTask:
     check_input: Callable[[str], str | None] | None = None   # a typed source: None if in those forms, else why
 
 
-def translation_recipe(steps: int, batch_size: int, valid_every: int = 500) -> Recipe:
+def translation_recipe(steps: int, batch_size: int, valid_every: int = 500, **settings) -> Recipe:
     """The translation tasks share a preset and a schedule; they differ in length of training.
 
     Factor 1.0 without clipping spikes on them (held-out exact match dips mid-run,
     and greedy decoding loops on rare patterns); 0.5 with clipping does not.
     """
     return recipe("translate", steps=steps, batch_size=batch_size, lr_factor=0.5, warmup_steps=400,
-                  clip_norm=1.0, valid_every=valid_every)
+                  clip_norm=1.0, valid_every=valid_every, **settings)
 
 
 # Emoji names: ~1.3k training pairs. Validation loss is lowest near step 500 and
