@@ -66,7 +66,7 @@ import time
 
 import nbformat
 
-from lessonkit import runtimes
+from lessonkit import links, runtimes
 from minitransformer.files import atomic_write_bytes, atomic_write_text
 from minitransformer.machine import machine_info
 
@@ -488,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the student edition (no solutions, exercise outputs cleared) into DIR")
     parser.add_argument("--table", action="store_true",
                         help="print the lessons' table (number, title, paper section, runtime) in Markdown")
+    parser.add_argument("--docs", action="store_true",
+                        help="only refresh lessons/docs/, the copy of the docs pages the lessons link to "
+                             "(lessonkit/links.py; every build refreshes it too)")
     args = parser.parse_args(argv)
     found = lessons()
     chosen = [n.zfill(2) for n in args.numbers] or list(found)
@@ -500,9 +503,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(lesson_table())
         return 0
+    if args.docs:
+        written = links.write_docs_copy()
+        print(f"lessons/docs/: {', '.join(written) or 'already current'}", file=sys.stderr)
+        return 0
     if args.check:
         problems = [d for n in chosen if (d := first_difference(found[n], notebook_path(found[n])))]
         problems += orphans() if not args.numbers else []
+        problems += [f"{page}: out of date (python lessons/build.py --docs)" for page in links.stale_copies()]
         record = runtimes.load(HERE / runtimes.RECORD_NAME)
         problems += [f"{notebook_path(found[n]).name}: {p}" for n in chosen
                      for p in runtime_problems(nbformat.read(notebook_path(found[n]), as_version=4), n, record)]
@@ -510,6 +518,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1 if problems else 0
     for n in chosen:
         build(found[n], execute=not args.no_execute, timeout=args.timeout)
+    links.write_docs_copy()                     # the pages the lessons link, beside them (lessonkit/links.py)
     return 0
 
 
