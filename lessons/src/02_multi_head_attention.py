@@ -44,6 +44,8 @@
 # including [the fused projection](docs/derivations.md#the-fused-projection) that exercise 2.4 asks you to differentiate.
 #
 # **What it trains:** nothing; it times one attention layer for several head counts. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

@@ -36,6 +36,8 @@
 # [§9, residual connections](docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54) and [§10, dropout](docs/derivations.md#10-dropout-54).
 #
 # **What it trains:** nothing; it sends gradients through deep random stacks. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

@@ -38,6 +38,8 @@
 # and [§11, label-smoothed cross-entropy](docs/derivations.md#11-label-smoothed-cross-entropy-54).
 #
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

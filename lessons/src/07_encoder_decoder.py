@@ -41,6 +41,8 @@
 # stack's wiring is in [§9, residual connections](docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54).
 #
 # **What it trains:** nothing; it checks an untrained model. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost, show_slow_cell

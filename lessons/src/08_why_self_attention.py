@@ -55,6 +55,8 @@
 # $xW$ product below; the softmax, §4, and attention, §5, for the exercise).
 #
 # **What it trains:** nothing; it times and counts small layers, and loads the offline sweep of `lessons/experiments/lesson08_table1.py`. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

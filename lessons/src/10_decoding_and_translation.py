@@ -52,6 +52,8 @@
 # decoding with the cache yourself.
 #
 # **What it trains:** a small English-to-Korean dates model, and the checker of Exercise 10.3 a tiny one. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost, show_slow_cell
