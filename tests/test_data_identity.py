@@ -253,12 +253,12 @@ def test_an_explicit_level_that_is_not_the_checkpoints_is_refused(trained, capsy
 
 
 def test_evaluate_on_another_task_warns_about_the_task_and_the_unknown_tokens(trained, capsys):
-    """The word-level pairs model on the numbers-en-fr task: the same level, but nothing it knows."""
-    assert main(["evaluate", "--checkpoint", str(trained["ckpt"]), "--task", "numbers-en-fr", "--beam", "1",
+    """The word-level pairs model on the dates-en-de task: the same level, but nothing it knows."""
+    assert main(["evaluate", "--checkpoint", str(trained["ckpt"]), "--task", "dates-en-de", "--beam", "1",
                  "--limit", "2", "--samples", "0"]) == 0
     err = capsys.readouterr().err
-    assert "warning: the checkpoint was trained on 'pairs.tsv', not 'numbers-en-fr'" in err
-    assert "warning: --task numbers-en-fr, pair 1 (" in err and "tokens not in the vocabulary (read as <unk>): " in err
+    assert "warning: the checkpoint was trained on 'pairs.tsv', not 'dates-en-de'" in err
+    assert "warning: --task dates-en-de, pair 1 (" in err and "tokens not in the vocabulary (read as <unk>): " in err
     assert "warning: reference tokens not in the vocabulary (the model can never produce them): " in err
 
 

@@ -21,10 +21,9 @@ _spec.loader.exec_module(_record)
 # provenance (test_waiting_list_is_current), so the list cannot outlive the reason.
 WAITING = {
     "copy_recipe_search.json": "owned by the recipe stream (issue 25): adopts _record when it is re-run",
-    # These two carry a provenance of their own (command, date, commit, machine, load, per call or
-    # per row), written before _record reached main; each adopts _record when its script is re-run.
+    # It carries a provenance of its own (command, date, commit, machine, load, per call or per row),
+    # written before _record reached main; it adopts _record when its script is re-run.
     "copy_recipe_bench.json": "bench_copy.py's own provenance (issue 25); adopts _record when it is re-run",
-    "lesson13_bpe.json": "lesson13_bpe.py's own provenance (issue 21); adopts _record when it is re-run",
 }
 RECORDS = sorted(p.name for p in EXPERIMENTS.glob("*.json"))
 

@@ -3,6 +3,7 @@
     python lessons/experiments/lesson13_bpe.py                       # everything (resumes: finished runs are kept)
     python lessons/experiments/lesson13_bpe.py --part levels         # only the tokenization table
     python lessons/experiments/lesson13_bpe.py --part average --seeds 0 1 2
+    python lessons/experiments/lesson13_bpe.py --part levels --redo word "own (word → char)"   # re-run those
 
 Writes lessons/experiments/lesson13_bpe.json: the command, the dates, the commit, the machine,
 the budget, and one record per run. The file is rewritten after every run, so a crash loses at
@@ -46,6 +47,7 @@ import sys
 import tempfile
 import time
 
+import _record  # lessons/experiments/_record.py: the command's provenance
 from minitransformer.average import average_checkpoints
 from minitransformer.machine import machine_summary
 from minitransformer.checkpoint import load_checkpoint
@@ -173,25 +175,44 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=1500, help="training steps of every run (batch 64)")
     p.add_argument("--every", type=int, default=50, help="averaging: a checkpoint every this many steps")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="averaging: the seeds")
+    p.add_argument("--redo", nargs="+", default=[], choices=list(LEVELS), metavar="LEVEL",
+                   help="run these levels again although the record has them (after a change to their tokens)")
     p.add_argument("--out", default=str(HERE / "lesson13_bpe.json"))
     args = p.parse_args()
+    prov = _record.start(threads=1)            # one BLAS thread; the commit, command, machine and load of this command
     path = pathlib.Path(args.out)
     results = json.loads(path.read_text()) if path.exists() else {"levels": [], "average": []}
+    # Each run records its own commit and machine; runs from before that carry the file's.
+    for record in results["levels"] + results["average"]:
+        record.setdefault("commit", results.get("commit", "unknown"))
+        record.setdefault("machine", results.get("machine", "unknown"))
+    if args.redo:
+        results["levels"] = [r for r in results["levels"] if r["level"] not in args.redo]
     results.update({"command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
                     "task": TASK, "budget": {"steps": args.steps, "batch_size": 64, "seed_levels": 0},
                     "averaged": {"level": AVERAGED, "every": args.every, "keep_last": 5},
                     "machine": machine_summary(), "commit": _commit()})
     results.setdefault("dates", [])
+    # One provenance entry per command that wrote into the record (_record), naming what it wrote;
+    # the runs made before the record had one carry their commit and machine in their own entries.
+    wrote = (f"levels {', '.join(args.redo)}" if args.redo else f"part {args.part}")
+    results.setdefault("provenance", []).append(_record.snapshot(prov, wrote=wrote))
 
     def save():
         results["dates"] = sorted(set(results["dates"]) | {time.strftime("%Y-%m-%d")})
+        commits: dict[str, list] = {}
+        for r in results["levels"]:
+            commits.setdefault(r["commit"], []).append(r["level"])
+        if results["average"]:
+            commits.setdefault(results["average"][0]["commit"], []).append("averaging")
+        results["commit"] = "; ".join(f"{c} ({', '.join(names)})" for c, names in commits.items())
         atomic_write_text(str(path), json.dumps(results, indent=1, ensure_ascii=False) + "\n")
 
     if args.part in ("levels", "all"):
         for name in LEVELS:
             if any(r["level"] == name and r["steps"] == args.steps for r in results["levels"]):
                 continue
-            record = run_level(name, args.steps)
+            record = run_level(name, args.steps) | {"commit": _commit(), "machine": machine_summary()}
             print(json.dumps(record, ensure_ascii=False), flush=True)
             results["levels"] = [r for r in results["levels"] if r["level"] != name] + [record]
             save()
@@ -200,10 +221,11 @@ def main() -> int:
             if any(r["seed"] == seed and r["steps"] == args.steps and r["every"] == args.every
                    for r in results["average"]):
                 continue
-            record = run_average(seed, args.steps, args.every)
+            record = run_average(seed, args.steps, args.every) | {"commit": _commit(), "machine": machine_summary()}
             print(json.dumps(record), flush=True)
             results["average"] = [r for r in results["average"] if r["seed"] != seed] + [record]
             save()
+    results["provenance"][-1] = _record.finish(prov, wrote=wrote)
     save()
     print("wrote", path)
     return 0
