@@ -136,6 +136,23 @@ print("matches the hand computation to the 4 digits written above")
 # `torch.nn.functional.scaled_dot_product_attention` reads a boolean mask as this package does,
 # True = may attend. (Both checked with torch 2.13.)
 
+# %% [markdown]
+# **Predict.** With the causal mask over $S = 6$ positions, how many of the $6 \times 6$ attention weights come out exactly 0?
+
+# %% tags=["predict"]
+my_prediction_1_1 = None   # a whole number
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.layers.attention import attention_forward
+from minitransformer.layers.masks import causal_mask
+
+_, causal_weights = attention_forward(*np.random.default_rng(1).standard_normal((3, 1, 1, 6, 4)), causal_mask(6, np))
+reveal(my_prediction_1_1, int((causal_weights.A == 0).sum()), what="attention weights that are exactly 0 under the causal mask, S = 6")
+
+
 # %%
 rng = np.random.default_rng(0)
 S, d_k = 6, 4
@@ -254,6 +271,13 @@ plt.show()
 #    scores, $\|\delta S\| / \|\delta A\|$ per row (median over rows), with
 #    $\delta S = J^\top \delta A$ from the Jacobian of §3, built explicitly.
 
+# %% [markdown]
+# **Predict.** *Without* the $1/\sqrt{d_k}$ (the raw $QK^\top$), at $d_k = 1024$: what fraction of an upstream gradient reaches the scores, $\|\delta S\| / \|\delta A\|$ (the median over rows)? A number, such as `0.1`.
+
+# %% tags=["predict"]
+my_prediction_1_2 = None   # a number: the fraction of the gradient that gets through, unscaled, d_k = 1024
+
+
 # %%
 rng = np.random.default_rng(0)
 n_sent, S, d_v = 64, 16, 8
@@ -307,6 +331,13 @@ claim("without it the softmax becomes nearly one-hot at the largest d_k (largest
       low=0.8)
 claim_true("without it the gradient collapses by orders of magnitude",
            unscaled["gain"][-1] < scaled["gain"][-1] / 100, f"{unscaled['gain'][-1]:.1e} against {scaled['gain'][-1]:.1e}")
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_1_2, float(stats["unscaled"]["gain"][-1]),
+       what="median fraction of the gradient reaching the scores without the scale, d_k = 1024")
+
 
 # %% [markdown]
 # With the scale, nothing depends on $d_k$: the scores keep unit spread, the weights stay

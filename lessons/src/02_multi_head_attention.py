@@ -163,6 +163,36 @@ print(report)
 report.assert_ok()
 
 # %% [markdown]
+# **Predict**, before section 3. A multi-head attention layer with $d_\text{model} = 512$: (1) with $h = 8$ heads, how many times the parameters of the same layer with one head does it hold? (2) For $B = 2$ sentences of $S = 128$ positions, how many times the memory of its attention weights at $h = 8$ does it need at $h = 128$?
+
+# %% tags=["predict"]
+my_prediction_2_1 = None   # a number: parameters at h = 8 over h = 1
+
+
+# %% tags=["predict"]
+my_prediction_2_2 = None   # a number: memory of the weights at h = 128 over h = 8
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.layers.attention import MultiHeadAttention, attention_forward
+
+
+def n_parameters(h):
+    return sum(p.data.size for p in MultiHeadAttention(512, h, np.random.default_rng(0)).parameters())
+
+
+def weights_bytes(h):
+    Q = np.zeros((2, h, 128, 512 // h), dtype=np.float32)
+    return attention_forward(Q, Q, Q)[1].A.nbytes
+
+
+reveal(my_prediction_2_1, n_parameters(8) / n_parameters(1), what="parameters with h = 8 over h = 1, d_model = 512")
+reveal(my_prediction_2_2, weights_bytes(128) / weights_bytes(8), what="bytes of attention weights at h = 128 over h = 8")
+
+
+# %% [markdown]
 # ## 3. $h$ heads of size $d_\text{model}/h$ cost what one head of size $d_\text{model}$ costs
 #
 # Count the floating-point operations (a multiply-add is 2 FLOPs) of the two products inside

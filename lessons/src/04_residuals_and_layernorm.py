@@ -81,6 +81,30 @@ print("biased var of each row:", y.var(axis=-1))   # np.var divides by n: 1 - (t
 print("the cache keeps      :", cache._fields)
 
 # %% [markdown]
+# **Predict.** (1) LayerNorm with $\gamma = 1$, $\beta = 0$ and the package's $\varepsilon = 10^{-5}$, on a row whose entries have variance $10^{-4}$: what is the variance of the output row? (2) Its backward: the entries of $\delta x$ for one row, added up, give what?
+
+# %% tags=["predict"]
+my_prediction_4_1 = None   # a number: the output row's variance
+
+
+# %% tags=["predict"]
+my_prediction_4_2 = None   # a number: the sum of dx over a row
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.layers.layernorm import layernorm_backward, layernorm_forward
+
+row_1e4 = np.random.default_rng(0).standard_normal((1, 64))
+row_1e4 = 0.01 * (row_1e4 - row_1e4.mean()) / row_1e4.std()                    # variance 1e-4
+normed, ln_cache = layernorm_forward(row_1e4, np.ones(64), np.zeros(64), 1e-5)
+d_row = layernorm_backward(np.random.default_rng(1).standard_normal((1, 64)), ln_cache)[0]
+reveal(my_prediction_4_1, float(normed.var()), what="variance of the output row (input variance 1e-4, eps 1e-5)")
+reveal(my_prediction_4_2, round(float(d_row.sum()), 12) + 0.0, what="the entries of dx for one row, added up (to 12 digits)")
+
+
+# %% [markdown]
 # ## 2. LayerNorm, backward — the derivation
 #
 # Work with one position; the batch and sequence axes just come along. Write

@@ -259,6 +259,21 @@ ax.set(xscale="log", xlabel="step t", ylabel="uncorrected / corrected step",
 ax.legend(); plt.tight_layout(); plt.show()
 
 # %% [markdown]
+# **Predict.** The schedule of §5.3, Eq. (3), with the paper's $d_\text{model} = 512$ and 4000 warm-up steps: its highest learning rate?
+
+# %% tags=["predict"]
+my_prediction_9_1 = None   # a number
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.optim import NoamSchedule
+
+reveal(my_prediction_9_1, NoamSchedule(512, 4000).peak_lr, what="the peak learning rate, d_model 512, 4000 warm-up steps")
+
+
+# %% [markdown]
 # Without the correction, the early steps with the paper's $\beta_2 = 0.98$ would be up to 1.55 times too large
 # (at step 14), and with $\beta_2 = 0.999$ up to 6.6 times (at step 12). Exercise 9.2 asks you to write one Adam update;
 # its checker compares it with `optim.Adam`.
@@ -538,6 +553,22 @@ q_00 = (1 - 0.1) * np.eye(7)[3] + 0.1 / 7
 print("  q               ", q_00)
 print("  n * dlogits     ", n * dlogits[0, 0], "  = p - q, to", np.abs(n * dlogits[0, 0] - (p - q_00)).max())
 print("  a pad position  ", dlogits[1, 4], "  = 0")
+
+# %% [markdown]
+# **Predict.** With $\varepsilon_{ls} = 0.1$ and a vocabulary of 1000 tokens, a model that predicts the smoothed target $q$ exactly, the best any model can do: what is its loss, in nats?
+
+# %% tags=["predict"]
+my_prediction_9_2 = None   # a number of nats
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+V_1000, eps_01 = 1000, 0.1
+q_best = np.full(V_1000, eps_01 / V_1000)
+q_best[0] += 1 - eps_01                                         # the target token
+reveal(my_prediction_9_2, float(-(q_best * np.log(q_best)).sum()), what="the lowest label-smoothed loss, eps_ls 0.1, V = 1000 (nats)")
+
 
 # %% [markdown]
 # ### The trade-off, measured

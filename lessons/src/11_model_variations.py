@@ -368,6 +368,13 @@ for m, scale, worse in (("exact_match", 100, "below"), ("ppl", 1, "above")):
     print(f"   every seed better:          {' | '.join(above if worse == 'below' else below) or '-'}")
 
 # %% [markdown]
+# **Predict.** One head ($h = 1$, $d_k = 64$) against the base model's 8 heads of 8 dimensions, on this toy task: is the exact match `"higher"` or `"lower"`?
+
+# %% tags=["predict"]
+my_prediction_11_1 = None   # "higher" or "lower"
+
+
+# %% [markdown]
 # In exact match only three settings are worse on every seed: one head (row A) and the deep post-LN models
 # $N = 4$ and $N = 6$ (row C), which did not finish learning in 500 steps (section 7). In perplexity, which
 # varies less between seeds, the list is longer: the deep models again (the pre-LN one too), half the width,
@@ -403,6 +410,14 @@ axes[0].set_title("row A (heads) and row B (key size)")
 plt.tight_layout(); plt.show()
 for lab, _ in row_A + row_B[:2]:
     print(f"{lab:12s} params {table[lab]['params'][0]:>9,.0f}   train time {pm(table[lab]['train_seconds'], 1, 0)} s")
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+one_head, eight_heads = table["h=1, d_k=64"]["exact_match"][0], table["base"]["exact_match"][0]
+reveal(my_prediction_11_1, "higher" if one_head > eight_heads else "lower",
+       what="exact match of one head against eight (mean over the seeds)", choices=("higher", "lower"))
+
 
 # %%
 def versus(label, other="base", metric="exact_match"):
@@ -515,6 +530,13 @@ show_markdown(
     "learning-rate warm-up, which pre-LN relieves (Xiong et al., 2020; lesson 4); our 500 steps, 400 of them "
     "warm-up, leave little time to get past the plateau.")
 
+# %% [markdown]
+# **Predict.** Label smoothing $\varepsilon_{ls} = 0.2$ against none: does the test perplexity `"rise"` or `"fall"`?
+
+# %% tags=["predict"]
+my_prediction_11_2 = None   # "rise" or "fall"
+
+
 # %%
 half, double = versus("d_model=32, d_k=4"), versus("d_model=128, d_k=16")
 ffn = {lab: versus(lab) for lab in ("d_ff=128", "d_ff=512")}
@@ -554,6 +576,13 @@ for lab in ("eps_ls=0.0", "base", "eps_ls=0.2", "P_drop=0.0", "P_drop=0.2"):
     s = table[lab]
     print(f"{lab:11s} PPL {pm(s['ppl'], 1, 3)}   exact {pm(s['exact_match'], 100, 1)} %   "
           f"token accuracy {pm(s['token_acc'], 100, 2)} %   BLEU {pm(s['bleu'], 1, 1)}")
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_11_2, "rise" if table["eps_ls=0.2"]["ppl"][0] > table["eps_ls=0.0"]["ppl"][0] else "fall",
+       what="test perplexity with eps_ls = 0.2 against 0 (mean over the seeds)", choices=("rise", "fall"))
+
 
 # %%
 ls_ppl = [table[lab]["ppl"][0] for lab in ("eps_ls=0.0", "base", "eps_ls=0.2")]

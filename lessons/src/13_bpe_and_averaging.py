@@ -107,6 +107,13 @@ print("machine:      ", results["machine"], "(load when the script started; one 
 # `(first, second)` as Python compares strings. Sennrich et al.'s own example corpus: "low" 5 times, "lower"
 # twice, "newest" 6 times, "widest" 3 times.
 
+# %% [markdown]
+# **Predict.** In Sennrich et al.'s corpus below ("low" 5 times, "lower" twice, "newest" 6 times, "widest" 3 times), how often does the most frequent pair of adjacent symbols occur, counted with the words' counts?
+
+# %% tags=["predict"]
+my_prediction_13_1 = None   # a whole number
+
+
 # %%
 corpus = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
 vocab = {word_symbols(word): count for word, count in corpus.items()}   # {("l", "o", "w</w>"): 5, ...}
@@ -139,6 +146,12 @@ print("step 1, the pair counts (most frequent first):")
 for pair, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:8]:
     print(f"   {pair[0]!s:>5} {pair[1]!s:<6} {n}")
 assert counts[("e", "s")] == counts[("s", "t</w>")] == max(counts.values()) == 9      # the prose below
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_13_1, max(counts.values()), what="the count of the most frequent pair")
+
 
 # %% [markdown]
 # `e s` and `s t</w>` both occur 9 times (6 in "newest", 3 in "widest"). The tie goes to the greater pair,
@@ -479,6 +492,13 @@ for piece, n in used.most_common(24):
 # The average holds no optimizer state (Adam's moments belong to one point of one run), and says it is an
 # average, so `train --resume` refuses it by name. The live run above kept its last five checkpoints:
 
+# %% [markdown]
+# **Predict.** The live run above trained for 100 steps and kept its last five checkpoints. Which has the lower test perplexity: `"average"` (the mean of the five) or `"final"` (the last checkpoint alone)?
+
+# %% tags=["predict"]
+my_prediction_13_2 = None   # "average" or "final"
+
+
 # %%
 from minitransformer.average import average_checkpoints
 from minitransformer.checkpoint import load_checkpoint
@@ -498,6 +518,14 @@ early = {"final (step 100)": experiment.perplexity(ckpts[-1].model, task200.voca
                                                                                           task200.test)}
 for label, ppl in early.items():
     print(f"{label:34s}: test perplexity {ppl:.3f}")
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+final_ppl_live, average_ppl_live = early.values()
+reveal(my_prediction_13_2, "average" if average_ppl_live < final_ppl_live else "final",
+       what="the lower test perplexity after 100 steps", choices=("average", "final"))
+
 
 # %%
 final_ppl, avg_ppl = early.values()

@@ -282,6 +282,22 @@ print("metrics.bracket_f1:", package)
 assert abs(package.f1 - F1) < 1e-9 and abs(package.precision - P) < 1e-9
 
 # %% [markdown]
+# **Predict.** For the gold tree above, a parser that outputs one flat S bracket over all its words (each word an `XX`): what bracket F1 does it get?
+
+# %% tags=["predict"]
+my_prediction_15_1 = None   # a number from 0 to 100
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.data.trees import Tree
+
+flat_tree = Tree(g_tree.label, tuple(Tree("XX", (w,)) for w in g_tree.words()))
+reveal(my_prediction_15_1, bracket_f1([g_tree], [flat_tree]).f1, what="bracket F1 of one flat bracket over the gold tree's words")
+
+
+# %% [markdown]
 # ## 5. Training a small parser
 #
 # The `parse` task's recipe (`python -m minitransformer tasks` shows it) trains the model below for
@@ -364,6 +380,13 @@ for sentence in ("Alice saw the dog with the telescope", "the cat that Bob liked
 # Three questions, each against the ceiling: are long sentences harder, does the model fail where the
 # grammar itself is ambiguous, and what goes wrong in the outputs that are not even trees?
 
+# %% [markdown]
+# **Predict.** The model's bracket F1 on long sentences (15 to 20 words) against short ones (2 to 5 words): `"higher"` or `"lower"`?
+
+# %% tags=["predict"]
+my_prediction_15_2 = None   # "higher" or "lower"
+
+
 # %%
 srcs = [" ".join(s) for s, _ in task.test[:n_test]]
 reads = [read_linearized(h.split(), s.split()) for h, s in zip(live["hyps"], srcs)]
@@ -387,6 +410,13 @@ ax.set_xlabel("sentence length (words)")
 ax.set_ylabel("bracket F1")
 ax.legend()
 plt.show()
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_15_2, "higher" if rows[-1][2] > rows[0][2] else "lower",
+       what=f"the model's F1 on {rows[-1][0]}-word sentences against {rows[0][0]}-word ones", choices=("higher", "lower"))
+
 
 # %%
 viterbi_right = [k for k in range(n_test) if brackets(viterbi_n[k]) == brackets(gold_n[k])]
