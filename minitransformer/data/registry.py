@@ -9,7 +9,7 @@
 
 A task is one ``loading.Task`` entry in the module that generates its data; the
 command line (``tasks``, ``train --help``, ``train --task``), the training
-recipes and the README's task list all read them from here. A task module
+recipes and the task table of docs/tasks.md all read them from here. A task module
 added later joins the list in ``_MODULE_ENTRIES`` (its one line here).
 """
 

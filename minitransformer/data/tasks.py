@@ -15,7 +15,7 @@ Pairs are *token* lists; encode them with ``synthetic_vocab(n_symbols)``.
 
 Each task is one entry of ``TASKS`` below (a ``loading.Task``: description,
 recipe, splits), which the task registry (registry.py), ``python -m
-minitransformer tasks``, ``train --help`` and the README's task list read.
+minitransformer tasks``, ``train --help`` and docs/tasks.md's task table read.
 Adding a synthetic task means a generator and an entry here, nothing else.
 """
 
