@@ -51,7 +51,7 @@
 # **What it trains:** one numbers-en-de model for 100 steps (the record's first steps, repeated live). The cell
 # below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
