@@ -67,7 +67,7 @@ import math
 import numbers
 from dataclasses import dataclass, fields
 
-from . import backend
+from . import backend, threads
 from .errors import NonFiniteError, ShapeError
 from .layers.loss import log_softmax
 from .layers.masks import padding_mask
@@ -474,6 +474,7 @@ def _one_token_per_step(model, src, bos_id, eos_id, strategy, max_len, use_cache
     B = int(src.shape[0])
     if B == 0:
         return []
+    threads.check()                                          # the BLAS thread policy: once per decoded batch
     limits = _length_limits(model, src, max_len)
     T = max(limits)
     src_mask = padding_mask(src, model.cfg.pad_id)
@@ -554,6 +555,7 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     B = int(src.shape[0])
     if B == 0:
         return []
+    threads.check()                                          # the BLAS thread policy: once per decoded batch
     V = model.cfg.vocab_size
     limits = _length_limits(model, src, max_len)
     T = max(limits)

@@ -490,7 +490,7 @@ class Transformer(Layer):
         y = self.tgt_dropout.forward(self.tgt_pos.forward(self.tgt_embed.forward(tgt_in)))
         y = self.decoder.forward(y, memory, src_mask, tgt_mask)
         logits = self.output_projection.forward(y)
-        self._save_cache(None, logits)            # marks "forward ran": backward checks dlogits' shape
+        self._forward_ran(logits)                 # backward checks dlogits against the logits' shape
         return logits
 
     def forward(self, src: Array, tgt_in: Array, src_mask: Array | None = None,
@@ -550,7 +550,8 @@ class Transformer(Layer):
     def backward(self, dlogits: Array) -> None:
         """dlogits: (B, T, V). Adds into every Parameter's .grad (E gets three uses;
         a learned positional table P two, the target and source sides)."""
-        self._pop_cache(dlogits, "dlogits")
+        self._check_dout(dlogits, "dlogits")
+        self._forward_called = False              # one backward per forward
         dout = self.output_projection.backward(dlogits)                     # use 1 of E
         dy, dmemory = self.decoder.backward(dout)
         self.tgt_embed.backward(self.tgt_pos.backward(self.tgt_dropout.backward(dy)))   # use 2 of E

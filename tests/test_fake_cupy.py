@@ -213,8 +213,8 @@ def test_what_cupy_lacks_raises_attribute_error(fake_cp):
         _ = x.device
     with pytest.raises(TypeError):                   # CuPy's ndarray has no __index__
         range(fake_cp.asarray(3))
-    # backend.rowdot takes NumPy 2's vecdot when the module has one; the stand-in does not
-    # (CuPy's documentation shows none), so its plain fallback runs here.
+    # CuPy's documentation shows no vecdot: the package does not use it (attention's backward
+    # sums dA ⊙ A), and the stand-in does not offer it.
     assert getattr(fake_cp, "vecdot", None) is None
 
 
@@ -481,8 +481,8 @@ def test_training_matches_numpy(fake_cp, dtype, clip_norm):
     assert all(type(v) is float for v in losses)
     assert losses[-1] < 0.8 * losses[0]                                   # it did learn something
     if dtype == "float32":
-        # Rounding differs a little (the stand-in, like CuPy, has no vecdot, so backend.rowdot
-        # sums a * b), and Adam carries it along: 4.5e-5 relative at step 30, measured. Adam
+        # Rounding differs a little between the two runs, and Adam carries it along: 4.5e-5
+        # relative at step 30, measured (the same with and without NumPy's vecdot). Adam
         # also moves parameters whose gradient is ~0 (the key bias, rows of E for rare tokens)
         # by ~lr per step in directions set by that rounding, so parameters are compared in float64.
         np.testing.assert_allclose(losses[:10], expected[:10], rtol=1e-5)

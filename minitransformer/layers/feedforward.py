@@ -26,8 +26,8 @@ import math
 from .. import backend
 from ..backend import Array
 from ..errors import check_input
-from .linear import Linear
-from .parameter import Layer
+from .linear import Linear, linear_parameter_count
+from .parameter import Layer, checked_backward, checked_forward
 
 
 def relu(z: Array) -> tuple[Array, Array]:
@@ -76,6 +76,13 @@ def gelu_backward(du: Array, z: Array) -> Array:
 ACTIVATIONS = {"relu": (relu, relu_backward), "gelu": (gelu, gelu_backward)}
 
 
+def ffn_parameter_count(d_model: int, d_ff: int, activation: str = "relu") -> int:
+    """The learnable scalars of one ``FeedForward(d_model, d_ff, activation=...)``, from the
+    formula (no layer built): W_1 and b_1, W_2 and b_2. The model's parameter count and its
+    memory estimate (model.py) read it here, the one place that knows the FFN's shape."""
+    return linear_parameter_count(d_model, d_ff) + linear_parameter_count(d_ff, d_model)
+
+
 class FeedForward(Layer):
     """x: (B, S, d_model) -> (B, S, d_model), through a hidden layer of size d_ff.
 
@@ -93,18 +100,19 @@ class FeedForward(Layer):
         self._act_forward, self._act_backward = ACTIVATIONS[activation]
         self._name = name
 
+    def _check_input(self, x):
+        check_input(f"FeedForward {self._name!r}", "x", x, self.d_model, self.linear1.W.data.dtype)
+
+    @checked_forward(_check_input)
     def forward(self, x: Array) -> Array:
         """x: (B, S, d_model) -> FFN(x): (B, S, d_model)."""
-        check_input(f"FeedForward {self._name!r}", "x", x, self.d_model, self.linear1.W.data.dtype)
         z = self.linear1.forward(x)                # (B, S, d_ff): x W_1 + b_1
-        u, act_cache = self._act_forward(z)        # (B, S, d_ff): max(0, z) (Eq. 2), or gelu(z)
-        y = self.linear2.forward(u)                # (B, S, d_model): u W_2 + b_2
-        self._save_cache(act_cache, y)
-        return y
+        u, self._cache = self._act_forward(z)      # (B, S, d_ff): max(0, z) (Eq. 2), or gelu(z)
+        return self.linear2.forward(u)             # (B, S, d_model): u W_2 + b_2
 
+    @checked_backward
     def backward(self, dy: Array) -> Array:
         """dy: (B, S, d_model) -> dx: (B, S, d_model); adds into W_1, b_1, W_2, b_2's grads."""
-        act_cache = self._pop_cache(dy, "dy")
         du = self.linear2.backward(dy)             # (B, S, d_ff)
-        dz = self._act_backward(du, act_cache)     # through the activation, elementwise
+        dz = self._act_backward(du, self._cache)   # through the activation, elementwise
         return self.linear1.backward(dz)
