@@ -4,7 +4,8 @@ layer or below, and no two modules import each other (directly or in a circle).
     foundation  errors, backend, files, runlock, streams, machine, threads
     layers      layers/* (layers/fast.py: the speed variants), gradcheck
     model       model, settings, data/*, metrics
-    search      decoding, optim, checkpoint, average, snapshots, plot, progress, stops, distributed
+    search      decoding (+ decoding_inputs), optim, checkpoint, average, snapshots, plot, progress, stops,
+                distributed
     translate   translate
     train       train
     run setup   runsetup
@@ -27,7 +28,7 @@ LAYERS = [
     ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "threads", "__init__"]),
     ("layers", ["layers.fast", "layers.*", "gradcheck"]),
     ("model", ["model", "settings", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "average", "snapshots", "plot", "progress", "stops", "distributed"]),
+    ("search", ["decoding", "decoding_inputs", "optim", "checkpoint", "average", "snapshots", "plot", "progress", "stops", "distributed"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("run setup", ["runsetup"]),
