@@ -454,7 +454,8 @@ def _model_changes(args) -> dict:
 
 def _check_resumed_model(ckpt, preset: str | None, changes: dict, path: str) -> None:
     """A resumed run keeps its model: a --preset or --set that disagrees with the checkpoint is refused."""
-    from .model import DATA_FIELDS, PRESETS  # noqa: PLC0415
+    from .data.registry import PRESETS  # noqa: PLC0415
+    from .model import DATA_FIELDS  # noqa: PLC0415
 
     cfg = ckpt.model.cfg
     for name, value in changes.items():
@@ -1081,7 +1082,8 @@ def _task_names_help() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     from .data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
-    from .model import PRESETS, field_help  # noqa: PLC0415
+    from .data.registry import PRESETS  # noqa: PLC0415
+    from .model import field_help  # noqa: PLC0415
 
     parser = _Parser(prog="python -m minitransformer",
                      description="Train, run and evaluate the Transformer of 'Attention Is All You Need'.",

@@ -3,7 +3,7 @@ layer or below, and no two modules import each other (directly or in a circle).
 
     foundation  errors, backend, files, runlock, streams, machine, threads
     layers      layers/* (layers/fast.py: the speed variants), gradcheck
-    model       model, settings, data/*, metrics
+    model       model (+ kvcache), settings, data/*, metrics
     search      decoding (+ decoding_inputs), optim, checkpoint, average, snapshots, plot, progress, stops,
                 distributed
     translate   translate
@@ -27,7 +27,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "minitransformer"
 LAYERS = [
     ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "threads", "__init__"]),
     ("layers", ["layers.fast", "layers.*", "gradcheck"]),
-    ("model", ["model", "settings", "data.*", "metrics"]),
+    ("model", ["model", "kvcache", "settings", "data.*", "metrics"]),
     ("search", ["decoding", "decoding_inputs", "optim", "checkpoint", "average", "snapshots", "plot", "progress", "stops", "distributed"]),
     ("translate", ["translate"]),
     ("train", ["train"]),

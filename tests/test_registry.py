@@ -7,8 +7,7 @@ import pytest
 
 from minitransformer.data import parsing, registry, tasks, translation
 from minitransformer.data.loading import Task, TaskData
-from minitransformer.data.registry import TASKS, get_task, load_task, recipe_for, task_names
-from minitransformer.model import PRESETS
+from minitransformer.data.registry import PRESETS, TASKS, get_task, load_task, recipe_for, task_names
 from minitransformer.settings import Recipe, recipe
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
@@ -97,3 +96,29 @@ def test_the_readme_lists_every_task():
     text = README.read_text(encoding="utf-8")
     for name in task_names():
         assert f"`{name}`" in text or name in text, f"README.md does not mention task {name!r}"
+
+
+def test_model_sizes_stay_with_the_model_and_task_presets_with_their_recipes(monkeypatch):
+    """model.PRESETS holds the generic sizes; a task's preset is defined in its task module, beside
+    its recipe; data.registry.PRESETS (and preset()) finds every one, the command line's --preset."""
+    from minitransformer import model
+
+    assert set(model.PRESETS) == {"base", "big", "tiny"}
+    modules = {"copy": tasks, "reverse": tasks, "translate": translation, "parse": parsing}
+    for name, module in modules.items():
+        assert name in module.PRESETS and name not in model.PRESETS
+        assert registry.preset(name) is module.PRESETS[name]
+    for name, task in TASKS.items():                   # each recipe's preset, found through the registry
+        assert registry.preset(task.recipe.preset).d_model >= 1, name
+    assert list(registry.PRESETS)[:3] == ["base", "big", "tiny"] and len(registry.PRESETS) == len(set(registry.PRESETS))
+    with pytest.raises(ValueError, match=r"unknown preset 'huge'; choose one of: base, big, tiny, copy"):
+        registry.preset("huge")
+    monkeypatch.setitem(model.PRESETS, "search-only", model.PRESETS["tiny"].with_(d_model=16))   # an experiment's
+    assert registry.preset("search-only").d_model == 16 and "search-only" in registry.PRESETS
+
+
+def test_two_task_modules_cannot_define_one_preset_name():
+    from minitransformer import model
+
+    with pytest.raises(ValueError, match="tiny defined twice"):
+        registry._Presets([model.PRESETS, {"tiny": model.PRESETS["tiny"]}])

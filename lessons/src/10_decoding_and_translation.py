@@ -69,7 +69,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minitransformer import backend, decoding, machine, metrics, runsetup, translate
-from minitransformer.data.registry import load_task
+from minitransformer.data.registry import PRESETS, load_task
 from minitransformer import model as model_module
 from minitransformer.layers.loss import log_softmax
 from minitransformer.layers.masks import padding_mask
@@ -228,7 +228,7 @@ show_slow_cell("10", "timing decoding with and without the cache")
 # %%
 # slow: timing decoding with and without the cache
 backend.set_default_dtype("float32")          # decoding and training run in float32
-speed_cfg = model_module.PRESETS["translate"].with_(vocab_size=304, max_len=160)
+speed_cfg = PRESETS["translate"].with_(vocab_size=304, max_len=160)
 speed_model = model_module.Transformer(speed_cfg, seed=0)
 speed_src = np.random.default_rng(0).integers(3, 304, size=(8, 10))    # (B, S) = (8, 10)
 

@@ -315,7 +315,7 @@ display(Markdown(
 #   task's character-level BLEU), so the columns compare across tokenizations.
 
 # %%
-from minitransformer.model import PRESETS
+from minitransformer.data.registry import PRESETS
 from minitransformer.runsetup import settings_for
 
 preset, recipe_settings = settings_for("numbers-en-de")

@@ -294,7 +294,8 @@ from threadpoolctl import threadpool_limits
 
 from minitransformer import threads
 from minitransformer.data.registry import get_task
-from minitransformer.model import PRESETS, describe
+from minitransformer.data.registry import PRESETS
+from minitransformer.model import describe
 
 # The record was trained on one BLAS thread; another thread count adds the same numbers in another
 # order, and 600 steps turn those last bits into other weights. So this run uses one thread too.

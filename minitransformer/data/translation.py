@@ -34,12 +34,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model import TransformerConfig
 from ..settings import Recipe, recipe
 from .loading import Task
 from .tsv import write_tsv
 
 __all__ = [
-    "TranslationTask", "TASKS", "PINNED_VERSIONS", "UnknownTaskError", "generate_pairs",
+    "TranslationTask", "TASKS", "PRESETS", "PINNED_VERSIONS", "UnknownTaskError", "generate_pairs",
     "load_splits", "export_tsv",
 ]
 
@@ -64,6 +65,13 @@ class TranslationTask:
     bleu_tokenize: str   # metrics.corpus_bleu tokenize mode for this target side
     recipe: Recipe       # how the task trains by default (measured: docs/translation_results.md)
     bpe_merges: int | None = None   # merges for --level bpe, where measured (docs/translation_results.md)
+
+
+# The model every translation recipe (and a --data file's) trains: preset "translate".
+PRESETS = {
+    "translate": TransformerConfig(vocab_size=100, d_model=128, h=4, N=2, d_ff=512, P_drop=0.1, eps_ls=0.1,
+                                   max_len=128),
+}
 
 
 def translation_recipe(steps: int, batch_size: int, valid_every: int = 500) -> Recipe:
