@@ -35,7 +35,7 @@
 #
 # | in this lesson | where in the package |
 # | --- | --- |
-# | learning merges (incremental counts) / the plain recount | `data.bpe.learn_bpe` / `data.bpe.learn_bpe_by_recounting` |
+# | learning merges (incremental counts) / the plain recount | `data.bpe_learn.learn_bpe` / `data.bpe_learn.learn_bpe_by_recounting` (both also importable from `data.bpe`) |
 # | applying them: a word's pieces, a line's tokens, back to text | `data.bpe.BPE` (`.segment`, `.tokens`, `.apply`), `data.bpe.detokenize` |
 # | BPE as a tokenization level | `data.vocab.tokenize(text, "bpe", bpe)`, `data.vocab.bpe_vocab(bpe)` |
 # | a task at level bpe (merges learned on its training split only) | `data.registry.load_task(name, level="bpe", bpe_merges=N)` |
