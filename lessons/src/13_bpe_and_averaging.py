@@ -209,7 +209,7 @@ assert bpe.segment("slowest") == ("s", "lo", "west") and bpe.segment("lowest") =
 # **Speed.** Algorithm 1 as written recounts every pair of the corpus before each merge. A merge only changes
 # the words that hold its pair, and in them only the pairs next to each occurrence, so `learn_bpe` keeps the
 # pair counts and an index from each pair to the words that hold it, and updates both after each merge
-# (`data/bpe.py` explains the heap of pairs that finds the most frequent one). On the training text of
+# (`data/bpe_learn.py` explains the heap of pairs that finds the most frequent one). On the training text of
 # numbers-en-de:
 
 # %%

@@ -25,7 +25,7 @@ two optional hooks of ``loading.Task``:
                                      repaired if ill-formed) over the input's
                                      words, ``(S (NP Alice) (VP saw ...))``
     tree_scores(sources, hyps, refs) what ``evaluate`` prints: labelled bracket
-                                     F1 (evalb, ``metrics.bracket_f1``), exact
+                                     F1 (evalb, ``evalb.bracket_f1``), exact
                                      trees and the ill-formed rate
 
 and a longest output, ``PARSE_MAX_OUTPUT``: §6.3 lets a tree run to the input
@@ -37,10 +37,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..metrics import bracket_f1
 from ..model import TransformerConfig
 from ..settings import recipe
 from . import pcfg
+from .evalb import bracket_f1
 from .loading import Task
 from .trees import XX, Tree, linearize, read_linearized
 

@@ -10,7 +10,7 @@ Exercise 15.1 check_linearize     a tree -> its target tokens, (X ... )X around 
 Exercise 15.2 check_bracket_f1    labelled bracket precision, recall and F1 of one test tree against gold
 Exercise 15.3 check_repair        an ill-formed output -> the well-formed tokens the repair rule gives
 
-The references are the package's own: ``data.trees.linearize``, ``metrics.bracket_f1``
+The references are the package's own: ``data.trees.linearize``, ``data.evalb.bracket_f1``
 and ``data.trees.read_linearized``.
 """
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ..data.evalb import bracket_f1
 from ..data.trees import XX, Tree, evalb_label, linearize, parse_tree, read_linearized
-from ..metrics import bracket_f1
 from ._common import NOT_ATTEMPTED, WrongAnswer, describe, exercise, not_attempted
 
 __all__ = ["NOT_ATTEMPTED", "check_linearize", "check_bracket_f1", "check_repair", "LINEARIZE_CASES",
