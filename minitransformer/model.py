@@ -57,7 +57,7 @@ class TransformerConfig:
     pre_ln: bool = False        # False = the paper's post-LN; True = pre-LN variant
     ln_eps: float = 1e-5        # LayerNorm's ε (inside the square root)
     positional: str = "sinusoidal"   # §3.5's fixed sinusoids, or "learned": a trained table (Table 3, row E)
-    activation: str = "relu"    # the FFN's (§3.3, Eq. 2): "relu" as in the paper, or "gelu" (layers/feedforward.py)
+    activation: str = "relu"    # the FFN's (§3.3, Eq. 2): "relu" as in the paper, or a name in feedforward.ACTIVATIONS
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "h", "N", "d_ff", "max_len"):
