@@ -38,7 +38,7 @@
 # | in this lesson | where in the package |
 # | --- | --- |
 # | encoder once, then one decoder position at a time | `Transformer.encode`, `Transformer.decode_step` (in `minitransformer/model.py`) |
-# | the key/value cache | `minitransformer.model.KVCache` |
+# | the key/value cache | `minitransformer.kvcache.KVCache` (used by `Transformer.decode_step`) |
 # | the teacher-forced decoder, to compare with | `Transformer.decode`, `Transformer.forward` |
 # | dropout off while decoding | `minitransformer.layers.parameter.eval_mode` |
 # | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search`; as named strategies `Greedy()`, `Beam(size=4, alpha=0.6)` (and `Sample(...)`) for `decoding.decode` and `translate` |

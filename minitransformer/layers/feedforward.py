@@ -121,9 +121,9 @@ class Activation(NamedTuple):
     """One FFN activation: forward z -> (u, cache), backward (du, cache) -> dz, and whether it is
     gated (z holds two halves of d_ff each, u one: a GLU variant, whose FFN has no biases)."""
 
-    forward: Callable
-    backward: Callable
-    gated: bool = False
+    forward: Callable       # z -> (u, cache)
+    backward: Callable      # (du, cache) -> dz
+    gated: bool = False     # z holds two halves, a gate's input and a value: (B, S, 2·d_ff)
 
 
 ACTIVATIONS = {
