@@ -27,7 +27,8 @@ def test_every_entry_has_a_recipe_description_and_known_preset():
 
 @pytest.mark.parametrize("lookup", [get_task, recipe_for, lambda name: load_task(name)])
 def test_an_unregistered_name_is_an_error_listing_the_names(lookup):
-    with pytest.raises(ValueError, match=r"unknown task 'no-such-task'; choose one of: copy, reverse, numbers-en-fr"):
+    with pytest.raises(ValueError, match=r"unknown task 'no-such-task'; choose one of: copy, reverse, sort, "
+                                         r"numbers-en-fr"):
         lookup("no-such-task")
 
 
@@ -122,3 +123,31 @@ def test_two_task_modules_cannot_define_one_preset_name():
 
     with pytest.raises(ValueError, match="tiny defined twice"):
         registry._Presets([model.PRESETS, {"tiny": model.PRESETS["tiny"]}])
+
+
+def test_sort_sorts_by_symbol_order_from_copys_sources():
+    """The sort task: target = the source's symbols in the order of ``symbols(n)`` (so "s10" after "9",
+    not as strings), each symbol as often as in the source; the sources are copy's for the same rng."""
+    for n_symbols in (10, 13):
+        pairs = tasks.sort_pairs(300, np.random.default_rng(4), n_symbols=n_symbols)
+        sources = [src for src, _ in tasks.copy_pairs(300, np.random.default_rng(4), n_symbols=n_symbols)]
+        assert [src for src, _ in pairs] == sources
+        order = {s: i for i, s in enumerate(tasks.symbols(n_symbols))}
+        for src, tgt in pairs:
+            assert sorted(src) == sorted(tgt)                                     # the same multiset
+            assert [order[s] for s in tgt] == sorted(order[s] for s in src)       # ascending by index
+    assert tasks.sort_pairs(1, np.random.default_rng(0), n_symbols=12, min_len=12, max_len=12)[0][1][-3:] == \
+        sorted(tasks.sort_pairs(1, np.random.default_rng(0), n_symbols=12, min_len=12, max_len=12)[0][1][-3:],
+               key=lambda s: int(s.lstrip("s")))
+    assert tasks.sort_pairs(1, np.random.default_rng(0), min_len=4, max_len=4) == \
+        [(src, sorted(src)) for src, _ in tasks.copy_pairs(1, np.random.default_rng(0), min_len=4, max_len=4)]
+
+
+def test_sort_is_registered_with_a_recipe_that_stops_when_solved():
+    task = load_task("sort", seed=0)
+    assert [len(task.train), len(task.valid), len(task.test)] == [20000, 500, 1000]
+    assert all(tgt == sorted(src) for src, tgt in task.train[:200])   # digits: string order is index order
+    assert task.vocab == tasks.synthetic_vocab(10)
+    r = recipe_for("sort")
+    assert r.preset in tasks.PRESETS and r.settings.stop_when_solved == 2 and r.settings.valid_decode == 500
+    assert "sort" in task_names() and get_task("sort").description.startswith("synthetic: sort")

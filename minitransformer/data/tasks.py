@@ -1,10 +1,13 @@
-"""Synthetic sequence-to-sequence tasks: copy and reverse.
+"""Synthetic sequence-to-sequence tasks: copy, reverse and sort.
 
 Before training on translation, a Transformer should learn to copy its input
 or to reverse it. These tasks need no data files, train in seconds, and have
 one right answer, so a model that fails them has a bug, not too little data.
 Reversal is the harder of the two: output position i must attend to input
 position n-1-i, so it exercises the encoder-decoder attention (§3.2.3).
+Sorting asks for more than a position: output position i holds the i-th
+smallest symbol, so the model must find it by content, and count how many
+copies of each symbol it has already written.
 
 Symbols are token strings: "0".."9" for the first ten, then "s10", "s11", ...
 (``symbols(n)``). The digits keep small examples readable; the "s" prefix keeps
@@ -87,6 +90,18 @@ def reverse_pairs(
     return [(src, src[::-1]) for src in _random_sources(n, rng, n_symbols, min_len, max_len)]
 
 
+def sort_pairs(
+    n: int, rng: numpy.random.Generator, n_symbols: int = 10, min_len: int = 1, max_len: int = 10
+) -> list[Pair]:
+    """n (source, target) pairs with target == source sorted by symbol ("3 1 3 0" -> "0 1 3 3").
+
+    Symbols sort by their index in ``symbols(n_symbols)``, not as strings (so "s10" comes after "9").
+    Given the same rng state, the sources are the same as copy_pairs'.
+    """
+    order = {symbol: i for i, symbol in enumerate(symbols(n_symbols))}
+    return [(src, sorted(src, key=order.__getitem__)) for src in _random_sources(n, rng, n_symbols, min_len, max_len)]
+
+
 # -- the registry entries --------------------------------------------------------------
 
 # Sizes of the splits of every synthetic task; the held-out test set is 1,000 sequences.
@@ -133,9 +148,18 @@ _REVERSE_RECIPE = recipe("reverse", steps=1500, batch_size=128, batch_by_length=
                          warmup_steps=200, clip_norm=1.0, valid_every=25, valid_decode=SPLIT_SIZES["valid"],
                          stop_when_solved=2)
 
+# Sorting: the reverse recipe's two-layer model and schedule, validated every 50 steps. Measured
+# (seed 0, one BLAS thread): 97% of the validation set sorted at step 150, solved at step 850
+# (99.5% of the held-out test set, greedy); `steps` is only the cap.
+_SORT_RECIPE = recipe("reverse", steps=2000, batch_size=128, batch_by_length=False, lr_factor=0.07,
+                      warmup_steps=200, clip_norm=1.0, valid_every=50, valid_decode=SPLIT_SIZES["valid"],
+                      stop_when_solved=2)
+
 TASKS = [
     Task("copy", "synthetic: copy a random sequence of 10 symbols, lengths 1-10", _COPY_RECIPE,
          _splits(copy_pairs), vocab=_vocab, bleu_tokenize="none"),
     Task("reverse", "synthetic: reverse a random sequence of 10 symbols, lengths 1-10", _REVERSE_RECIPE,
          _splits(reverse_pairs), vocab=_vocab, bleu_tokenize="none"),
+    Task("sort", "synthetic: sort a random sequence of 10 symbols, lengths 1-10", _SORT_RECIPE,
+         _splits(sort_pairs), vocab=_vocab, bleu_tokenize="none"),
 ]
