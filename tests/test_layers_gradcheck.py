@@ -68,6 +68,17 @@ def test_linear(f64, rng):
     _ok(report)
 
 
+def test_linear_without_a_bias_has_none(f64, rng):
+    """Linear(bias=False) builds y = x W: no b parameter at all (none to train, save or count)."""
+    lin = Linear(4, 3, rng, name="proj", bias=False)
+    assert lin.b is None and [name for name, _ in lin.named_parameters()] == ["W"] and lin.num_parameters() == 12
+    x = rng.standard_normal((2, 5, 4))
+    np.testing.assert_allclose(lin.forward(x), x @ lin.W.data, rtol=1e-12)
+    report = check_layer(lin, x)
+    assert set(report.errors) == {"x", "W"}
+    _ok(report)
+
+
 def test_linear_2d_input(f64, rng):
     lin = Linear(3, 2, rng)
     _randomize(lin.b, rng=rng)
