@@ -39,7 +39,7 @@
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("06")
 
@@ -168,7 +168,7 @@ plt.tight_layout(); plt.show()
 # it is the *data* that cannot reveal it.
 
 # %%
-from minitransformer.exercises.prose import claim
+from lessonkit.prose import claim
 
 for window in ((0, 2000), (3000, 5000)):
     claim(f"positions {window[0]}-{window[1] - 1} recover M_5 to about 1e-12 (log10 of the largest error)",
@@ -313,7 +313,7 @@ print("max_len=256: logits", longer.forward(src, tgt_in).shape)
 # *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
-# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# `correct` with the measured errors. The checkers live in `lessonkit.exercises.lessons_4_7`.
 # Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
 # end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
@@ -330,7 +330,7 @@ def my_sinusoidal_pe(max_len, d_model):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_4_7 import check_pe_similarity, check_sinusoidal_pe
+from lessonkit.exercises.lessons_4_7 import check_pe_similarity, check_sinusoidal_pe
 
 check_sinusoidal_pe(my_sinusoidal_pe)
 

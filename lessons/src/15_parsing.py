@@ -53,7 +53,7 @@
 # live); the full runs of Table 4 come from the record. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("15")
 
@@ -594,7 +594,7 @@ def my_linearize(tree):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_15 import check_bracket_f1, check_linearize, check_repair
+from lessonkit.exercises.lesson_15 import check_bracket_f1, check_linearize, check_repair
 
 check_linearize(my_linearize)
 
