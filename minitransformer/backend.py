@@ -175,6 +175,21 @@ def add_matmul(out, a, b, block_rows: int = 4096):
     return out
 
 
+# NumPy 2's vecdot: a row's dot product in one pass (CuPy has none; NumPy 1 neither).
+_VECDOT = getattr(numpy, "vecdot", None)
+
+
+def rowdot(a, b):
+    """Σ_i a[..., i] · b[..., i] for every row, as (..., 1): ``(a * b).sum(axis=-1, keepdims=True)``.
+
+    On NumPy 2 without building the (..., n) array ``a * b`` (one pass over memory instead
+    of three: the attention backward's softmax line, 1-2% of a toy training step); elsewhere
+    the plain formula. One line of built-ins, so pdb's `step` spends three presses here.
+    """
+    return _VECDOT(a, b)[..., None] if _VECDOT is not None and type(a) is numpy.ndarray else \
+        (a * b).sum(axis=-1, keepdims=True)
+
+
 def scatter_add(table, rows, values) -> None:
     """``table[rows[i]] += values[i]`` with repeats summed, on either backend.
 

@@ -225,8 +225,8 @@ def test_what_cupy_lacks_raises_attribute_error(device_cp):
         range(device_cp.asarray(3))
     if stand_in:
         # The stand-in refuses NumPy 2's ``x.device`` (CuPy's means a CUDA device, not "cpu"), so
-        # package code cannot lean on it; and it has no vecdot (CuPy's documentation shows none;
-        # the package does not use it: attention's backward sums dA ⊙ A).
+        # package code cannot lean on it; and it has no vecdot (CuPy's documentation shows none),
+        # so backend.rowdot's plain formula runs here.
         with pytest.raises(AttributeError, match=r"cupy\.ndarray\.device "):
             _ = device_cp.zeros(3).device
         assert getattr(device_cp, "vecdot", None) is None

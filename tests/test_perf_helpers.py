@@ -1,6 +1,6 @@
 """The speed helpers give the same numbers as the plain formulas they replace.
 
-backend.add_matmul (out += a @ b in row blocks), the one fast path of
+backend.add_matmul (out += a @ b in row blocks), backend.rowdot (row sums of a ⊙ b), the one fast path of
 layers/fast.py (Adam's update in blocks) against Adam's plain loop, the in-place loss
 backward, the dropout mask, and the in-place steps inside LayerNorm, the loss and
 Linear (which must not touch their inputs). The plain LayerNorm and loss are also
@@ -43,6 +43,15 @@ def test_add_matmul_in_blocks(rng, n_rows):
         out = out0.copy()
         assert backend.add_matmul(out, a, b, block_rows=block_rows) is out
         np.testing.assert_allclose(out, out0 + a @ b, rtol=1e-12, err_msg=f"block_rows={block_rows}")
+
+
+def test_rowdot(rng):
+    a, b = rng.standard_normal((2, 3, 5)), rng.standard_normal((2, 3, 5))
+    r = backend.rowdot(a, b)
+    assert r.shape == (2, 3, 1)
+    np.testing.assert_allclose(r, (a * b).sum(axis=-1, keepdims=True), rtol=1e-12)
+    assert backend.rowdot(a.astype(np.float32), b.astype(np.float32)).dtype == np.float32
+    assert backend.rowdot([[1.0, 2.0]], np.array([[3.0, 4.0]])).tolist() == [[11.0]]    # not an ndarray: the formula
 
 
 def _reference_adam(p, grads, lr, betas=(0.9, 0.98), eps=1e-9):

@@ -198,7 +198,8 @@ print("package, every key masked: finite =", np.isfinite(out).all(), "| row sums
 #
 # The $S_k \times S_k$ matrix $J$ is never built: one dot product per row and an elementwise
 # product give $\delta s$ in $O(S_k)$ work per row instead of $O(S_k^2)$. These are the two lines
-# `dA -= (dA * A).sum(axis=-1, keepdims=True); dA *= A` in `attention_backward`.
+# `dA -= backend.rowdot(dA, A); dA *= A` in `attention_backward` (`rowdot(dA, A)` is the row sum
+# of `dA * A`, computed without building `dA * A`).
 # Checked here on one row, against $J$ built explicitly and against numerical derivatives of
 # the package's `softmax_lastaxis`:
 

@@ -108,7 +108,7 @@ def attention_backward(dout: Array, cache: AttentionCache) -> tuple[Array, Array
     # The softmax backward runs in dA's buffer (saves one (B, h, S_q, S_k) array):
     # once the next two lines have run, the buffer holds dS and `dA` no longer
     # holds dA. To keep dA, `p dA.copy()` before them.
-    dA -= (dA * A).sum(axis=-1, keepdims=True)       # dA - rowsum(dA ⊙ A)
+    dA -= backend.rowdot(dA, A)                      # dA - rowsum(dA ⊙ A); rowdot builds no dA ⊙ A
     dA *= A
     dS = dA                                          # the same buffer, now holding dS: `p dS` from here
     dQ = backend.matmul(dS, K)                       # (B, h, S_q, d_k)
