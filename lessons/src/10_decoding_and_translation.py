@@ -38,7 +38,7 @@
 # | in this lesson | where in the package |
 # | --- | --- |
 # | encoder once, then one decoder position at a time | `Transformer.encode`, `Transformer.decode_step` (in `minitransformer/model.py`) |
-# | the key/value cache | `minitransformer.model.KVCache` |
+# | the key/value cache | `minitransformer.kvcache.KVCache` (used by `Transformer.decode_step`) |
 # | the teacher-forced decoder, to compare with | `Transformer.decode`, `Transformer.forward` |
 # | dropout off while decoding | `minitransformer.layers.parameter.eval_mode` |
 # | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search`; as named strategies `Greedy()`, `Beam(size=4, alpha=0.6)` (and `Sample(...)`) for `decoding.decode` and `translate` |
@@ -71,7 +71,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minitransformer import backend, decoding, machine, metrics, runsetup, translate
-from minitransformer.data.registry import load_task
+from minitransformer.data.registry import PRESETS, load_task
 from minitransformer.data.vocab import tokenize
 from minitransformer import model as model_module
 from minitransformer.layers.loss import log_softmax
@@ -231,7 +231,7 @@ show_slow_cell("10", "timing decoding with and without the cache")
 # %%
 # slow: timing decoding with and without the cache
 backend.set_default_dtype("float32")          # decoding and training run in float32
-speed_cfg = model_module.PRESETS["translate"].with_(vocab_size=305, max_len=160)
+speed_cfg = PRESETS["translate"].with_(vocab_size=305, max_len=160)
 speed_model = model_module.Transformer(speed_cfg, seed=0)
 speed_src = np.random.default_rng(0).integers(3, 305, size=(8, 10))    # (B, S) = (8, 10)
 

@@ -100,7 +100,8 @@ print(f"per GPU and step: {tokens_per_batch // gpus:,} of the batch's {tokens_pe
 # layer two attentions and one FFN, each sub-layer with its LayerNorm), checked against the package's own count:
 
 # %%
-from minitransformer.model import PRESETS, Transformer
+from minitransformer.data.registry import PRESETS
+from minitransformer.model import Transformer
 
 
 def parameter_count(cfg):
