@@ -1,16 +1,17 @@
-"""The grammar's own best parse: Viterbi CKY on a PCFG (the ceiling of §6.3 in miniature).
+"""The grammar's most probable tree: Viterbi CKY on a PCFG (§6.3 in miniature: a reference for a parser).
 
 The treebank of ``data/pcfg.py`` is sampled from a known grammar, so for any
 sentence we can find the single most probable tree the grammar gives it,
 
     t* = argmax_t P(t | sentence) = argmax_t P(t),   t ranging over the sentence's parses,
 
-and score it like any parser. No parser can pick the gold tree more often on
-average (the gold tree *is* a draw from P(t | sentence)), so its bracket F1 is
-the ceiling a trained model is compared with; what it misses is the grammar's
-own ambiguity. (Strictly, t* maximises the chance of the whole tree being
-right; a parser maximising expected F1 could score a little higher. The gap is
-small and the name "ceiling" is kept.)
+and score it like any parser. No parser can get the *whole tree* right more
+often on average (the gold tree is a draw from P(t | sentence)); what it misses
+is the grammar's own ambiguity. Bracket F1 gives credit bracket by bracket,
+though, and for that score the most probable tree is not the best bet: the
+parse that keeps the brackets most likely to be right (``data/posterior.py``,
+max expected F1) scores a little higher on average. A trained parser is read
+against the better of the two (lesson 15).
 
 CKY (Cocke, Kasami, Younger) fills a chart of spans, shortest first. The cell
 for words i..k-1 holds, for each symbol A, the best log-probability of A
