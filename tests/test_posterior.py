@@ -104,14 +104,15 @@ def test_inside_is_the_sum_over_trees_and_posteriors_are_shares_of_trees(grammar
 
 
 def _laminar(brackets) -> bool:
+    """No two brackets cross (two labels over the same words do not: a tree holds both, one inside the other)."""
     for (_, i, k), (_, a, b) in itertools.combinations(brackets, 2):
-        if (i, k) == (a, b) or (i < a < k < b) or (a < i < b < k):
+        if (i < a < k < b) or (a < i < b < k):
             return False
     return True
 
 
 def _best_by_brute_force(post, threshold):
-    """The largest sum of (posterior - threshold) over all sets of non-crossing brackets, one label a span."""
+    """The largest sum of (posterior - threshold) over all sets of non-crossing brackets."""
     candidates = [b for b, p in post.brackets.items() if p > threshold]
     best = 0.0
     for r in range(len(candidates) + 1):
@@ -191,6 +192,20 @@ def test_a_sentence_where_the_most_probable_tree_is_not_the_best_bet():
     assert expected_gain(tree_brackets(mine)) > expected_gain(tree_brackets(best.tree))
 
 
+def test_two_labels_over_the_same_words_are_both_kept_when_both_beat_the_threshold():
+    """'a b' is an X (.51) or a Y (.49). At threshold 0.47 both are worth keeping: a tree holds them as a
+    unary chain, and the expected matches grow by .51 - .47 + .49 - .47; at 0.5 only X beats it."""
+    rules = (Rule("S", ("X", "C"), 0.51), Rule("S", ("Y", "C"), 0.49), Rule("X", ("DA", "DB"), 1.0),
+             Rule("Y", ("DA", "DB"), 1.0), Rule("C", ("DC",), 1.0))
+    grammar = Grammar("S", rules, {"DA": ("a",), "DB": ("b",), "DC": ("c",)})
+    post = PosteriorParser(grammar).posteriors(["a", "b", "c"])
+    assert post.brackets == pytest.approx({("S", 0, 3): 1.0, ("X", 0, 2): 0.51, ("Y", 0, 2): 0.49, ("C", 2, 3): 1.0})
+    assert str(decode(post, 0.47)) == "(S (X (Y (DA a) (DB b))) (C (DC c)))"
+    assert str(decode(post, 0.5)) == "(S (X (DA a) (DB b)) (C (DC c)))"
+    assert sum(post.brackets[b] - 0.47 for b in chosen_brackets(post, 0.47)) == pytest.approx(
+        _best_by_brute_force(post, 0.47))
+
+
 def test_labels_are_scored_as_evalb_scores_them():
     """SBAR-REL and S-GAP are SBAR and S to evalb: their posteriors are summed under the cut label."""
     parser = PosteriorParser()
@@ -229,3 +244,29 @@ def test_the_record_of_both_references():
     assert seed0["posterior_above_half"]["f1"] == round(half.f1, 2)
     best = max(seed0["most_probable_tree"]["f1"], seed0["max_expected_f1"]["f1"])
     assert seed0["better_reference_f1"] == best
+
+
+def test_the_datasets_page_reports_the_records():
+    """docs/datasets.md's Table 4 rows and reference rows are the records' numbers (typed there, checked here)."""
+    text = (ROOT / "docs" / "datasets.md").read_text(encoding="utf-8")
+    base = json.loads((ROOT / "lessons" / "experiments" / "parse_baselines.json").read_text(encoding="utf-8"))
+    table4 = json.loads((ROOT / "lessons" / "experiments" / "parse_table4.json").read_text(encoding="utf-8"))
+    ref = {s["seed"]: s for s in base["seeds"]}
+
+    def row(start):
+        line = next(line for line in text.splitlines() if line.startswith(start))
+        return [c.strip() for c in line.strip().strip("|").split("|")]
+
+    def fmt(values):
+        return ", ".join(f"{v:.2f}" for v in values)
+
+    for label, key, mean in (("| the grammar's max-expected-F1 parse", "max_expected_f1", "max_expected_f1_f1_mean"),
+                             ("| the grammar's most probable tree", "most_probable_tree", "most_probable_tree_f1_mean")):
+        assert row(label)[1:5] == [f"{ref[s][key]['f1']:.2f}" for s in (0, 1, 2)] + [f"{base[mean]:.2f}"]
+    for size, start in (("small", "| `parse`, 8,000 trees |"), ("large", "| `parse-large`, 80,000 trees |")):
+        runs = sorted((r for r in table4["runs"] if r["size"] == size), key=lambda r: r["seed"])
+        greedy = [r["greedy"]["bracket_f1"] for r in runs]
+        cells = row(start)
+        assert cells[1:4] == [f"{g:.2f}" for g in greedy]
+        assert cells[5] == fmt(ref[r["seed"]]["better_reference_f1"] - g for r, g in zip(runs, greedy))
+        assert cells[6] == fmt(ref[r["seed"]]["most_probable_tree"]["f1"] - g for r, g in zip(runs, greedy))

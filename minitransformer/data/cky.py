@@ -37,7 +37,7 @@ from typing import NamedTuple
 from .pcfg import GRAMMAR, Grammar
 from .trees import Tree
 
-__all__ = ["ViterbiParser", "Parse", "BinaryGrammar", "binarize", "unbinarize"]
+__all__ = ["ViterbiParser", "Parse", "BinaryGrammar", "binarize", "unbinarize", "check_words"]
 
 HELPER = "@"   # helper symbols made by binarize start with this
 
@@ -116,14 +116,8 @@ class ViterbiParser:
 
         A word the lexicon lacks is a ValueError naming it.
         """
-        if isinstance(words, str):
-            raise TypeError("parse expects a list of words, got a str (split it first)")
-        unknown = [w for w in words if w not in self.rules.lexical]
-        if unknown:
-            raise ValueError(f"word {unknown[0]!r} is not in the grammar's lexicon")
+        check_words(words, self.rules, "parse")
         n = len(words)
-        if n == 0:
-            raise ValueError("parse needs at least one word")
         # chart[i][k]: symbol -> (best log-probability, back-pointer) for words i..k-1.
         chart = [[{} for _ in range(n + 1)] for _ in range(n)]
 
@@ -156,6 +150,17 @@ class ViterbiParser:
             return None
         best = chart[0][n][self.rules.start][0]
         return Parse(unbinarize(_follow(chart, 0, n, self.rules.start)), best)
+
+
+def check_words(words: Sequence[str], rules: BinaryGrammar, caller: str) -> None:
+    """A list of at least one word, every one in the lexicon; else one error naming the problem."""
+    if isinstance(words, str):
+        raise TypeError(f"{caller} expects a list of words, got a str (split it first)")
+    unknown = [w for w in words if w not in rules.lexical]
+    if unknown:
+        raise ValueError(f"word {unknown[0]!r} is not in the grammar's lexicon")
+    if len(words) == 0:
+        raise ValueError(f"{caller} needs at least one word")
 
 
 def _follow(chart, i: int, k: int, symbol: str) -> Tree:

@@ -23,10 +23,10 @@ be held to, and this module is the second:
 
 2. **Decoding, ``parse(words, threshold)``.** The set of non-crossing brackets
    that maximises the sum of (P(b | w) - threshold): a CKY-like pass over spans,
-   each span taking its best label if that label's posterior beats the
-   threshold. At ``threshold = 0.5`` this is simply every bracket with posterior
-   above one half (two such brackets can never cross: if they did, no tree
-   would hold both, and their posteriors would sum to at most 1).
+   each span keeping the labels whose posterior beats the threshold. At
+   ``threshold = 0.5`` this is simply every bracket with posterior above one
+   half (two such brackets can never cross: if they did, no tree would hold
+   both, and their posteriors would sum to at most 1).
 
 3. **Max expected F1, ``parse_corpus``.** evalb's F1 is a ratio of corpus
    counts, 2 * matched / (test brackets + gold brackets). Replace each count by
@@ -53,7 +53,7 @@ import math
 from collections.abc import Sequence
 from typing import NamedTuple
 
-from .cky import HELPER, binarize
+from .cky import HELPER, binarize, check_words
 from .pcfg import GRAMMAR, Grammar
 from .trees import Tree, evalb_label
 
@@ -97,14 +97,8 @@ class PosteriorParser:
 
     def posteriors(self, words: Sequence[str]) -> Posteriors | None:
         """Bracket and tag posteriors of ``words``, or None if the grammar has no tree for them."""
-        if isinstance(words, str):
-            raise TypeError("posteriors expects a list of words, got a str (split it first)")
-        unknown = [w for w in words if w not in self.rules.lexical]
-        if unknown:
-            raise ValueError(f"word {unknown[0]!r} is not in the grammar's lexicon")
+        check_words(words, self.rules, "posteriors")
         n = len(words)
-        if n == 0:
-            raise ValueError("posteriors needs at least one word")
         scale = [_scale(self.rules.lexical[w]) for w in words]
         inside = self._inside(words, scale)
         z = inside[0][n].get(self.rules.start, 0.0)
@@ -205,13 +199,18 @@ def _scale(entries) -> float:
 
 
 def chosen_brackets(post: Posteriors, threshold: float) -> list[tuple[str, int, int]]:
-    """The non-crossing brackets with the largest sum of (posterior - threshold), at most one label per span
-    (the grammar never puts two labels over one span: its only unary rules end in a tag)."""
+    """The set of non-crossing brackets with the largest sum of (posterior - threshold).
+
+    Brackets over the same words with different labels do not cross: a tree can hold both (a unary chain,
+    (S (NP ...))), so a span keeps every label whose posterior beats the threshold. (This grammar never
+    puts two labels over one span, so both beat it only when each is close to the threshold.)"""
     n = len(post.words)
-    gain: dict[tuple[int, int], tuple[float, str]] = {}
-    for (label, i, k), p in post.brackets.items():
-        if p - threshold > gain.get((i, k), (0.0, ""))[0]:
-            gain[(i, k)] = (p - threshold, label)
+    gain: dict[tuple[int, int], float] = {}
+    labels: dict[tuple[int, int], list[str]] = {}
+    for (label, i, k), p in sorted(post.brackets.items(), key=lambda item: -item[1]):
+        if p > threshold:
+            gain[(i, k)] = gain.get((i, k), 0.0) + p - threshold
+            labels.setdefault((i, k), []).append(label)          # most probable first
     # best[i][k]: the largest total gain of non-crossing brackets inside words i..k-1 (span included);
     # split[i][k]: where the brackets below the span divide it (every such set leaves a split point free).
     best = [[0.0] * (n + 1) for _ in range(n + 1)]
@@ -223,12 +222,11 @@ def chosen_brackets(post: Posteriors, threshold: float) -> list[tuple[str, int, 
             if length > 1:
                 j = max(range(i + 1, k), key=lambda j: best[i][j] + best[j][k])   # the first best split
                 below, split[i][k] = best[i][j] + best[j][k], j
-            best[i][k] = gain.get((i, k), (0.0, ""))[0] + below
+            best[i][k] = gain.get((i, k), 0.0) + below
     chosen: list[tuple[str, int, int]] = []
 
     def collect(i: int, k: int) -> None:
-        if (i, k) in gain:
-            chosen.append((gain[(i, k)][1], i, k))
+        chosen.extend((label, i, k) for label in labels.get((i, k), ()))
         if k - i > 1:
             collect(i, split[i][k])
             collect(split[i][k], k)
@@ -243,9 +241,11 @@ def decode(post: Posteriors, threshold: float = 0.5) -> Tree:
 
 
 def tree_of(post: Posteriors, chosen: Sequence[tuple[str, int, int]]) -> Tree:
-    """The tree of non-crossing brackets, each word under its most probable tag. The whole sentence's
-    bracket must be among them (its posterior is 1, so any threshold below 1 keeps it)."""
-    chosen = sorted(chosen, key=lambda b: (b[1], -b[2]))      # a bracket before the brackets inside it
+    """The tree of non-crossing brackets (outermost first where several share a span), each word under its
+    most probable tag. The whole sentence's bracket must be among them (its posterior is 1, so any threshold
+    below 1 keeps it)."""
+    order = {b: n for n, b in enumerate(chosen)}
+    chosen = sorted(chosen, key=lambda b: (b[1], -b[2], order[b]))   # a bracket before the brackets inside it
     if not chosen or chosen[0][1:] != (0, len(post.words)):
         raise ValueError("the brackets leave out the whole sentence's; a threshold must be below 1")
     leaves = [Tree(max(tags, key=tags.get), (word,)) for word, tags in zip(post.words, post.tags)]
@@ -256,7 +256,7 @@ def tree_of(post: Posteriors, chosen: Sequence[tuple[str, int, int]]) -> Tree:
         children: list[Tree] = []
         position, nxt = i, at + 1
         while position < k:
-            if nxt < len(chosen) and chosen[nxt][1] == position:
+            if nxt < len(chosen) and chosen[nxt][1] == position and chosen[nxt][2] <= k:
                 position = chosen[nxt][2]
                 child, nxt = build(nxt)
                 children.append(child)
