@@ -51,7 +51,7 @@ nb_execution_mode = "off"          # render the committed outputs; never re-run 
 myst_enable_extensions = ["dollarmath", "amsmath", "colon_fence", "deflist"]
 myst_heading_anchors = 3           # GitHub-style #anchors on headings, as links in the pages use
 nb_merge_streams = True            # one block per cell for stdout printed in several pieces
-# A lesson renders sentences from its run as Markdown outputs (minitransformer.exercises.prose.show_markdown),
+# A lesson renders sentences from its run as Markdown outputs (lessonkit.prose.show_markdown),
 # with $...$ formulas in them: parse those with MyST, as the markdown cells are, not as plain CommonMark.
 nb_render_markdown_format = "myst"
 

@@ -35,7 +35,7 @@ its own, and a copy of docs/*.md, to which the notebooks' links to ../docs/ are 
 
 **Runtimes.** Executing a lesson times each of its cells and writes the lesson's entry of
 ``lessons/runtimes.json`` (seconds for the lesson and for every cell over 5 s, date, commit, machine,
-load average; ``minitransformer.exercises.runtimes`` documents the format). Each lesson shows that
+load average; ``lessonkit.runtimes`` documents the format). Each lesson shows that
 figure at its top (``show_cost("NN")``) and flags every cell over 20 s just before it
 (``show_slow_cell("NN", label)``, the slow cell beginning with ``# slow: label``); after writing the
 record the build re-renders those cells' outputs from it, so the notebook states the runtime of the
@@ -66,7 +66,7 @@ import time
 
 import nbformat
 
-from minitransformer.exercises import runtimes
+from lessonkit import runtimes
 from minitransformer.files import atomic_write_bytes, atomic_write_text
 from minitransformer.machine import machine_info
 
@@ -266,7 +266,7 @@ def build(source: pathlib.Path, execute: bool, timeout: int = 600, record: pathl
 RECORD_ABOUT = ("Written by python lessons/build.py each time it executes a lesson: the wall-clock seconds of "
                 "the whole lesson (kernel start excluded) and of every cell over 5 s, with the machine, its load "
                 "average and the commit. Each lesson renders its stated runtime from its entry "
-                "(minitransformer.exercises.runtimes); never edit it by hand.")
+                "(lessonkit.runtimes); never edit it by hand.")
 COST_CALL = re.compile(r"^\s*show_cost\(", re.M)
 FLAG_CALL = re.compile(r"^\s*show_slow_cell\(", re.M)
 
@@ -294,7 +294,7 @@ def _commit(source: pathlib.Path) -> tuple[str | None, bool | None]:
 
 def runtime_entry(nb, path: pathlib.Path, seconds: dict, started: dict, load_start, timeout: int,
                   commit: tuple[str | None, bool | None] | None = None) -> dict:
-    """The record of one execution of a lesson (see minitransformer.exercises.runtimes); ``commit`` is
+    """The record of one execution of a lesson (see lessonkit.runtimes); ``commit`` is
     ``_commit(source)`` taken before the run (default: taken now, from the notebook's folder)."""
     first = min(started.values())
     last = max(started[i] + s for i, s in seconds.items())

@@ -188,7 +188,7 @@ CODE: tuple[CodeConstant, ...] = (
     CodeConstant(("2.2e-16",), "float64's machine epsilon", ("float64",), lambda: _eps("float64")),
     CodeConstant(("1.2e-7",), "float32's machine epsilon", ("float32",), lambda: _eps("float32")),
     CodeConstant(("20",), "seconds after which lessons/build.py flags a cell as slow", ("flagged",),
-                 lambda: _attribute("minitransformer.exercises.runtimes", "SLOW_CELL_SECONDS")),
+                 lambda: _attribute("lessonkit.runtimes", "SLOW_CELL_SECONDS")),
     CodeConstant(("30",), "seconds a rank waits for the others (MINITRANSFORMER_MPI_TIMEOUT's default)",
                  ("MPI_TIMEOUT",), lambda: _attribute("minitransformer.distributed", "DEFAULT_TIMEOUT")),
 )

@@ -1,4 +1,4 @@
-"""The four tests every lesson's exercise checkers get (see minitransformer/exercises/_common.py).
+"""The four tests every lesson's exercise checkers get (see lessonkit/exercises/_common.py).
 
 A test file builds ``CASES = {checker name: (a right answer, [(label, wrong answer,
 regex of the message it must get), ...])}`` and then takes the tests with
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pytest
 
-from minitransformer.exercises._common import WrongAnswer
+from lessonkit.exercises._common import WrongAnswer
 
 
 def stub(*args, **kwargs):

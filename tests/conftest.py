@@ -56,6 +56,34 @@ def fake_cp(fake_cupy_installed):
         backend.set_default_dtype(dtype)
 
 
+@pytest.fixture(params=["stand-in", pytest.param("cupy", marks=pytest.mark.gpu)])
+def device_cp(request):
+    """A "GPU" chosen as the backend, twice: the CPU stand-in (always) and the real CuPy (only where
+    a CUDA device is there; skipped elsewhere, with the reason). The tests that take it check the
+    package's CuPy path against NumPy, so on a GPU machine they run on the real device and check
+    the stand-in's claims about CuPy too. The backend and the dtype are restored afterwards."""
+    if request.param == "stand-in":
+        cp = request.getfixturevalue("fake_cupy_installed")
+    else:
+        if not backend.cupy_available():
+            pytest.skip("CuPy with a CUDA device is not available")
+        import cupy as cp
+    name, dtype = backend.backend_name(), backend.default_dtype()
+    backend.set_backend("cupy")
+    try:
+        yield cp
+    finally:
+        backend.set_backend(name)
+        backend.set_default_dtype(dtype)
+
+
+def is_stand_in(cp) -> bool:
+    """True for tests/fake_cupy.py's module, False for the real CuPy."""
+    import fake_cupy
+
+    return cp is fake_cupy.cupy
+
+
 def pytest_collection_modifyitems(config, items):
     """The lesson notebooks (collected by `--nbmake`) take seconds each: mark them slow,
     so that `pytest --nbmake -m "not slow" tests lessons` leaves them out."""

@@ -9,7 +9,9 @@ What it imitates, taken from CuPy's source and documentation (v13, ``cupy/_core/
 ``_routines_indexing.pyx``, ``cupy/random/_generator_api.pyx``, ``cupyx/_scatter.py``):
 
 * No implicit conversion to NumPy. ``numpy.asarray(x)`` and ``numpy.array(x)`` raise TypeError
-  (CuPy's ``__array__`` refuses), and so does everything that calls them: ``numpy.savez``,
+  (CuPy 13's ``__array__`` refuses; CuPy 14.2 with NumPy 2.5 was seen to convert on an H200, and
+  the stand-in stays strict so that no hidden device-to-host copy goes unnoticed), and so does
+  everything that calls them: ``numpy.savez``,
   matplotlib, ``numpy.add.at(x, ...)``. ``x.get()`` and ``cupy.asnumpy(x)`` are the explicit ways.
 * NumPy ufuncs and functions given a device array run on the device (CuPy implements
   ``__array_ufunc__`` / ``__array_function__``) when CuPy has a function of that name, and
@@ -354,8 +356,8 @@ class ndarray:
         elif isinstance(value, (numpy.ndarray, list, tuple)):
             if not advanced and numpy.ndim(value) > 0:
                 # CuPy fills a basic-index target from a scalar only (ndarray.fill refuses)
-                raise ValueError(f"non-scalar {type(value).__name__} cannot be assigned to a cupy.ndarray "
-                                 "through a basic index: move it to the device first (cupy.asarray)")
+                raise ValueError(f"non-scalar {type(value).__name__} cannot be used for fill "
+                                 "(a basic index takes a scalar: move the array to the device first)")
             value = _host_value(value)
             SYNCS.copy_to_device()
         self._a[index] = value
@@ -698,19 +700,20 @@ cupy_random.default_rng = default_rng
 
 # -- cupyx ---------------------------------------------------------------------------------------------
 
-_SCATTER_ADD_DTYPES = {numpy.dtype(t) for t in (numpy.int32, numpy.float16, numpy.float32, numpy.float64,
-                                                numpy.uint32, numpy.uint64)}
+_SCATTER_ADD_DTYPES = {numpy.dtype(t) for t in (numpy.int32, numpy.int64, numpy.float16, numpy.float32,
+                                                numpy.float64, numpy.uint32, numpy.uint64)}
 
 
 def scatter_add(a, slices, value):
     """``a[slices] += value`` with repeated indices summed (numpy.add.at), in place.
 
-    CuPy uses atomicAdd, which exists only for some dtypes: an int64 table is refused.
+    CuPy uses atomicAdd, which exists only for some dtypes: an int8 table is refused. (CuPy 14.2
+    accepted int64 on an H200, 2026-12-04, so the stand-in does too.)
     """
     if not isinstance(a, ndarray):
         raise TypeError(f"cupyx.scatter_add: a must be a cupy.ndarray, got {type(a).__name__}")
     if a.dtype not in _SCATTER_ADD_DTYPES:
-        raise TypeError("scatter_add only supports int32, float16, float32, float64, uint32, uint64, "
+        raise TypeError("scatter_add only supports int32, int64, float16, float32, float64, uint32, uint64, "
                         f"as data type (got {a.dtype})")
     index, _, _ = _index(slices)
     v = value._a if isinstance(value, ndarray) else numpy.asarray(_host_value(value))

@@ -19,7 +19,7 @@ import nbformat
 import numpy as np
 import pytest
 
-from minitransformer.exercises import registered
+from lessonkit.exercises import registered
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"
@@ -134,7 +134,7 @@ def exercise_notebook(lesson: int, replace: dict[str, str] | None = None) -> nbf
     for cell in nb.cells:
         if cell.cell_type == "code":
             imports += [ast.unparse(s) for s in parse(cell.source).body
-                        if isinstance(s, ast.ImportFrom) and (s.module or "").startswith("minitransformer.exercises")]
+                        if isinstance(s, ast.ImportFrom) and (s.module or "").startswith("lessonkit.exercises")]
     cells = [nbformat.v4.new_code_cell("\n".join(dict.fromkeys(imports)))]
     for number, ex in sorted(exercises(lesson).items(), key=lambda kv: [int(x) for x in kv[0].split(".")]):
         stub = nb.cells[ex.stub_cell].source

@@ -1,4 +1,4 @@
-"""One table of exercises (minitransformer/exercises/catalogue.py) agrees with the checkers'
+"""One table of exercises (lessonkit/exercises/catalogue.py) agrees with the checkers'
 ``@exercise`` numbers, the lessons' headings and tags, and docs/teachers.md."""
 
 import re
@@ -6,7 +6,7 @@ import re
 import pytest
 from lesson_exercises import LESSONS, ROOT, build, exercises
 
-from minitransformer.exercises import catalogue, registered
+from lessonkit.exercises import catalogue, registered
 
 HEADING = re.compile(r"^# ### Exercise (\d+\.\d+) — (.+)$", re.M)
 
@@ -73,4 +73,4 @@ def test_teachers_page_lists_every_exercise_as_the_table_says():
     page = (ROOT / "docs" / "teachers.md").read_text()
     assert catalogue.markdown_table() in page, (
         "docs/teachers.md's exercise table differs from catalogue.py: paste the output of "
-        "python -c 'from minitransformer.exercises import catalogue; print(catalogue.markdown_table())'")
+        "python -c 'from lessonkit.exercises import catalogue; print(catalogue.markdown_table())'")

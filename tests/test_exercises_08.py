@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from checker_contract import contract_tests
 
-from minitransformer.exercises import lesson_08 as ex
+from lessonkit.exercises import lesson_08 as ex
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

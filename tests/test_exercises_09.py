@@ -5,7 +5,7 @@ without raising. The right answers here are written independently of the package
 import numpy as np
 from checker_contract import contract_tests
 
-from minitransformer.exercises import lesson_09 as ex
+from lessonkit.exercises import lesson_09 as ex
 
 # -- correct answers -----------------------------------------------------------------------
 
@@ -113,7 +113,7 @@ def test_the_checkers_inputs_tell_the_classic_mistakes_apart():
     """Each wrong answer above differs from the right one by far more than the tolerance
     (measured smallest: about 3e-4, the Adam bias correction off by one), so a right answer
     cannot be mistaken for a slip, nor a slip pass as right."""
-    from minitransformer.exercises._common import TOL
+    from lessonkit.exercises._common import TOL
     logits, targets, pad_id, eps_ls = ex._loss_inputs()
     right = dlogits(logits, targets, pad_id, eps_ls)
     for label, wrong, _ in CASES["check_dlogits"][1][:-1]:

@@ -14,7 +14,7 @@ import runpy
 import numpy as np
 from checker_contract import contract_tests
 
-from minitransformer.exercises import lessons_0_3 as ex
+from lessonkit.exercises import lessons_0_3 as ex
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 

@@ -9,8 +9,8 @@ from collections import Counter
 import numpy as np
 import pytest
 
+from lessonkit.exercises import lesson_10 as ex
 from minitransformer.decoding import beam_search, greedy_decode
-from minitransformer.exercises import lesson_10 as ex
 from minitransformer.layers.loss import log_softmax
 from minitransformer.layers.masks import padding_mask
 from minitransformer.layers.parameter import eval_mode

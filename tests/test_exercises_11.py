@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from minitransformer.exercises import lesson_11 as ex
+from lessonkit.exercises import lesson_11 as ex
 
 # -- correct answers, written independently of the package --------------------------
 

@@ -17,9 +17,9 @@ import math
 import numpy as np
 import pytest
 
+from lessonkit.exercises import lesson_12 as ex
 from minitransformer import backend
 from minitransformer import model as model_module
-from minitransformer.exercises import lesson_12 as ex
 from minitransformer.gradcheck import check_layer
 from minitransformer.layers import layernorm, positional
 from minitransformer.layers.layernorm import LayerNorm

@@ -7,8 +7,8 @@ from collections import Counter
 import numpy as np
 from checker_contract import contract_tests
 
+from lessonkit.exercises import lesson_13 as ex
 from minitransformer.data.bpe import BPE
-from minitransformer.exercises import lesson_13 as ex
 
 END = "</w>"
 

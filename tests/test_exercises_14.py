@@ -5,7 +5,7 @@ The right answers here are written independently of the package."""
 import numpy as np
 from checker_contract import contract_tests
 
-from minitransformer.exercises import lesson_14 as ex
+from lessonkit.exercises import lesson_14 as ex
 
 # -- correct answers -----------------------------------------------------------------------------
 

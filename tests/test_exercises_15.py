@@ -6,8 +6,8 @@ from collections import Counter
 
 from checker_contract import contract_tests
 
+from lessonkit.exercises import lesson_15 as ex
 from minitransformer.data.trees import XX, evalb_label, parse_tree, read_linearized
-from minitransformer.exercises import lesson_15 as ex
 
 # -- right answers (the same as the notebook's solutions) ----------------------------------------
 

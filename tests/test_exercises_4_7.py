@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from checker_contract import contract_tests
 
-from minitransformer.exercises import lessons_4_7 as ex
+from lessonkit.exercises import lessons_4_7 as ex
 
 # -- correct answers, written independently of the package --------------------------
 
@@ -341,7 +341,7 @@ def test_wrong_values_message_gives_both_errors():
 
 
 def test_one_tolerance_for_every_lesson():
-    from minitransformer.exercises import _common, lessons_0_3
+    from lessonkit.exercises import _common, lessons_0_3
     from minitransformer.gradcheck import DEFAULT_TOL
     assert _common.TOL == DEFAULT_TOL
     for module in (ex, lessons_0_3):

@@ -1,10 +1,15 @@
 """The package's CuPy path, run on a CPU through a strict stand-in for CuPy (tests/fake_cupy.py).
 
-No GPU has run this code. The stand-in fails where CuPy fails (implicit conversion to NumPy, a
-host array inside a device operation, a function CuPy does not have) and counts the calls that
-make the CPU wait for the GPU ("host syncs"). Here the layers' float64 gradient checks, a short
-training run, greedy and beam decoding and a checkpoint round trip run through it, and every
-result is compared with the NumPy run of the same seed.
+The stand-in fails where CuPy fails (implicit conversion to NumPy, a host array inside a device
+operation, a function CuPy does not have) and counts the calls that make the CPU wait for the GPU
+("host syncs"). Here the layers' float64 gradient checks, a short training run, greedy and beam
+decoding and a checkpoint round trip run through it, and every result is compared with the NumPy
+run of the same seed.
+
+The tests that take ``device_cp`` (tests/conftest.py) run twice: ``[stand-in]`` everywhere, and
+``[cupy]`` on the real CuPy where a CUDA device is present (``python -m pytest -m gpu``; skipped
+elsewhere). On a GPU they check the package's CuPy path on the device itself, and the stand-in's
+claims about what CuPy refuses. The host-sync counts need the stand-in and run only there.
 
 Host-sync budget. One training step (Trainer.train_step: forward, loss, backward, Adam) may
 make at most SYNCS_PER_STEP host syncs, and the number may not depend on the model's size:
@@ -31,6 +36,7 @@ import sys
 import fake_cupy
 import numpy as np
 import pytest
+from conftest import is_stand_in
 
 from minitransformer import backend
 from minitransformer.__main__ import main
@@ -87,8 +93,8 @@ def _host(a):
 # The stand-in itself: each check here fails if the stand-in stops behaving like CuPy
 # ---------------------------------------------------------------------------------------------
 
-def test_implicit_conversion_to_numpy_raises(fake_cp):
-    x = fake_cp.asarray(np.arange(6.0).reshape(2, 3))
+def test_implicit_conversion_to_numpy_raises(device_cp):
+    x = device_cp.asarray(np.arange(6.0).reshape(2, 3))
     h = np.arange(6.0).reshape(2, 3)
     conversions = {
         "numpy.asarray": np.asarray,
@@ -96,6 +102,10 @@ def test_implicit_conversion_to_numpy_raises(fake_cp):
         "numpy.savez": lambda a: np.savez(io.BytesIO(), a=a),
         "numpy.add.at": lambda a: np.add.at(a, [0], 1.0),
     }
+    if not is_stand_in(device_cp):
+        # CuPy 14.2 with NumPy 2.5 converts implicitly (measured on an H200, 2026-12-04): a hidden
+        # device-to-host copy. The stand-in keeps refusing, so the package never leans on one.
+        pytest.skip("the real CuPy 14 converts implicitly; the stand-in is stricter on purpose")
     for convert in conversions.values():
         convert(h)                                             # a host array is fine ...
         with pytest.raises(TypeError):                         # ... a device array is not
@@ -104,17 +114,17 @@ def test_implicit_conversion_to_numpy_raises(fake_cp):
         np.asarray(x)
 
 
-def test_host_array_inside_a_device_operation_raises(fake_cp):
+def test_host_array_inside_a_device_operation_raises(device_cp):
     h = np.arange(6.0).reshape(2, 3)
-    x = fake_cp.asarray(h)
+    x = device_cp.asarray(h)
     mixes = {
         "device + host": lambda: x + h,
         "host + device": lambda: h + x,
         "host * device": lambda: h * x,
         "device @ host": lambda: x @ h.T,
-        "cupy.where(host mask)": lambda: fake_cp.where(h > 2, x, 0.0),
-        "cupy.concatenate": lambda: fake_cp.concatenate([x, h]),
-        "cupy.matmul": lambda: fake_cp.matmul(x, h.T),
+        "cupy.where(host mask)": lambda: device_cp.where(h > 2, x, 0.0),
+        "cupy.concatenate": lambda: device_cp.concatenate([x, h]),
+        "cupy.matmul": lambda: device_cp.matmul(x, h.T),
     }
     for name, mix in mixes.items():
         with pytest.raises(TypeError, match="numpy.ndarray"):
@@ -122,7 +132,7 @@ def test_host_array_inside_a_device_operation_raises(fake_cp):
             pytest.fail(f"{name} did not raise")
     with pytest.raises(TypeError):
         x += h
-    with pytest.raises(ValueError, match="basic index"):
+    with pytest.raises(ValueError, match="cannot be used for fill"):
         x[0:2] = h                                   # CuPy's fill takes scalars only
     # What CuPy does accept: scalars (Python and NumPy), host indices, advanced-index values.
     np.testing.assert_array_equal((x * 2.0 + np.float32(1.0)).get(), h * 2 + 1)
@@ -131,33 +141,34 @@ def test_host_array_inside_a_device_operation_raises(fake_cp):
     np.testing.assert_array_equal(x[np.array([1])].get(), np.full((1, 3), 0.5))
 
 
-def test_numpy_ufuncs_and_functions_run_on_the_device(fake_cp):
+def test_numpy_ufuncs_and_functions_run_on_the_device(device_cp):
     h = np.linspace(-1.0, 1.0, 6).reshape(2, 3)
-    x = fake_cp.asarray(h)
+    x = device_cp.asarray(h)
     for result, expected in [(np.exp(x), np.exp(h)), (np.maximum(x, 0.0), np.maximum(h, 0.0)),
                              (np.concatenate([x, x]), np.concatenate([h, h])), (np.sum(x, axis=0), h.sum(axis=0))]:
-        assert isinstance(result, fake_cp.ndarray)
+        assert isinstance(result, device_cp.ndarray)
         np.testing.assert_allclose(result.get(), expected)
 
 
-def test_reductions_and_elements_stay_on_the_device(fake_cp):
-    x = fake_cp.asarray(np.arange(6.0).reshape(2, 3))
-    for value in (x.sum(), x.max(), x[1, 2], fake_cp.vdot(x.reshape(-1), x.reshape(-1)), x.argmax(),
-                  fake_cp.allclose(x, x), fake_cp.count_nonzero(x)):
-        assert isinstance(value, fake_cp.ndarray) and value.ndim == 0, type(value)
-    assert SYNCS.total == 0                          # nothing above waited for the device
+def test_reductions_and_elements_stay_on_the_device(device_cp):
+    x = device_cp.asarray(np.arange(6.0).reshape(2, 3))
+    for value in (x.sum(), x.max(), x[1, 2], device_cp.vdot(x.reshape(-1), x.reshape(-1)), x.argmax(),
+                  device_cp.allclose(x, x), device_cp.count_nonzero(x)):
+        assert isinstance(value, device_cp.ndarray) and value.ndim == 0, type(value)
+    assert SYNCS.total == 0 or not is_stand_in(device_cp)     # nothing above waited for the device
     assert x.astype(np.float64, copy=False) is x and x.astype(np.float32) is not x
 
 
-def test_transfers_copy_both_ways(fake_cp):
+def test_transfers_copy_both_ways(device_cp):
     h = np.arange(4.0)
-    x = fake_cp.asarray(h)
+    x = device_cp.asarray(h)
     h[0] = -1.0                                      # the device copy does not alias the host array
     back = x.get()
     back[1] = -2.0                                   # nor does the host copy alias the device
     np.testing.assert_array_equal(x.get(), [0.0, 1.0, 2.0, 3.0])
     assert type(backend.to_numpy(x)) is np.ndarray
-    assert dict(SYNCS.kinds) == {"get": 3} and sum(SYNCS.to_device.values()) == 1
+    if is_stand_in(device_cp):
+        assert dict(SYNCS.kinds) == {"get": 3} and sum(SYNCS.to_device.values()) == 1
 
 
 def test_host_syncs_are_counted_by_kind_and_call_site(fake_cp):
@@ -198,55 +209,59 @@ def test_call_sites_are_named_from_the_checkout(monkeypatch, root, filename, exp
     assert namespace["probe"]() == expected
 
 
-def test_what_cupy_lacks_raises_attribute_error(fake_cp):
+def test_what_cupy_lacks_raises_attribute_error(device_cp):
     # Any name the stand-in does not provide fails with its name (these two exist nowhere);
-    # the list in fake_cupy.py holds only names CuPy has.
-    with pytest.raises(AttributeError, match=r"cupy\.no_such_function "):
-        _ = fake_cp.no_such_function
-    with pytest.raises(AttributeError, match=r"cupy\.random\.no_such_sampler "):
-        _ = fake_cp.random.no_such_sampler
-    rng = fake_cp.random.default_rng(0)
-    with pytest.raises(AttributeError, match=r"Generator\.normal .*standard_normal"):
+    # the list in fake_cupy.py holds only names CuPy has. On the real CuPy the same names must
+    # be missing too (its messages are its own).
+    stand_in = is_stand_in(device_cp)
+    with pytest.raises(AttributeError, match=r"cupy\.no_such_function " if stand_in else None):
+        _ = device_cp.no_such_function
+    with pytest.raises(AttributeError, match=r"cupy\.random\.no_such_sampler " if stand_in else None):
+        _ = device_cp.random.no_such_sampler
+    rng = device_cp.random.default_rng(0)
+    with pytest.raises(AttributeError, match=r"Generator\.normal .*standard_normal" if stand_in else None):
         _ = rng.normal
-    x = fake_cp.zeros(3)
-    with pytest.raises(AttributeError, match=r"cupy\.ndarray\.device "):
-        _ = x.device
     with pytest.raises(TypeError):                   # CuPy's ndarray has no __index__
-        range(fake_cp.asarray(3))
-    # backend.rowdot takes NumPy 2's vecdot when the module has one; the stand-in does not
-    # (CuPy's documentation shows none), so its plain fallback runs here.
-    assert getattr(fake_cp, "vecdot", None) is None
+        range(device_cp.asarray(3))
+    if stand_in:
+        # The stand-in refuses NumPy 2's ``x.device`` (CuPy's means a CUDA device, not "cpu"), so
+        # package code cannot lean on it; and it has no vecdot (CuPy's documentation shows none),
+        # so backend.rowdot's plain fallback runs here.
+        with pytest.raises(AttributeError, match=r"cupy\.ndarray\.device "):
+            _ = device_cp.zeros(3).device
+        assert getattr(device_cp, "vecdot", None) is None
 
 
-def test_random_generator_is_cupys(fake_cp):
-    rng = fake_cp.random.default_rng(7)
+def test_random_generator_is_cupys(device_cp):
+    rng = device_cp.random.default_rng(7)
     u = rng.random((2, 3), dtype=np.float32)
-    assert isinstance(u, fake_cp.ndarray) and u.dtype == np.float32 and u.shape == (2, 3)
+    assert isinstance(u, device_cp.ndarray) and u.dtype == np.float32 and u.shape == (2, 3)
     assert 0.0 <= float(u.min()) and float(u.max()) < 1.0
-    assert isinstance(rng.random(), fake_cp.ndarray) and rng.random().ndim == 0    # not a Python float
+    assert isinstance(rng.random(), device_cp.ndarray) and rng.random().ndim == 0    # not a Python float
     assert rng.standard_normal((4,), dtype=np.float32).dtype == np.float32
     with pytest.raises(TypeError, match="Unsupported dtype"):
         rng.standard_normal((4,), dtype=np.int64)
-    again = fake_cp.random.default_rng(7).random((2, 3), dtype=np.float32)
+    again = device_cp.random.default_rng(7).random((2, 3), dtype=np.float32)
     np.testing.assert_array_equal(again.get(), u.get())                            # a seed repeats
     numpy_draws = np.random.default_rng(7).random((2, 3), dtype=np.float32)
     assert not np.allclose(numpy_draws, u.get())     # but the stream is not NumPy's (XORWOW on a GPU)
     assert backend.rng_state(rng) is None            # CuPy's generators have no state dict to save
-    assert isinstance(backend.seeded_rng(3), fake_cp.random.Generator)
+    assert isinstance(backend.seeded_rng(3), device_cp.random.Generator)
 
 
-def test_scatter_add_is_cupyx_with_cupys_dtypes(fake_cp):
+def test_scatter_add_is_cupyx_with_cupys_dtypes(device_cp):
     rows = np.array([4, 1, 4, 4, 0])
     values = np.random.default_rng(0).standard_normal((5, 3))
     expected = np.zeros((6, 3))
     np.add.at(expected, rows, values)
     for dtype in (np.float32, np.float64):
-        table = fake_cp.zeros((6, 3), dtype=dtype)
-        backend.scatter_add(table, fake_cp.asarray(rows), fake_cp.asarray(values.astype(dtype)))
+        table = device_cp.zeros((6, 3), dtype=dtype)
+        backend.scatter_add(table, device_cp.asarray(rows), device_cp.asarray(values.astype(dtype)))
         np.testing.assert_allclose(table.get(), expected, rtol=1e-6)
-    with pytest.raises(TypeError, match="scatter_add only supports"):
-        backend.scatter_add(fake_cp.zeros((6, 3), dtype=np.int64), fake_cp.asarray(rows),
-                            fake_cp.asarray(np.ones((5, 3), np.int64)))
+    # No atomicAdd for one-byte integers: refused (the package scatters floats only).
+    with pytest.raises(TypeError):
+        backend.scatter_add(device_cp.zeros((6, 3), dtype=np.int8), device_cp.asarray(rows),
+                            device_cp.asarray(np.ones((5, 3), np.int8)))
 
 
 def test_installed_restores_sys_modules_and_backend_sees_it():
@@ -349,7 +364,7 @@ LAYERS = {
 
 
 @pytest.mark.parametrize("name", list(LAYERS))
-def test_layer_gradients_through_the_stand_in(fake_cp, name):
+def test_layer_gradients_through_the_stand_in(device_cp, name):
     """check_layer on the stand-in (analytic backward vs central differences, float64), and
     the stand-in's output and every gradient equal to the NumPy layer's of the same seed."""
     build, make_inputs = LAYERS[name]
@@ -360,8 +375,8 @@ def test_layer_gradients_through_the_stand_in(fake_cp, name):
     layer = build(np.random.default_rng(0))
     _randomized(reference, np.random.default_rng(2))
     _randomized(layer, np.random.default_rng(2))
-    inputs = [fake_cp.asarray(a) for a in host_inputs]
-    assert all(isinstance(p.data, fake_cp.ndarray) for p in layer.parameters())
+    inputs = [device_cp.asarray(a) for a in host_inputs]
+    assert all(isinstance(p.data, device_cp.ndarray) for p in layer.parameters())
 
     report = check_layer(layer, *inputs)
     assert report.errors, "the gradient check compared no tensors"
@@ -369,13 +384,13 @@ def test_layer_gradients_through_the_stand_in(fake_cp, name):
 
     G = np.random.default_rng(3).standard_normal(reference.forward(*host_inputs).shape)
     out = layer.forward(*inputs)
-    assert isinstance(out, fake_cp.ndarray)
+    assert isinstance(out, device_cp.ndarray)
     np.testing.assert_allclose(out.get(), reference.forward(*host_inputs), rtol=1e-12, atol=1e-12)
     reference.zero_grad()
     layer.zero_grad()
     reference.forward(*host_inputs)
     d_ref = reference.backward(G)
-    d_dev = layer.backward(fake_cp.asarray(G))
+    d_dev = layer.backward(device_cp.asarray(G))
     d_ref = d_ref if isinstance(d_ref, tuple) else (d_ref,)
     d_dev = d_dev if isinstance(d_dev, tuple) else (d_dev,)
     for a, b in zip(d_dev, d_ref):
@@ -385,12 +400,12 @@ def test_layer_gradients_through_the_stand_in(fake_cp, name):
         np.testing.assert_allclose(p.grad.get(), q.grad, rtol=1e-10, atol=1e-12, err_msg=pname)
 
 
-def test_attention_functions_and_dropout_rng_through_the_stand_in(fake_cp):
+def test_attention_functions_and_dropout_rng_through_the_stand_in(device_cp):
     backend.set_default_dtype("float64")
     r = np.random.default_rng(4)
-    Q, K, V = (fake_cp.asarray(r.standard_normal((2, 2, 3, 4))) for _ in range(3))
-    mask = fake_cp.asarray(_mask(2, 3, 3, causal=True))
-    G = fake_cp.asarray(r.standard_normal((2, 2, 3, 4)))
+    Q, K, V = (device_cp.asarray(r.standard_normal((2, 2, 3, 4))) for _ in range(3))
+    mask = device_cp.asarray(_mask(2, 3, 3, causal=True))
+    G = device_cp.asarray(r.standard_normal((2, 2, 3, 4)))
 
     def f():
         return (attention_forward(Q, K, V, mask)[0] * G).sum()
@@ -401,10 +416,10 @@ def test_attention_functions_and_dropout_rng_through_the_stand_in(fake_cp):
 
     # Dropout drawing its masks from CuPy's generator API (random(shape, dtype=)), re-seeded per call.
     drop = Dropout(0.25)
-    x = fake_cp.asarray(r.standard_normal((3, 5)))
+    x = device_cp.asarray(r.standard_normal((3, 5)))
 
     def reseed():
-        drop.rng = fake_cp.random.default_rng(11)
+        drop.rng = device_cp.random.default_rng(11)
 
     report = check_layer(drop, x, before_forward=reseed)
     report.assert_ok()
@@ -415,12 +430,12 @@ def test_attention_functions_and_dropout_rng_through_the_stand_in(fake_cp):
     np.testing.assert_allclose(y[kept], x.get()[kept] / 0.75)
 
 
-def test_label_smoothed_loss_through_the_stand_in(fake_cp):
+def test_label_smoothed_loss_through_the_stand_in(device_cp):
     backend.set_default_dtype("float64")
     r = np.random.default_rng(5)
     logits_h, targets_h = r.standard_normal((2, 4, 7)), np.array([[1, 2, 3, 0], [6, 6, 0, 0]])
     loss, ref = LabelSmoothedCrossEntropy(pad_id=0, eps_ls=0.1), LabelSmoothedCrossEntropy(pad_id=0, eps_ls=0.1)
-    logits, targets = fake_cp.asarray(logits_h), fake_cp.asarray(targets_h)
+    logits, targets = device_cp.asarray(logits_h), device_cp.asarray(targets_h)
     value = loss.forward(logits, targets)
     assert type(value) is float
     assert value == pytest.approx(ref.forward(logits_h, targets_h), rel=1e-13)
@@ -429,12 +444,12 @@ def test_label_smoothed_loss_through_the_stand_in(fake_cp):
     gradcheck(lambda: loss.forward(logits, targets), {"logits": logits}, {"logits": dlogits}).assert_ok()
 
 
-def test_whole_model_gradients_through_the_stand_in(fake_cp):
+def test_whole_model_gradients_through_the_stand_in(device_cp):
     backend.set_default_dtype("float64")
     cfg = TransformerConfig(vocab_size=7, d_model=4, h=2, N=1, d_ff=8, P_drop=0.0, max_len=16)
     model = Transformer(cfg, seed=0)
-    src = fake_cp.asarray(np.array([[3, 4, 5, 0], [6, 2, 3, 4]]))
-    tgt_in = fake_cp.asarray(np.array([[1, 3, 4], [1, 6, 0]]))
+    src = device_cp.asarray(np.array([[3, 4, 5, 0], [6, 2, 3, 4]]))
+    tgt_in = device_cp.asarray(np.array([[1, 3, 4], [1, 6, 0]]))
     report = check_layer(model, src, tgt_in)
     assert len(report.errors) == len(model.parameters())
     report.assert_ok()
@@ -470,13 +485,13 @@ def _train(trainer, steps):
 
 
 @pytest.mark.parametrize("dtype, clip_norm", [("float64", 1.0), ("float64", None), ("float32", 1.0)])
-def test_training_matches_numpy(fake_cp, dtype, clip_norm):
+def test_training_matches_numpy(device_cp, dtype, clip_norm):
     """30 steps of the tiny copy model on the stand-in and on NumPy, from the same seed."""
     backend.set_default_dtype(dtype)
     with backend_as("numpy"):
         reference = _copy_trainer(clip_norm=clip_norm)
     trainer = _copy_trainer(clip_norm=clip_norm)
-    assert isinstance(trainer.model.E.data, fake_cp.ndarray) and trainer.xp is fake_cp
+    assert isinstance(trainer.model.E.data, device_cp.ndarray) and trainer.xp is device_cp
     expected, losses = _train(reference, 30), _train(trainer, 30)
     assert all(type(v) is float for v in losses)
     assert losses[-1] < 0.8 * losses[0]                                   # it did learn something
@@ -515,15 +530,15 @@ def _trained_host_model():
     return trainer.model
 
 
-def test_greedy_and_beam_decoding_match_numpy(fake_cp):
+def test_greedy_and_beam_decoding_match_numpy(device_cp):
     task, _, _ = _copy_data()
     v = task.vocab
     reference = _trained_host_model()
     model = copy.deepcopy(reference).to("cupy")
-    assert isinstance(model.E.data, fake_cp.ndarray)
+    assert isinstance(model.E.data, device_cp.ndarray)
     sources = [p[0] for p in encode_pairs(v, task.test[:6])]
     src_host, _ = make_source_batch(sources, v.pad_id, np)
-    src, _ = make_source_batch(sources, v.pad_id, fake_cp)
+    src, _ = make_source_batch(sources, v.pad_id, device_cp)
 
     greedy = greedy_decode(model, src, v.bos_id, v.eos_id)
     assert greedy == greedy_decode(reference, src_host, v.bos_id, v.eos_id)
@@ -537,7 +552,7 @@ def test_greedy_and_beam_decoding_match_numpy(fake_cp):
     assert beam_search(model, src, v.bos_id, v.eos_id, beam_size=1) == greedy
 
 
-def test_checkpoint_saved_on_cupy_loads_on_numpy_and_back(fake_cp, tmp_path):
+def test_checkpoint_saved_on_cupy_loads_on_numpy_and_back(device_cp, tmp_path):
     # A short run through the whole loop on the stand-in: validation, greedy decoding, checkpoint.
     trainer = _copy_trainer(steps=12, clip_norm=1.0, out_dir=str(tmp_path / "run"), valid=True)
     history = trainer.run(progress=False)
@@ -553,7 +568,7 @@ def test_checkpoint_saved_on_cupy_loads_on_numpy_and_back(fake_cp, tmp_path):
     assert on_host.step == 12
 
     on_device = load_checkpoint(path, "cupy")
-    assert all(isinstance(p.data, fake_cp.ndarray) for p in on_device.model.parameters())
+    assert all(isinstance(p.data, device_cp.ndarray) for p in on_device.model.parameters())
     again = str(tmp_path / "again.npz")
     save_checkpoint(again, on_device.model, on_device.vocab, step=on_device.step)
     for (name, p), (_, q) in zip(load_checkpoint(again, "numpy").model.named_parameters(),
@@ -566,37 +581,46 @@ def test_checkpoint_saved_on_cupy_loads_on_numpy_and_back(fake_cp, tmp_path):
     for name, ckpt in (("numpy", on_host), ("cupy", on_device)):
         resumed = Trainer(ckpt.model, ckpt.vocab, train, [], TrainSettings(**{**trainer.settings.__dict__, "steps": 15}))
         resumed.restore(ckpt)
-        assert resumed.xp is (np if name == "numpy" else fake_cp)
+        assert resumed.xp is (np if name == "numpy" else device_cp)
         losses[name] = _train(resumed, 3)
     np.testing.assert_allclose(losses["cupy"], losses["numpy"], rtol=1e-5)
 
 
-def _resume_is_exact(tmp_path, P_drop) -> bool:
-    """12 steps straight, or 7 steps + checkpoint + load + 5 more: the same parameters?"""
+def _resume_gap(tmp_path, P_drop) -> tuple[float, float]:
+    """12 steps straight, against 7 steps + checkpoint + load + 5 more (the resume), and against
+    the same 12 steps again (the repeat): the largest parameter difference of each. The stand-in,
+    like NumPy, repeats bit for bit; a GPU need not (atomic adds, e.g. the embedding's scatter-add,
+    sum in no fixed order), so a resume must be as exact as a repeat, no more."""
     _, train, _ = _copy_data()
-    full, first = _copy_trainer(steps=12, P_drop=P_drop), _copy_trainer(steps=7, P_drop=P_drop)
+    full, again, first = (_copy_trainer(steps=12, P_drop=P_drop), _copy_trainer(steps=12, P_drop=P_drop),
+                          _copy_trainer(steps=7, P_drop=P_drop))
     _train(full, 12)
+    _train(again, 12)
     _train(first, 7)
     first.save(str(tmp_path / "checkpoint.npz"))
     ckpt = load_checkpoint(str(tmp_path / "checkpoint.npz"))
     resumed = Trainer(ckpt.model, ckpt.vocab, train, [], first.settings)
     resumed.restore(ckpt)
     _train(resumed, 5)
-    return all(np.array_equal(_host(p.data), _host(q.data))
-               for p, q in zip(full.model.parameters(), resumed.model.parameters()))
+
+    def gap(other):
+        return max(float(np.max(np.abs(_host(p.data) - _host(q.data))))
+                   for p, q in zip(full.model.parameters(), other.model.parameters()))
+    return gap(resumed), gap(again)
 
 
-def test_resume_without_dropout_is_exact_on_cupy(fake_cp, tmp_path):
-    assert _resume_is_exact(tmp_path, P_drop=0.0)
+@pytest.mark.parametrize("P_drop", [0.0, 0.1], ids=["without dropout", "with dropout"])
+def test_resume_is_as_exact_as_a_repeat_on_cupy(device_cp, tmp_path, P_drop):
+    """With dropout too: CuPy's generators have no state a checkpoint could save, so the trainer
+    draws the masks of step t from a generator seeded by (seed, t), and resuming needs none."""
+    resume, repeat = _resume_gap(tmp_path, P_drop)
+    if is_stand_in(device_cp):
+        assert resume == repeat == 0.0
+    else:                                       # 12 float32 steps of lr ~1e-3: a lost state moves far more
+        assert resume <= max(10 * repeat, 1e-6), (resume, repeat)
 
 
-def test_resume_with_dropout_is_exact_on_cupy(fake_cp, tmp_path):
-    """CuPy's generators have no state a checkpoint could save: the trainer draws the masks
-    of step t from a generator seeded by (seed, t), so resuming needs no saved state."""
-    assert _resume_is_exact(tmp_path, P_drop=0.1)
-
-
-def test_attention_maps_through_the_stand_in(fake_cp):
+def test_attention_maps_through_the_stand_in(device_cp):
     reference = _trained_host_model()
     model = copy.deepcopy(reference).to("cupy")
     got, expected = attention_maps(model, [4, 5, 6], [1, 4, 5]), attention_maps(reference, [4, 5, 6], [1, 4, 5])
@@ -605,7 +629,7 @@ def test_attention_maps_through_the_stand_in(fake_cp):
         np.testing.assert_allclose(got[kind], expected[kind], rtol=1e-10, atol=1e-12)
 
 
-def test_command_line_translate_and_evaluate_on_cupy(fake_cp, tmp_path, capsys):
+def test_command_line_translate_and_evaluate_on_cupy(device_cp, tmp_path, capsys):
     """`translate --backend cupy` and `evaluate --backend cupy` print what the NumPy backend
     prints for the same checkpoint (timings aside)."""
     task, _, _ = _copy_data()

@@ -1,5 +1,5 @@
-"""The grader (python -m minitransformer grade, minitransformer/grade.py) and the verdict channel
-it reads (minitransformer/exercises/_verdict.py).
+"""The grader (python -m minitransformer grade, lessonkit/grade.py) and the verdict channel
+it reads (lessonkit/exercises/_verdict.py).
 
 Quick tests: the signed-line reader, the channel armed inside this process (what it records
 and what it refuses), the scoring rules, the reports and the command line's errors. Slow tests
@@ -23,8 +23,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from minitransformer import exercises, grade
-from minitransformer.exercises import _verdict, catalogue, lessons_0_3
+from lessonkit import exercises, grade
+from lessonkit.exercises import _verdict, catalogue, lessons_0_3
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 LESSONS = ROOT / "lessons"
@@ -127,7 +127,7 @@ def test_a_verdict_given_while_the_checkers_are_patched_is_not_intact(armed, mon
     monkeypatch.undo()
     armed.read(0)
     first, second = (r for r in armed.records if r["kind"] == "verdict")
-    assert first["changed"] == "minitransformer.exercises.lessons_0_3.check_array"   # ... but it is seen
+    assert first["changed"] == "lessonkit.exercises.lessons_0_3.check_array"   # ... but it is seen
     assert second["changed"] == "numpy.max"
     scored = grade._score(1, [first, second], set(), None, "")
     assert [(e.exercise, e.status, e.points) for e in scored] == [
@@ -242,7 +242,7 @@ def _notebook(path, *cells, lesson=1):
 
 
 CAUSAL_MASK = "import numpy as np\n\ndef my_causal_mask(T):\n    return np.tril(np.ones((T, T), dtype=bool))[None, None]"
-CHECK_MASK = "from minitransformer.exercises.lessons_0_3 import check_causal_mask\ncheck_causal_mask(my_causal_mask)"
+CHECK_MASK = "from lessonkit.exercises.lessons_0_3 import check_causal_mask\ncheck_causal_mask(my_causal_mask)"
 
 
 @pytest.mark.slow
@@ -339,12 +339,12 @@ def test_a_planted_mistake_scores_that_exercise_wrong_and_nothing_else(lesson, t
 def test_fake_verdicts_and_tampering_earn_nothing(tmp_path):
     cases = {
         "print": ('print("correct")\nprint("Exercise 1.1 correct")', None),
-        "redefine": ("from minitransformer.exercises.lessons_0_3 import check_softmax_backward\n"
+        "redefine": ("from lessonkit.exercises.lessons_0_3 import check_softmax_backward\n"
                      "def check_softmax_backward(fn):\n    print('correct')\n    return True\n"
                      "check_softmax_backward(lambda dA, A: None)", "rebinds check_softmax_backward"),
-        "fake checker": ("from minitransformer.exercises._verdict import exercise\n@exercise('1.1')\n"
+        "fake checker": ("from lessonkit.exercises._verdict import exercise\n@exercise('1.1')\n"
                          "def fake(fn):\n    return True\nfake(None)", "came from something other than a checker"),
-        "patched checker module": ("import minitransformer.exercises.lessons_0_3 as m\n"
+        "patched checker module": ("import lessonkit.exercises.lessons_0_3 as m\n"
                                    "m.check_array = lambda *a, **k: (0.0, None)\n"
                                    "m.check_softmax_backward(lambda dA, A: dA)", "had been replaced"),
         "forged lines": ("import os\nfor fd in map(int, os.listdir('/proc/self/fd')):\n    try:\n"
@@ -352,7 +352,7 @@ def test_fake_verdicts_and_tampering_earn_nothing(tmp_path):
                          "            os.write(fd, b'00 {\"seq\": 1, \"kind\": \"verdict\", \"exercise\": \"1.1\", "
                          "\"status\": \"correct\"}\\n')\n    except OSError:\n        pass",
                          "no valid signature"),
-        "grading module replaced": ("import minitransformer.exercises._verdict as v\nv.seal = lambda: None",
+        "grading module replaced": ("import lessonkit.exercises._verdict as v\nv.seal = lambda: None",
                                     "closing check did not come back"),
     }
     for name, (code, note) in cases.items():
@@ -396,7 +396,7 @@ def test_an_endless_cell_times_out_and_the_rest_still_runs(tmp_path):
 @pytest.mark.slow
 def test_a_kernel_that_dies_still_gets_a_report(tmp_path):
     path = _notebook(tmp_path / "01_exit.ipynb", CAUSAL_MASK, CHECK_MASK, "import os\nos._exit(3)",
-                     "from minitransformer.exercises.lessons_0_3 import check_softmax_backward\n"
+                     "from lessonkit.exercises.lessons_0_3 import check_softmax_backward\n"
                      "check_softmax_backward(lambda dA, A: None)")
     report = grade.grade_notebook(path, timeout=60, lessons=None)
     statuses = {e.exercise: (e.status, e.detail) for e in report.exercises}

@@ -8,12 +8,12 @@ layer or below, and no two modules import each other (directly or in a circle).
     translate   translate
     train       train
     run setup   runsetup
-    lessons     exercises/*
-    grade       grade
-    cli         __main__
+    cli         __main__, cli/*
 
-docs/architecture.md draws the same graph. Imports inside functions count too:
-hiding one there does not make a cycle go away.
+The teaching harness (``lessonkit``: the exercise checkers, the grader, the lessons' prose and runtime
+helpers) is a sibling package above all of them: it imports the library, and the library imports it
+only where the command line's ``grade`` reaches it. docs/architecture.md draws the same graph. Imports
+inside functions count too: hiding one there does not make a cycle go away.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import ast
 import pathlib
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "minitransformer"
+HARNESS = PACKAGE.parent / "lessonkit"
 
 LAYERS = [
     ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "threads", "__init__"]),
@@ -31,9 +32,7 @@ LAYERS = [
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("run setup", ["runsetup"]),
-    ("lessons", ["exercises.*"]),
-    ("grade", ["grade"]),
-    ("cli", ["__main__"]),
+    ("cli", ["__main__", "cli.*"]),
 ]
 
 
@@ -76,7 +75,7 @@ def _imports(path: pathlib.Path, module: str) -> set[str]:
                 if a.name.startswith("minitransformer."):
                     found.add(a.name[len("minitransformer."):])
     found.discard(module)
-    return {m for m in found if m not in ("data", "layers", "exercises")}   # the bare packages
+    return {m for m in found if m not in ("data", "layers")}   # the bare packages
 
 
 def _graph() -> dict[str, set[str]]:
@@ -127,6 +126,64 @@ def test_the_checker_sees_imports_and_can_fail(tmp_path, monkeypatch):
         test_no_import_cycles()
 
 
+def _harness_imports(path: pathlib.Path) -> list[str]:
+    """The ``lessonkit`` imports of one file: ``line: module``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+            [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+        found += [f"{node.lineno}: {n}" for n in names if n == "lessonkit" or n.startswith("lessonkit.")]
+    return found
+
+
+def test_the_library_holds_no_teaching_harness():
+    """Issue 33.4: the checkers, the verdict channel and the grader live in lessonkit, beside the package;
+    the package reaches them only from the command line's grade (one lazy import there)."""
+    assert not (PACKAGE / "exercises").exists() and not (PACKAGE / "grade.py").exists()
+    bad = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE).as_posix()
+        for line in _harness_imports(path):
+            if not (rel == "__main__.py" or rel.startswith("cli/")) or not line.endswith(": lessonkit.grade"):
+                bad.append(f"minitransformer/{rel}:{line}")
+    assert not bad, "the library imports the teaching harness: " + ", ".join(bad)
+    # ... and nothing in the package defines a checker or imports a notebook runner
+    for path in sorted(PACKAGE.rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        checkers = [n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and n.name.startswith("check_")
+                    and any(isinstance(d, ast.Call) and getattr(d.func, "id", "") == "exercise" for d in n.decorator_list)]
+        assert not checkers, f"{path.name} defines exercise checkers {checkers}: they belong in lessonkit/exercises/"
+        runners = [n for n in _imported_modules(tree) if n.split(".")[0] in ("nbclient", "nbformat", "IPython")]
+        assert not runners, f"{path.name} imports {runners}: notebook machinery belongs in lessonkit"
+
+
+def _imported_modules(tree: ast.AST) -> list[str]:
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            out.append(node.module)
+    return out
+
+
+def test_the_harness_sits_above_the_library_and_imports_nothing_of_the_lessons():
+    """lessonkit imports the library and itself; the library's layers hold whatever lessonkit needs."""
+    for path in sorted(HARNESS.rglob("*.py")):
+        for module in _imported_modules(ast.parse(path.read_text(encoding="utf-8"))):
+            top = module.split(".")[0]
+            assert top != "lessons", f"lessonkit/{path.relative_to(HARNESS)} imports {module}"
+            if top == "minitransformer":
+                assert not module.startswith(("minitransformer.__main__", "minitransformer.cli")), \
+                    f"lessonkit/{path.relative_to(HARNESS)} imports the command line ({module})"
+
+
+def test_the_harness_check_can_fail(tmp_path):
+    f = tmp_path / "x.py"
+    f.write_text("import os\nfrom lessonkit.exercises import catalogue\ndef g():\n    import lessonkit.grade\n")
+    assert _harness_imports(f) == ["2: lessonkit.exercises", "4: lessonkit.grade"]
+
+
 def _foreign_cache_reads(path: pathlib.Path) -> list[str]:
     """Lines where something other than ``self`` touches a ``_cache`` attribute."""
     bad = []
@@ -141,7 +198,7 @@ def test_nothing_reads_another_layers_private_cache():
     """A layer's _cache is for its own backward; what others need is public
     (MultiHeadAttention.attention_weights, Transformer.attention_maps)."""
     lessons = PACKAGE.parent / "lessons"
-    files = [*PACKAGE.rglob("*.py"), *lessons.rglob("*.py"), *(PACKAGE.parent / "benchmarks").glob("*.py")]
+    files = [*PACKAGE.rglob("*.py"), *HARNESS.rglob("*.py"), *lessons.rglob("*.py"), *(PACKAGE.parent / "benchmarks").glob("*.py")]
     bad = [line for path in files for line in _foreign_cache_reads(path)]
     assert not bad, f"reads of another object's _cache: {bad}"
 

@@ -7,7 +7,7 @@ import math
 import pytest
 from lesson_exercises import LESSONS, build
 
-from minitransformer.exercises import prose
+from lessonkit import prose
 
 FOUND = build.lessons(LESSONS)
 

@@ -363,7 +363,7 @@ TRAIN_OPTIONS = {
 
 
 def test_every_train_option_is_classified():
-    from minitransformer.__main__ import build_parser
+    from minitransformer.cli import build_parser
 
     parser = build_parser()
     train = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith("train"))

@@ -129,7 +129,7 @@ def test_a_rank_with_an_empty_shard_still_sums_and_the_update_is_the_same(data, 
 
 
 def test_the_lessons_ring_allreduce_equals_mpis_under_mpiexec():
-    result = subprocess.run([MPIEXEC, "-n", "3", sys.executable, "-m", "minitransformer.exercises.lesson_14", "10",
+    result = subprocess.run([MPIEXEC, "-n", "3", sys.executable, "-m", "lessonkit.exercises.lesson_14", "10",
                              "1000"], capture_output=True, text=True, env=_env(), timeout=TIMEOUT, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     out = json.loads(result.stdout)

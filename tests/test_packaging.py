@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import minitransformer
-from minitransformer.__main__ import build_parser, main
+from minitransformer.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))

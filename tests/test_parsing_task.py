@@ -14,8 +14,9 @@ import pathlib
 import numpy as np
 import pytest
 
-from minitransformer.__main__ import _report, main
+from minitransformer.__main__ import main
 from minitransformer.checkpoint import load_checkpoint
+from minitransformer.cli.scoring import report as _report
 from minitransformer.data import parsing, pcfg
 from minitransformer.data.loading import Task, TaskData
 from minitransformer.data.registry import TASKS, get_task, load_task, saved_task

@@ -2,7 +2,7 @@
 
 ``python lessons/build.py NN`` times every cell while it executes lesson NN and writes the lesson's
 entry of ``lessons/runtimes.json``; the lesson's first code cells render the figure from that record
-(``minitransformer.exercises.runtimes.show_cost``), and every cell over 20 s is flagged just before it
+(``lessonkit.runtimes.show_cost``), and every cell over 20 s is flagged just before it
 (``show_slow_cell``). These tests time nothing: they read the committed notebooks and the record, and
 check that what each notebook shows is what the record renders. The last tests show the check failing.
 """
@@ -13,7 +13,7 @@ import nbformat
 import pytest
 from lesson_exercises import LESSONS, build
 
-from minitransformer.exercises import runtimes
+from lessonkit import runtimes
 
 FOUND = build.lessons(LESSONS)
 RECORD = runtimes.load(LESSONS / runtimes.RECORD_NAME)

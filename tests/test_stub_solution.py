@@ -8,7 +8,7 @@ import copy
 import pytest
 from lesson_exercises import CHECKERS, evaluate, exercises, lesson_notebook, parse, solution_namespace
 
-from minitransformer.exercises import catalogue
+from lessonkit.exercises import catalogue
 
 NUMBERS = [e.number for e in catalogue.EXERCISES]
 

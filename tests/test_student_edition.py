@@ -9,7 +9,7 @@ import nbformat
 import pytest
 from lesson_exercises import LESSONS, build, lesson_notebook, parse
 
-from minitransformer.exercises import catalogue
+from lessonkit.exercises import catalogue
 
 FOUND = build.lessons(LESSONS)
 

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from minitransformer import grade
-from minitransformer.exercises import _common
+from lessonkit import grade
+from lessonkit.exercises import _common
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "teachers.md").read_text()

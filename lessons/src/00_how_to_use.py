@@ -59,7 +59,7 @@
 # nothing.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("00")
 
@@ -202,7 +202,7 @@ ax.set(xlabel="step h", ylabel="relative error of d sin(x)/dx at x = 1", ylim=(1
 ax.legend(fontsize=8, loc="lower left", ncol=2)
 plt.show()
 
-from minitransformer.exercises.prose import claim
+from lessonkit.prose import claim
 
 for name, h in h_opt.items():
     print(f"{name}: median relative error of the central difference for h within 3x of {h:g}: {near[name]:.1e}")
@@ -480,7 +480,7 @@ for cfg in launch["configurations"]:
 # warning holds: a red dot in a forward stops at every call of the gradient check, so remove it
 # (or right-click it: *Edit Condition*, *Hit Count*) before you continue past the backward.
 # The exercise checkers of lessons 0–3 and 4–7 have a configuration each that runs their
-# tests under the debugger: a red dot in `minitransformer/exercises/` shows what a checker
+# tests under the debugger: a red dot in `lessonkit/exercises/` shows what a checker
 # compares.
 #
 # In a notebook, VS Code also offers *Debug Cell* (the arrow next to *Run* on each cell).
@@ -498,7 +498,7 @@ for cfg in launch["configurations"]:
 # *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
-# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
+# `correct` with the measured errors. The checkers live in `lessonkit.exercises.lessons_0_3`.
 # Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
 # end, if you want to peek; the student edition a teacher hands out leaves them out.
 
@@ -517,7 +517,7 @@ def my_numerical_gradient(f, x, h=1e-5):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_numerical_gradient
+from lessonkit.exercises.lessons_0_3 import check_numerical_gradient
 
 check_numerical_gradient(my_numerical_gradient)
 
@@ -537,7 +537,7 @@ def my_linear_backward(dy, x, W, b):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_linear_backward
+from lessonkit.exercises.lessons_0_3 import check_linear_backward
 
 check_linear_backward(my_linear_backward)
 

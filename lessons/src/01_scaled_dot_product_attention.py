@@ -44,7 +44,7 @@
 # **What it trains:** nothing; every array is small and random. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("01")
 
@@ -295,7 +295,7 @@ for name, st in stats.items():
     print(f"{name:15s} d_k = 64: std {st['std'][5]:5.2f}, max weight {st['max_w'][5]:.2f}, gradient fraction {st['gain'][5]:.1e}"
           f" | d_k = 1024: {st['gain'][-1]:.1e}")
 
-from minitransformer.exercises.prose import claim, claim_true
+from lessonkit.prose import claim, claim_true
 
 scaled, unscaled = stats["scaled (Eq. 1)"], stats["unscaled"]
 for std in scaled["std"]:
@@ -398,7 +398,7 @@ report.assert_ok()
 # *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
-# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
+# `correct` with the measured errors. The checkers live in `lessonkit.exercises.lessons_0_3`.
 # Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
 # end, if you want to peek; the student edition a teacher hands out leaves them out.
 
@@ -415,7 +415,7 @@ def my_softmax_backward(dA, A):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_softmax_backward
+from lessonkit.exercises.lessons_0_3 import check_softmax_backward
 
 check_softmax_backward(my_softmax_backward)
 
@@ -434,7 +434,7 @@ def my_causal_mask(T):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_causal_mask
+from lessonkit.exercises.lessons_0_3 import check_causal_mask
 
 check_causal_mask(my_causal_mask)
 
@@ -456,7 +456,7 @@ def my_attention_backward(dout, cache):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_attention_backward
+from lessonkit.exercises.lessons_0_3 import check_attention_backward
 
 check_attention_backward(my_attention_backward)
 

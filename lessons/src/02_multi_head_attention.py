@@ -46,7 +46,7 @@
 # **What it trains:** nothing; it times one attention layer for several head counts. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("02")
 
@@ -222,7 +222,7 @@ fig.tight_layout()
 plt.show()
 
 # %%
-from minitransformer.exercises.prose import claim_true, show_markdown
+from lessonkit.prose import claim_true, show_markdown
 
 claim_true("where the heads get narrow the time climbs (h = 128 over 1.5 times h = 8)", best[hs[-1]] > 1.5 * best[8],
            f"{1e3 * best[hs[-1]]:.1f} ms against {1e3 * best[8]:.1f} ms")
@@ -353,7 +353,7 @@ report.assert_ok()
 # *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
-# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
+# `correct` with the measured errors. The checkers live in `lessonkit.exercises.lessons_0_3`.
 # Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
 # end, if you want to peek; the student edition a teacher hands out leaves them out.
 
@@ -371,7 +371,7 @@ def my_merge_heads_backward(dconcat, h):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_merge_heads_backward
+from lessonkit.exercises.lessons_0_3 import check_merge_heads_backward
 
 check_merge_heads_backward(my_merge_heads_backward)
 
@@ -393,7 +393,7 @@ def my_attention_flops(B, S_q, S_k, d_model, h):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_attention_flops
+from lessonkit.exercises.lessons_0_3 import check_attention_flops
 
 check_attention_flops(my_attention_flops)
 
@@ -413,7 +413,7 @@ def my_decoder_mask(tgt_ids, pad_id):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_decoder_mask
+from lessonkit.exercises.lessons_0_3 import check_decoder_mask
 
 check_decoder_mask(my_decoder_mask)
 
@@ -441,7 +441,7 @@ def my_qkv_projection_backward(dQ, dK, dV, x, W_qkv):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_qkv_projection_backward
+from lessonkit.exercises.lessons_0_3 import check_qkv_projection_backward
 
 check_qkv_projection_backward(my_qkv_projection_backward)
 

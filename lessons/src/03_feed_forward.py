@@ -35,7 +35,7 @@
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("03")
 
@@ -248,7 +248,7 @@ report.assert_ok()
 # *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
-# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_0_3`.
+# `correct` with the measured errors. The checkers live in `lessonkit.exercises.lessons_0_3`.
 # Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
 # end, if you want to peek; the student edition a teacher hands out leaves them out.
 
@@ -265,7 +265,7 @@ def my_relu_backward(dh, z):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_relu_backward
+from lessonkit.exercises.lessons_0_3 import check_relu_backward
 
 check_relu_backward(my_relu_backward)
 
@@ -286,7 +286,7 @@ def my_ffn_backward(dy, x, W1, b1, W2, b2):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_0_3 import check_ffn_backward
+from lessonkit.exercises.lessons_0_3 import check_ffn_backward
 
 check_ffn_backward(my_ffn_backward)
 

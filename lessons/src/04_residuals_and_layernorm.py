@@ -38,7 +38,7 @@
 # **What it trains:** nothing; it sends gradients through deep random stacks. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("04")
 
@@ -347,7 +347,7 @@ for kind, g in grad_norm.items():
 #   residual stream is a sum of 64 branch outputs that is never normalized.
 
 # %%
-from minitransformer.exercises.prose import claim, claim_true
+from lessonkit.prose import claim, claim_true
 
 g0 = {kind: np.array([gg[0] for gg in g]) for kind, g in grad_norm.items()}     # ||dL/dx_0|| / top, per stack
 plain, ln_only = g0["plain F(x)"], g0["LN(F(x)), no residual"]
@@ -492,7 +492,7 @@ for pre_ln in (False, True):
 # *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
-# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# `correct` with the measured errors. The checkers live in `lessonkit.exercises.lessons_4_7`.
 # Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
 # end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
@@ -510,7 +510,7 @@ def my_layernorm_backward(dy, x, gamma, eps=1e-5):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_4_7 import (
+from lessonkit.exercises.lessons_4_7 import (
     check_layernorm_backward, check_post_ln_residual_backward, check_pre_ln_residual_backward)
 
 check_layernorm_backward(my_layernorm_backward)

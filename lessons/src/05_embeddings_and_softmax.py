@@ -40,7 +40,7 @@
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("05")
 
@@ -86,7 +86,7 @@ assert np.allclose(out[0, 0], 2.0 * emb.E.data[2]) and np.allclose(out[0, 0], ou
 # the sum. (This is our reading with our initialization; other implementations initialize differently.)
 
 # %%
-from minitransformer.exercises.prose import claim
+from lessonkit.prose import claim
 from minitransformer.layers.layernorm import layernorm_forward
 from minitransformer.layers.positional import sinusoidal_table
 
@@ -331,7 +331,7 @@ print(f"saved = 2 V d_model   : {saved:>12,}   ({saved / (tied + saved):.1%} of 
 # *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
-# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# `correct` with the measured errors. The checkers live in `lessonkit.exercises.lessons_4_7`.
 # Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
 # end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
@@ -349,7 +349,7 @@ def my_embedding_backward(dout, ids, V):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_4_7 import check_embedding_backward, check_tied_embedding_grad
+from lessonkit.exercises.lessons_4_7 import check_embedding_backward, check_tied_embedding_grad
 
 check_embedding_backward(my_embedding_backward)
 

@@ -40,7 +40,7 @@
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("06")
 
@@ -83,7 +83,7 @@ print("with PE: max |attn(pe(x[perm])) - attn(pe(x))[perm]| =",
 d_model = 64
 P = sinusoidal_table(128, d_model, np, np.float64)        # (max_len, d_model)
 omega = 10000.0 ** (-np.arange(0, d_model, 2) / d_model)   # the d_model/2 frequencies
-from minitransformer.exercises.prose import show_markdown
+from lessonkit.prose import show_markdown
 
 longest = 2 * np.pi / omega[-1]
 print("table shape:", P.shape, "  wavelengths 2pi/omega: from", round(2 * np.pi / omega[0], 3),
@@ -177,7 +177,7 @@ plt.tight_layout(); plt.show()
 # it is the *data* that cannot reveal it.
 
 # %%
-from minitransformer.exercises.prose import claim
+from lessonkit.prose import claim
 
 for window in ((0, 2000), (3000, 5000)):
     claim(f"positions {window[0]}-{window[1] - 1} recover M_5 to about 1e-12 (log10 of the largest error)",
@@ -322,7 +322,7 @@ print("max_len=256: logits", longer.forward(src, tgt_in).shape)
 # *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
-# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# `correct` with the measured errors. The checkers live in `lessonkit.exercises.lessons_4_7`.
 # Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
 # end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
@@ -339,7 +339,7 @@ def my_sinusoidal_pe(max_len, d_model):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_4_7 import check_pe_similarity, check_sinusoidal_pe
+from lessonkit.exercises.lessons_4_7 import check_pe_similarity, check_sinusoidal_pe
 
 check_sinusoidal_pe(my_sinusoidal_pe)
 

@@ -43,7 +43,7 @@
 # **What it trains:** nothing; it checks an untrained model. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost, show_slow_cell
+from lessonkit.runtimes import show_cost, show_slow_cell
 
 show_cost("07")
 
@@ -209,7 +209,7 @@ print(f"initial loss {loss:.4f}   ln V = ln {cfg.vocab_size} = {np.log(cfg.vocab
 p = np.exp(logits - logits.max(-1, keepdims=True)); p /= p.sum(-1, keepdims=True)
 print(f"largest predicted probability anywhere: {p.max():.3f}   (uniform would be {1 / cfg.vocab_size:.3f})")
 
-from minitransformer.exercises.prose import claim
+from lessonkit.prose import claim
 
 claim("every logit has variance about 1 (within a factor of 2)", sigma2, low=0.5, high=2.0)
 claim("we expect a first loss of about ln V + 0.5 (within 0.3)", loss, np.log(cfg.vocab_size) + 0.5, tol=0.3)
@@ -347,7 +347,7 @@ for name, paper in (("base", 65e6), ("big", 213e6)):
           f"   {lo:,.0f} .. {hi:,.0f}")
 
 # %%
-from minitransformer.exercises.prose import show_markdown
+from lessonkit.prose import show_markdown
 
 
 def gap(name):
@@ -413,7 +413,7 @@ print(f"max |difference| at the padded positions:  {np.abs(stepwise - teacher_fo
 # *not attempted yet*; a wrong answer raises a `WrongAnswer` (an `AssertionError`) that says what is wrong (a
 # shape, or how far off the values are, with one tolerance, $10^{-6}$, in every lesson) and,
 # when your answer matches a common mistake, a `hint:` line naming it; a right one prints
-# `correct` with the measured errors. The checkers live in `minitransformer.exercises.lessons_4_7`.
+# `correct` with the measured errors. The checkers live in `lessonkit.exercises.lessons_4_7`.
 # Exercises are numbered *lesson.exercise*. In the full notebook the solutions follow at the very
 # end, if you want to peek; the student edition a teacher hands out leaves them out.
 #
@@ -433,7 +433,7 @@ def my_shift_right(tgt_seqs, pad_id, bos_id, eos_id):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lessons_4_7 import (
+from lessonkit.exercises.lessons_4_7 import (
     check_encoder_layer_params, check_shift_right, check_transformer_params)
 
 check_shift_right(my_shift_right)

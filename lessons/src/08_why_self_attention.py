@@ -57,7 +57,7 @@
 # **What it trains:** nothing; it times and counts small layers, and loads the offline sweep of `lessons/experiments/lesson08_table1.py`. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("08")
 
@@ -637,7 +637,7 @@ print(f"the recurrent loop vs the same FLOPs as one product: {ratio.min():.0f}x 
 # the largest four $n$ or $d$ of the offline sweep; the sentences are rendered from them):
 
 # %%
-from minitransformer.exercises.prose import claim, claim_true, show_markdown
+from lessonkit.prose import claim, claim_true, show_markdown
 
 
 def exponent_words(p, table_p):
@@ -1378,7 +1378,7 @@ show_markdown(
 # Each exercise has a cell with a stub to fill in and a checking cell below it. While the
 # stub still returns `None` the checker prints *not attempted yet*; a wrong answer raises a
 # `WrongAnswer` (an `AssertionError`) that says what is wrong and, for the usual mistakes, names
-# it; a right one prints `correct`. The checkers live in `minitransformer.exercises.lesson_08`.
+# it; a right one prints `correct`. The checkers live in `lessonkit.exercises.lesson_08`.
 # In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 8.1 — the backward of additive attention
@@ -1398,7 +1398,7 @@ def my_additive_attention_backward(dout, cache):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_08 import check_additive_attention_backward
+from lessonkit.exercises.lesson_08 import check_additive_attention_backward
 
 check_additive_attention_backward(my_additive_attention_backward)
 
@@ -1423,7 +1423,7 @@ def my_layers_needed(kind, n, k):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_08 import check_layers_needed
+from lessonkit.exercises.lesson_08 import check_layers_needed
 
 check_layers_needed(my_layers_needed)
 
@@ -1445,7 +1445,7 @@ def my_layer_flops(kind, n, d, r):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_08 import check_layer_flops
+from lessonkit.exercises.lesson_08 import check_layer_flops
 
 check_layer_flops(my_layer_flops)
 
@@ -1468,7 +1468,7 @@ def my_ablate_head(mha, x, head):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_08 import check_head_ablation
+from lessonkit.exercises.lesson_08 import check_head_ablation
 
 check_head_ablation(my_ablate_head)
 

@@ -45,7 +45,7 @@
 # **What it trains:** several small models of the copy and reverse tasks (with and without warm-up, with and without label smoothing, one batch overfitted), the copy recipe until it is solved, and, in the exercises, a tiny model driven by your gradient. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("09")
 
@@ -63,7 +63,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 
 from minitransformer import backend
-from minitransformer.exercises.prose import claim, claim_true, show_markdown
+from lessonkit.prose import claim, claim_true, show_markdown
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
 np.set_printoptions(precision=4, suppress=True, linewidth=110)
@@ -347,7 +347,7 @@ def train_steps(model, pairs, lr, steps, seed=0, clip_norm=None):
 
 
 # %%
-from minitransformer.exercises.runtimes import show_slow_cell
+from lessonkit.runtimes import show_slow_cell
 
 show_slow_cell("09", "with and without warm-up, 2 x 300 steps")
 
@@ -928,7 +928,7 @@ show_markdown(
        if copy_preset.eps_ls > 0 else "") + ".")
 
 # %%
-from minitransformer.exercises.runtimes import show_slow_cell
+from lessonkit.runtimes import show_slow_cell
 
 show_slow_cell("09", "the copy recipe, trained until solved")
 
@@ -1027,7 +1027,7 @@ def my_lrate(step, d_model, warmup_steps):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_09 import check_adam_step, check_dlogits, check_noam_lr
+from lessonkit.exercises.lesson_09 import check_adam_step, check_dlogits, check_noam_lr
 
 check_noam_lr(my_lrate)
 

@@ -54,7 +54,7 @@
 # **What it trains:** a small English-to-Korean dates model, and the checker of Exercise 10.3 a tiny one. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost, show_slow_cell
+from lessonkit.runtimes import show_cost, show_slow_cell
 
 show_cost("10")
 
@@ -270,7 +270,7 @@ plt.tight_layout()
 plt.show()
 
 # %%
-from minitransformer.exercises.prose import claim, claim_true, show_markdown
+from lessonkit.prose import claim, claim_true, show_markdown
 
 claim_true("the speed-up of the cache grows with the length", all(np.diff(speedup) > 0), f"speed-ups {np.round(speedup, 1)}")
 claim("at 8 tokens the cache barely matters (a speed-up under 3)", speedup[0], low=0.5, high=3)
@@ -958,7 +958,7 @@ show_markdown("\n".join([
 # Each exercise has a cell with a stub to fill in and a checking cell below it. While the stub
 # still returns `None` the checker prints *not attempted yet*; a wrong answer raises a
 # `WrongAnswer` (an `AssertionError`) that says what is wrong and, for the usual mistakes, names
-# it; a right one prints `correct`. The checkers are in `minitransformer.exercises.lesson_10`.
+# it; a right one prints `correct`. The checkers are in `lessonkit.exercises.lesson_10`.
 # In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
 #
 # ### Exercise 10.1 — one step of beam search
@@ -978,7 +978,7 @@ def my_beam_step(live_logp, next_logp, k):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_10 import check_beam_step
+from lessonkit.exercises.lesson_10 import check_beam_step
 
 check_beam_step(my_beam_step)
 
@@ -1000,7 +1000,7 @@ def my_corpus_bleu(hyps, refs):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_10 import check_corpus_bleu
+from lessonkit.exercises.lesson_10 import check_corpus_bleu
 
 check_corpus_bleu(my_corpus_bleu)
 
@@ -1024,7 +1024,7 @@ def my_greedy(model, src, bos_id, eos_id, max_len):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_10 import check_greedy_decode
+from lessonkit.exercises.lesson_10 import check_greedy_decode
 
 check_greedy_decode(my_greedy)
 

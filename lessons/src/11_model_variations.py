@@ -45,7 +45,7 @@
 # **What it trains:** two small `reverse` models (the live row of §9); the rest reads `lessons/experiments/table3.json`. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("11")
 
@@ -69,7 +69,7 @@ LESSON_START = time.perf_counter()
 sys.path.insert(0, str(pathlib.Path("experiments").resolve()))   # the notebook runs in lessons/
 import table3  # lessons/experiments/table3.py
 
-from minitransformer.exercises.prose import claim, claim_true, show_markdown
+from lessonkit.prose import claim, claim_true, show_markdown
 
 results = json.loads(pathlib.Path("experiments/table3.json").read_text())
 for h in results["provenance"]:                  # every command that wrote into the file, with its commit
@@ -614,7 +614,7 @@ show_markdown(
 # as the script's records:
 
 # %%
-from minitransformer.exercises.runtimes import show_slow_cell
+from lessonkit.runtimes import show_slow_cell
 
 show_slow_cell("11", "training row E's two models live")
 
@@ -819,7 +819,7 @@ def my_learned_pe_backward(dout, offset, max_len):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_11 import (
+from lessonkit.exercises.lesson_11 import (
     check_learned_pe_backward,
     check_perplexity,
     check_variation_params,

@@ -50,7 +50,7 @@
 # | the model, its masks, its cached decoding | `minitransformer.model.Transformer`, `KVCache`; `layers/masks.py` |
 # | the loss, the optimizer, the schedule | `layers/loss.py` · `LabelSmoothedCrossEntropy`; `optim.py` · `Adam`, `NoamSchedule` |
 # | the toy task | `minitransformer.data.tasks.copy_pairs`, `data.batching.make_batch` |
-# | planting a bug, and the exercises | `minitransformer.exercises.lesson_12` · `Plant`, `swap`, `mystery`, `check_mystery` |
+# | planting a bug, and the exercises | `lessonkit.exercises.lesson_12` · `Plant`, `swap`, `mystery`, `check_mystery` |
 #
 # The tests this lesson imitates in miniature: `tests/test_layers_gradcheck.py`, `tests/test_torch_parity.py`
 # and `tests/test_properties.py`.
@@ -58,7 +58,7 @@
 # **What it trains:** one tiny copy model per bug (and per mystery), a hundred steps each. The cell below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("12")
 
@@ -101,10 +101,10 @@ print("PyTorch", torch.__version__ if torch else "is not installed: the parity c
 # * everything in float64.
 #
 # A `Plant` holds one bug. `planted()` is the `with` block that plants it; `swap` does the work for one
-# function (here is its source; the `Plant` class is next to it in `minitransformer/exercises/lesson_12.py`):
+# function (here is its source; the `Plant` class is next to it in `lessonkit/exercises/lesson_12.py`):
 
 # %%
-from minitransformer.exercises.lesson_12 import Plant, swap
+from lessonkit.exercises.lesson_12 import Plant, swap
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
 from minitransformer.layers.masks import padding_mask
 from minitransformer.layers.parameter import Parameter, eval_mode
@@ -647,7 +647,7 @@ def training_check(plant, seed=0):
     return Outcome(not (acc_infer >= PASS_MARK and np.isfinite(losses[-1])), detail)
 
 
-from minitransformer.exercises.prose import claim
+from lessonkit.prose import claim
 
 print(f"best accuracy without reading the source: {source_blind_ceiling():.1%}   pass mark: {PASS_MARK:.0%}")
 claim("the best such guesser gets about 27%", source_blind_ceiling(), 0.27, tol=0.01)
@@ -823,7 +823,7 @@ ax.set(xlabel="optimizer step", ylabel="learning rate", title="the learning rate
 ax.legend(loc="center right"); plt.tight_layout(); plt.show()
 
 # %%
-from minitransformer.exercises.prose import claim, claim_true, show_markdown
+from lessonkit.prose import claim, claim_true, show_markdown
 
 peak = schedule(30)                                                  # the schedule's peak, at step warmup = 30
 received = np.array([[schedule(int(n_tensors * (k - 1) + i + 1)) for i in range(n_tensors)] for k in steps])
@@ -1223,11 +1223,11 @@ for check in CHECKS:
 # with one key of the catalogue printed below. `check_mystery(n, answer)` prints *not attempted yet* while
 # the answer is `None`, raises a `WrongAnswer` (an `AssertionError`) with a `hint:` when the answer is wrong (the hint says
 # what the checks rule out), and prints `correct` when it is right. None of the three mysteries is one of
-# the ten bugs above. The checkers live in `minitransformer.exercises.lesson_12`; reading its source
+# the ten bugs above. The checkers live in `lessonkit.exercises.lesson_12`; reading its source
 # gives the answers away. In the full notebook the solutions follow at the very end; the student edition a teacher hands out leaves them out.
 
 # %%
-from minitransformer.exercises.lesson_12 import (
+from lessonkit.exercises.lesson_12 import (
     check_mystery,
     check_pe_property,
     mystery,
@@ -1311,7 +1311,7 @@ check_pe_property(my_pe_property)
 # because any distinct code per position will do for it.
 
 # %% tags=["solution"]
-from minitransformer.exercises.lesson_12 import MYSTERY_SIGNATURES
+from lessonkit.exercises.lesson_12 import MYSTERY_SIGNATURES
 
 
 def signature(plant):

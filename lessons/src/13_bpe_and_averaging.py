@@ -52,7 +52,7 @@
 # below says how long the whole lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("13")
 
@@ -580,7 +580,7 @@ def my_merge_step(vocab):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_13 import check_average_two, check_merge_step, check_segment
+from lessonkit.exercises.lesson_13 import check_average_two, check_merge_step, check_segment
 
 check_merge_step(my_merge_step)
 

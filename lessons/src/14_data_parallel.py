@@ -30,7 +30,7 @@
 # | the ranks, sharding a global batch by tokens, the gradient sum, the parameter hash check | `minitransformer.distributed`: `world`, `shard_batch`, `step_batches`, `GradientSum`, `check_in_sync` |
 # | each shard's weight $n_r / n$ in the step | `minitransformer.train.Trainer.train_step` |
 # | gradient accumulation | `train --accumulate K` (`TrainSettings.accumulate`) |
-# | the ring allreduce of this lesson, its simulated ranks and checkers | `minitransformer.exercises.lesson_14` |
+# | the ring allreduce of this lesson, its simulated ranks and checkers | `lessonkit.exercises.lesson_14` |
 #
 # Processes are started with `mpiexec` from cells below, through `subprocess`: a notebook is one process.
 #
@@ -39,7 +39,7 @@
 # lesson takes.
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("14")
 
@@ -145,7 +145,7 @@ print(f"a ring allreduce of its float32 gradient sends {ring_mb:.0f} MB per GPU 
 # Which ranks' numbers each chunk holds, on 3 ranks (a cell `012` holds the sum of ranks 0, 1 and 2):
 
 # %%
-from minitransformer.exercises.lesson_14 import ring_trace
+from lessonkit.exercises.lesson_14 import ring_trace
 
 trace = ring_trace(3)
 print(f"{'':<22}" + " | ".join(f"rank {r}".ljust(11) for r in range(3)))
@@ -164,7 +164,7 @@ assert all(c == frozenset(range(3)) for row in trace[-1][1] for c in row)
 # vector however many ranks there are, which is why the ring scales to many GPUs. (Sending every rank the whole
 # vector would cost $(N-1)\,b$ per rank.)
 #
-# `minitransformer.exercises.lesson_14.ring_allreduce` is the ring in NumPy with mpi4py's point-to-point
+# `lessonkit.exercises.lesson_14.ring_allreduce` is the ring in NumPy with mpi4py's point-to-point
 # `Sendrecv` (you write your own in Exercise 14.1). Run under `mpiexec`, that module times it against MPI's own
 # `Allreduce` on float32 vectors of 4 kB to 4 MB, and checks the two agree: to float32 rounding on random numbers
 # (the ring adds in another order), exactly on whole numbers (every order gives the same sum).
@@ -172,7 +172,7 @@ assert all(c == frozenset(range(3)) for row in trace[-1][1] for c in row)
 # %%
 sizes = [1_000, 10_000, 100_000, 1_000_000]
 assert (4 * sizes[0], 4 * sizes[-1]) == (4_000, 4_000_000)     # float32 vectors of 4 kB to 4 MB, as the text says
-timing = {N: json.loads(mpiexec(N, "-m", "minitransformer.exercises.lesson_14", *map(str, sizes)))
+timing = {N: json.loads(mpiexec(N, "-m", "lessonkit.exercises.lesson_14", *map(str, sizes)))
           for N in (2, 4)}
 print(f"{timing[2]['library']}; {os.cpu_count()} cores, so 4 ranks share them; load {os.getloadavg()[0]:.1f}")
 print(f"{'ranks':>5} {'float32s':>9} {'bytes':>9} {'ring ms':>8} {'MPI ms':>7} {'ring/MPI':>8} {'max diff':>9} exact ints")
@@ -204,7 +204,7 @@ ax.set(xlabel="bytes summed", ylabel="ms (the slowest rank's best)", title=f"all
 ax.legend(fontsize=7); plt.tight_layout(); plt.show()
 
 # %%
-from minitransformer.exercises.prose import claim, claim_true, show_markdown
+from lessonkit.prose import claim, claim_true, show_markdown
 
 settings_timed = [(N, n, ring / mpi) for N, t in timing.items() for n, ring, mpi in zip(t["sizes"], t["ring_s"], t["mpi_s"])]
 mpi_faster = [(N, n) for N, n, ratio in settings_timed if ratio > 1]
@@ -452,7 +452,7 @@ def my_ring_allreduce(comm, x):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_14 import check_ring_allreduce, check_token_weighted
+from lessonkit.exercises.lesson_14 import check_ring_allreduce, check_token_weighted
 
 check_ring_allreduce(my_ring_allreduce)
 

@@ -57,7 +57,7 @@
 # (The grammar's size, the training steps and the sets' sizes this lesson names are asserted in its cells.)
 
 # %%
-from minitransformer.exercises.runtimes import show_cost
+from lessonkit.runtimes import show_cost
 
 show_cost("15")
 
@@ -75,7 +75,7 @@ import numpy as np
 from minitransformer.data import parsing, pcfg
 from minitransformer.data.cky import ViterbiParser
 from minitransformer.data.posterior import PosteriorParser
-from minitransformer.exercises.prose import show_markdown
+from lessonkit.prose import show_markdown
 from minitransformer.data.trees import linearize, read_linearized, right_branching
 from minitransformer.metrics import bracket_f1, brackets
 
@@ -727,7 +727,7 @@ def my_linearize(tree):
 
 
 # %% tags=["check"]
-from minitransformer.exercises.lesson_15 import check_bracket_f1, check_linearize, check_repair
+from lessonkit.exercises.lesson_15 import check_bracket_f1, check_linearize, check_repair
 
 check_linearize(my_linearize)
 

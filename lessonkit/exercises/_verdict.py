@@ -12,7 +12,7 @@ checker's first argument, an int). The wrapped checker
   learner's code (an error).
 
 In a notebook, nothing else happens. Under ``python -m minitransformer grade`` the grader
-calls ``minitransformer.exercises.arm()`` before the notebook's first cell, out of the
+calls ``lessonkit.exercises.arm()`` before the notebook's first cell, out of the
 notebook's sight, and ``seal()`` after its last. From ``arm()`` on, every verdict is also written to a file the
 grader reads, one line each, signed with a key only the grader and this module hold (an
 HMAC over the line). What the notebook prints never counts.
@@ -47,6 +47,8 @@ import types
 __all__ = ["STATUSES", "Verdict", "WrongAnswer", "arm", "exercise", "seal"]
 
 STATUSES = ("correct", "wrong", "not attempted", "error", "interrupted")
+# The packages whose every module is fingerprinted: the library and this harness.
+_PACKAGES = ("minitransformer", "lessonkit")
 # The modules whose functions a checker's verdict relies on (besides the whole package).
 _WATCHED_MODULES = ("builtins", "math", "numpy", "numpy.linalg", "numpy.random")
 # ipykernel binds a fresh input() into builtins at every execute request (to forward stdin).
@@ -151,7 +153,7 @@ def _fingerprint(modules) -> dict:
                 continue
             add((module.__name__, name), value)
             if isinstance(value, type) and value.__module__ == module.__name__ \
-                    and module.__name__.startswith("minitransformer"):
+                    and module.__name__.split(".")[0] in _PACKAGES:
                 for attr, member in list(vars(value).items()):
                     if _watched(member) or isinstance(member, (staticmethod, classmethod, property)):
                         add((module.__name__, f"{name}.{attr}"), member)
@@ -200,10 +202,10 @@ def arm(key_path: str, log_path: str, nonce: str) -> None:
     os.unlink(key_path)
     mac = new_mac(key, b"", "sha256")
     del key
-    checkers = dict(_CHECKERS)           # minitransformer.exercises.arm imported every checker module first
+    checkers = dict(_CHECKERS)           # lessonkit.exercises.arm imported every checker module first
     numbers = {id(c.__wrapped__): (c.__wrapped__, c.exercise) for c in checkers.values()}
     wrapper_code = next(iter(checkers.values())).__code__
-    package = [m for name, m in sys.modules.items() if name == "minitransformer" or name.startswith("minitransformer.")]
+    package = [m for name, m in sys.modules.items() if name.split(".")[0] in _PACKAGES]
     modules = tuple(package + [sys.modules[name] for name in _WATCHED_MODULES if name in sys.modules])
     before = _fingerprint(modules)
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND)

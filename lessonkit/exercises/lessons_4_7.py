@@ -1,6 +1,6 @@
 """Checkers for the exercises of lessons 4-7 (§3.1, §3.4, §3.5).
 
-Every checker follows the contract of ``minitransformer.exercises._common``: fixed
+Every checker follows the contract of ``lessonkit.exercises._common``: fixed
 float64 inputs; the stub (returns None) prints a note and returns a false Verdict; a wrong
 answer raises WrongAnswer with the max relative error vs the package's answer and
 vs the numerical gradient (one tolerance, TOL = 1e-6), plus a ``hint:`` line when it
@@ -20,13 +20,14 @@ import math
 
 import numpy
 
-from .. import backend
-from ..data.batching import make_batch
-from ..gradcheck import numerical_gradient
-from ..layers.embedding import embedding_backward, embedding_forward
-from ..layers.layernorm import layernorm_backward, layernorm_forward
-from ..layers.linear import linear_backward, linear_forward
-from ..layers.positional import sinusoidal_table
+from minitransformer import backend
+from minitransformer.data.batching import make_batch
+from minitransformer.gradcheck import numerical_gradient
+from minitransformer.layers.embedding import embedding_backward, embedding_forward
+from minitransformer.layers.layernorm import layernorm_backward, layernorm_forward
+from minitransformer.layers.linear import linear_backward, linear_forward
+from minitransformer.layers.positional import sinusoidal_table
+
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
@@ -415,7 +416,7 @@ def check_shift_right(fn) -> bool:
 @exercise("7.2")
 def check_encoder_layer_params(fn) -> bool:
     """fn(d_model, d_ff) -> int, the number of learnable scalars in one EncoderLayer."""
-    from ..model import EncoderLayer, TransformerConfig  # noqa: PLC0415  (model imports are heavier)
+    from minitransformer.model import EncoderLayer, TransformerConfig  # noqa: PLC0415  (model imports are heavier)
 
     counted = []
     for d_model, h, d_ff in ((8, 2, 16), (24, 4, 40), (512, 8, 2048)):
@@ -444,7 +445,7 @@ def check_encoder_layer_params(fn) -> bool:
 def check_transformer_params(fn) -> bool:
     """fn(V, d_model, d_ff, N) -> int, the learnable scalars of the whole (post-LN) Transformer,
     with the embedding matrix shared three ways (§3.4)."""
-    from ..model import Transformer, TransformerConfig, count_parameters  # noqa: PLC0415
+    from minitransformer.model import Transformer, TransformerConfig, count_parameters  # noqa: PLC0415
 
     counted = []
     for V, d_model, h, d_ff, N in ((10, 8, 2, 16, 1), (13, 8, 2, 12, 2), (37000, 512, 8, 2048, 6),

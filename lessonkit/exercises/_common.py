@@ -25,8 +25,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..gradcheck import DEFAULT_TOL, rel_error
+from minitransformer import backend
+from minitransformer.gradcheck import DEFAULT_TOL, rel_error
+
 from ._verdict import Verdict, WrongAnswer, exercise
 
 __all__ = ["NOT_ATTEMPTED", "TOL", "Verdict", "WrongAnswer", "exercise"]

@@ -1,6 +1,6 @@
 """Checking cells for the exercises of lessons 0-3.
 
-Every checker follows the contract of ``minitransformer.exercises._common`` (one
+Every checker follows the contract of ``lessonkit.exercises._common`` (one
 tolerance, TOL = 1e-6, for every comparison; a ``hint:`` line naming the likely
 mistake when a wrong answer matches a common one).
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .. import backend
-from ..gradcheck import numerical_gradient
-from ..layers.attention import (
+from minitransformer import backend
+from minitransformer.gradcheck import numerical_gradient
+from minitransformer.layers.attention import (
     AttentionCache,
     MultiHeadAttention,
     attention_backward,
@@ -27,8 +27,9 @@ from ..layers.attention import (
     softmax_lastaxis,
     split_heads,
 )
-from ..layers.linear import LinearCache, linear_backward, linear_forward
-from ..layers.masks import causal_mask, padding_mask
+from minitransformer.layers.linear import LinearCache, linear_backward, linear_forward
+from minitransformer.layers.masks import causal_mask, padding_mask
+
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,

@@ -1,6 +1,6 @@
 """Checkers for the exercises of lesson 11 (§6.2, Table 3: model variations).
 
-Every checker follows the contract of ``minitransformer.exercises._common``: fixed
+Every checker follows the contract of ``lessonkit.exercises._common``: fixed
 float64 inputs; the stub (returns None) prints a note and returns a false Verdict; a wrong
 answer raises WrongAnswer saying what is wrong, with a ``hint:`` line when it
 matches a common mistake; a right answer prints "correct".
@@ -16,10 +16,11 @@ import math
 
 import numpy
 
-from ..gradcheck import numerical_gradient
-from ..layers.loss import cross_entropy_forward
-from ..layers.positional import LearnedPositionalEmbedding
-from ..model import TransformerConfig, count_parameters
+from minitransformer.gradcheck import numerical_gradient
+from minitransformer.layers.loss import cross_entropy_forward
+from minitransformer.layers.positional import LearnedPositionalEmbedding
+from minitransformer.model import TransformerConfig, count_parameters
+
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,

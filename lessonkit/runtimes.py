@@ -41,7 +41,7 @@ LISTED_CELL_SECONDS = 5.0       # cells at least this slow are listed in the rec
 SLOW_MARK = "# slow:"           # the first line of a slow cell: "# slow: <label>"
 # The repository's lessons folder (an editable install): where the record lives when the kernel's
 # folder (lessons/, a student edition, the grader's) has no copy.
-_REPO_LESSONS = pathlib.Path(__file__).resolve().parents[2] / "lessons"
+_REPO_LESSONS = pathlib.Path(__file__).resolve().parents[1] / "lessons"
 
 
 def record_path() -> pathlib.Path | None:

@@ -1,6 +1,6 @@
 """Checkers for the exercises of lesson 15 (§6.3: constituency parsing as translation).
 
-Every checker follows the contract of ``minitransformer.exercises._common``: fixed
+Every checker follows the contract of ``lessonkit.exercises._common``: fixed
 inputs, handed over as copies; the stub (returns None) prints a note and returns
 a false Verdict; a wrong answer raises WrongAnswer (an AssertionError) saying what is
 wrong, with a ``hint:`` line when it matches a common mistake; a right answer prints
@@ -18,8 +18,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from ..data.trees import XX, Tree, evalb_label, linearize, parse_tree, read_linearized
-from ..metrics import bracket_f1
+from minitransformer.data.trees import XX, Tree, evalb_label, linearize, parse_tree, read_linearized
+from minitransformer.metrics import bracket_f1
+
 from ._common import NOT_ATTEMPTED, WrongAnswer, describe, exercise, not_attempted
 
 __all__ = ["NOT_ATTEMPTED", "check_linearize", "check_bracket_f1", "check_repair", "LINEARIZE_CASES",

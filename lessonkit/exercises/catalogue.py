@@ -24,7 +24,7 @@ POINTS: dict[str, int] = {}            # exercise number -> points, where it is 
 class Exercise(NamedTuple):
     number: str       # "1.3": lesson 1, third exercise
     title: str        # as in the lesson's heading "### Exercise 1.3 — <title>"
-    checker: str      # "<module of minitransformer.exercises>.<function>"
+    checker: str      # "<module of lessonkit.exercises>.<function>"
     minutes: int      # estimated time, for a learner who has read the lesson
     needs: str        # what the exercise builds on
 

@@ -23,9 +23,10 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import backend
-from ..gradcheck import numerical_gradient
-from ..layers.attention import MultiHeadAttention, attention_forward, softmax_lastaxis
+from minitransformer import backend
+from minitransformer.gradcheck import numerical_gradient
+from minitransformer.layers.attention import MultiHeadAttention, attention_forward, softmax_lastaxis
+
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,

@@ -9,7 +9,7 @@ cell over the limit is interrupted and the run goes on; a kernel that dies, or i
 interrupt, ends the run, and the exercises it had not reached are marked "not run".
 
 The score comes only from the checkers. Before the first cell the grader arms the verdict
-channel of ``minitransformer.exercises`` (``_verdict``) (out of the notebook's sight) with a key
+channel of ``lessonkit.exercises`` (``_verdict``) (out of the notebook's sight) with a key
 made for this run; every checker call then appends one line, signed with that key, to a
 file outside the notebook's folder, which the grader reads after each cell. Printed text,
 the submitted file's outputs, a redefined checker and unsigned lines earn nothing; the
@@ -24,7 +24,7 @@ the checker's hint), error (the learner's code raised; its one-line message), ti
 call was interrupted at the time limit); else not attempted (the stub still returned None);
 else not run (no checker call: the cell was deleted or the run stopped before it). A
 verdict given while the package, NumPy or the builtins had been patched counts as
-tampered. Points: ``minitransformer.exercises.catalogue`` (1 per exercise unless listed),
+tampered. Points: ``lessonkit.exercises.catalogue`` (1 per exercise unless listed),
 or ``--points FILE``.
 """
 
@@ -50,8 +50,9 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 
+from minitransformer.files import atomic_write_bytes
+
 from .exercises import catalogue
-from .files import atomic_write_bytes
 
 __all__ = ["ExerciseResult", "NotebookReport", "add_arguments", "format_report", "grade_notebook", "run"]
 
@@ -62,7 +63,7 @@ DEFAULT_TIMEOUT = 600.0       # seconds per cell: the limit lessons/build.py giv
 GRACE = 15.0                  # seconds an interrupted kernel has to answer before it is stopped
 MAX_LOG_BYTES = 10_000_000    # a notebook that floods the verdict file is not read past this
 STATUS_ORDER = ("correct", "wrong", "error", "timeout", "tampered", "not attempted", "not run")
-_MODULE = "minitransformer.exercises"      # its arm() and seal() run in the kernel, out of the notebook's sight
+_MODULE = "lessonkit.exercises"      # its arm() and seal() run in the kernel, out of the notebook's sight
 
 
 @dataclass
@@ -445,7 +446,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"seconds a cell may run before it is interrupted (default {DEFAULT_TIMEOUT:g})")
     p.add_argument("--points", metavar="FILE",
                    help='a JSON object of points per exercise, e.g. {"1.3": 2} (default: 1 each, or '
-                        "minitransformer/exercises/catalogue.py's POINTS)")
+                        "lessonkit/exercises/catalogue.py's POINTS)")
     p.add_argument("--lessons", metavar="DIR", type=pathlib.Path,
                    help="the lessons folder whose experiments/, debug_attention.py and runtimes.json each notebook "
                         "gets a copy of "

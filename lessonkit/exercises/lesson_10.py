@@ -21,15 +21,16 @@ from collections import Counter
 
 import numpy as np
 
-from .. import backend
-from ..data.tasks import reverse_pairs, synthetic_vocab
-from ..decoding import greedy_decode
-from ..layers.dropout import Dropout
-from ..layers.masks import padding_mask
-from ..layers.parameter import eval_mode
-from ..metrics import corpus_bleu
-from ..model import KVCache, Transformer, TransformerConfig
-from ..train import Trainer, TrainSettings, encode_pairs
+from minitransformer import backend
+from minitransformer.data.tasks import reverse_pairs, synthetic_vocab
+from minitransformer.decoding import greedy_decode
+from minitransformer.layers.dropout import Dropout
+from minitransformer.layers.masks import padding_mask
+from minitransformer.layers.parameter import eval_mode
+from minitransformer.metrics import corpus_bleu
+from minitransformer.model import KVCache, Transformer, TransformerConfig
+from minitransformer.train import Trainer, TrainSettings, encode_pairs
+
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,

@@ -31,10 +31,11 @@ from typing import NamedTuple
 
 import numpy as np
 
-from .. import backend
-from .. import model as model_module
-from ..layers import layernorm, positional
-from ..optim import Adam
+from minitransformer import backend
+from minitransformer import model as model_module
+from minitransformer.layers import layernorm, positional
+from minitransformer.optim import Adam
+
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,

@@ -1,6 +1,6 @@
 """Checkers for the exercises of lesson 9, training (§5.3, §5.4).
 
-Every checker follows the contract of ``minitransformer.exercises._common``: fixed
+Every checker follows the contract of ``lessonkit.exercises._common``: fixed
 float64 inputs; the stub (returns None) prints a note and returns a false Verdict; a wrong answer
 raises WrongAnswer with the max relative error against the package's answer (and
 against the numerical gradient where there is one), one tolerance (TOL = 1e-6), plus a
@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import numpy
 
-from ..gradcheck import numerical_gradient
-from ..layers.loss import cross_entropy_backward, cross_entropy_forward
-from ..layers.parameter import Parameter
-from ..optim import Adam, NoamSchedule
+from minitransformer.gradcheck import numerical_gradient
+from minitransformer.layers.loss import cross_entropy_backward, cross_entropy_forward
+from minitransformer.layers.parameter import Parameter
+from minitransformer.optim import Adam, NoamSchedule
+
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,

@@ -10,7 +10,7 @@ SimulatedRanks          N ranks as threads of one process, with the Sendrecv/Sen
 check_ring_allreduce    Exercise 14.1: a learner's ring allreduce, on 2, 3 and 4 simulated ranks
 check_token_weighted    Exercise 14.2: combine the ranks' gradients into the whole batch's
 
-``python -m minitransformer.exercises.lesson_14 SIZES...`` under ``mpiexec -n N`` times
+``python -m lessonkit.exercises.lesson_14 SIZES...`` under ``mpiexec -n N`` times
 ring_allreduce against MPI's own Allreduce for vectors of each size (float32 elements) and prints
 one JSON line (rank 0): the lesson runs it on 2 and 4 ranks. mpi4py is imported there only.
 
@@ -30,9 +30,10 @@ import time
 
 import numpy
 
-from ..data.batching import make_batch
-from ..gradcheck import rel_error
-from ..layers.loss import cross_entropy_backward, cross_entropy_forward
+from minitransformer.data.batching import make_batch
+from minitransformer.gradcheck import rel_error
+from minitransformer.layers.loss import cross_entropy_backward, cross_entropy_forward
+
 from ._common import NOT_ATTEMPTED, TOL, WrongAnswer, as_array, describe, exercise, not_attempted, report_correct
 
 __all__ = ["NOT_ATTEMPTED", "RING_RANKS", "SimulatedRanks", "check_ring_allreduce", "check_token_weighted",

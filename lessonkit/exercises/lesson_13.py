@@ -20,8 +20,9 @@ from collections import Counter
 
 import numpy as np
 
-from ..data.bpe import BPE, END, learn_bpe_by_recounting
-from ..model import PRESETS, Transformer
+from minitransformer.data.bpe import BPE, END, learn_bpe_by_recounting
+from minitransformer.model import PRESETS, Transformer
+
 from ._common import NOT_ATTEMPTED, WrongAnswer, check_array, describe, exercise, not_attempted
 
 __all__ = ["NOT_ATTEMPTED", "check_merge_step", "check_segment", "check_average_two", "reference_merge_step"]

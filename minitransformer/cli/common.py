@@ -1,0 +1,239 @@
+"""What every command shares: the one-line error contract, the option types, the backend option.
+
+The contract: an error reaches the user as one line, ``error: <what> (<which option, file or
+variable>)``, with exit code 2 for bad input (options, files, data, environment variables) and 1
+for failures at run time (a diverged run, a full disk); ``--debug`` or MINITRANSFORMER_DEBUG=1
+adds the traceback. A command raises :class:`CliError`; ``about`` and ``memory_for`` turn the
+package's own exceptions into one. ``app.main`` prints the line and returns the exit code.
+
+Only the standard library is imported at the top (the package's modules inside functions), so
+that a bad environment variable, read when ``backend`` is imported, is reported like every other
+error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import warnings
+from contextlib import contextmanager
+
+DEBUG_VARIABLE = "MINITRANSFORMER_DEBUG"
+
+# The exit code of a command whose standard output was closed before it finished: 128 + SIGPIPE.
+OUTPUT_CLOSED = 141
+
+
+# -- errors ----------------------------------------------------------------------------
+
+
+class CliError(Exception):
+    """An error to show as ``error: <what> (<which>)`` and exit with ``code``.
+
+    Under ``mpiexec -n N`` every rank meets a CliError alike (the same options, files and
+    parameters), so rank 0 alone prints it.
+    """
+
+    def __init__(self, what: str, which: str | None = None, code: int = 2):
+        super().__init__(what)
+        self.what, self.which, self.code = what, which, code
+
+    def __str__(self) -> str:
+        return f"{self.what} ({self.which})" if self.which else self.what
+
+
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP outside the training loop (which handles them itself): exit 128 + signal,
+    without a traceback."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+class _Ranks:
+    """Whether MPI has started with more than one rank (train under mpiexec -n N): ``app.main`` then
+    leaves at once on an error, since MPI_Finalize would wait for ranks stuck in a collective."""
+
+    several = False
+
+
+RANKS = _Ranks()
+
+
+def message(exc: BaseException, which: str | None = None) -> str:
+    """The readable part of an exception; a leading "<path>: " that ``which`` already names is dropped."""
+    if isinstance(exc, OSError) and exc.strerror:         # "[Errno 28] ..." reads better without the number
+        text = f"{exc.strerror}: {exc.filename}" if exc.filename else exc.strerror
+    else:
+        text = str(exc) or type(exc).__name__
+    path = which.split(" ", 1)[-1] if which else None
+    if path and text.startswith(f"{path}: "):
+        text = text[len(path) + 2:]
+    return text
+
+
+BAD_INPUT = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+
+
+@contextmanager
+def about(which: str):
+    """Report a bad-input error raised inside the block as coming from ``which`` (an option and its value)."""
+    try:
+        yield
+    except CliError:
+        raise
+    except BAD_INPUT as exc:
+        raise CliError(message(exc, which), which, 2) from exc
+
+
+@contextmanager
+def memory_for(what: str, which: str | None, hint: str = ""):
+    """An out-of-memory error inside the block, reported as ``out of memory <what>`` from ``which``
+    (the option or file that asked for the memory), with ``hint`` (what to make smaller)."""
+    try:
+        yield
+    except MemoryError as exc:
+        raise CliError(f"out of memory {what}{'; ' + hint if hint else ''}", which, 1) from exc
+
+
+@contextmanager
+def quiet_numpy():
+    """No NumPy overflow / invalid-value warnings inside the block.
+
+    A diverging step makes NumPy warn at each line it reaches; the package reports
+    such a state once, by name (a skipped step names the tensor, decoding raises on
+    NaN scores, a diverged checkpoint is refused at load), so the warnings only repeat
+    it, in the middle of the output.
+    """
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", r"(overflow|invalid value|divide by zero) encountered", RuntimeWarning)
+        yield
+
+
+def check_output_dir(path: str, option: str) -> None:
+    """``files.check_writable_dir`` for the folder an option names: a folder that is not one, or
+    cannot be written (permissions, a read-only mount), is a usage error (2); a full disk is a
+    run-time failure (1); both name the option."""
+    from ..files import check_writable_dir  # noqa: PLC0415
+
+    which = f"{option} {path}"
+    with about(which):
+        try:
+            check_writable_dir(path)
+        except OSError as exc:
+            if isinstance(exc, BAD_INPUT):
+                raise
+            raise CliError(message(exc, which), which, 1) from exc
+
+
+def debug_requested(argv: list[str]) -> bool:
+    if "--debug" in argv:
+        return True
+    raw = os.environ.get(DEBUG_VARIABLE, "")
+    value = raw.strip().lower()
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    if value in ("1", "true", "yes", "on"):
+        return True
+    raise CliError(f"environment variable {DEBUG_VARIABLE}={raw!r} is not valid: expected 1 or 0",
+                   DEBUG_VARIABLE)
+
+
+# -- option types: every number is checked by argparse, naming the option ---------------
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+
+
+def positive_int(text: str) -> int:
+    """An integer ≥ 1. (0 is never a stand-in for "the default": leave the option out for that.)"""
+    value = _int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 1, got {text}")
+    return value
+
+
+def non_negative_int(text: str) -> int:
+    value = _int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 0, got {text}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """A finite number > 0 (no nan, no inf)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
+    return value
+
+
+def probability(text: str) -> float:
+    """A number p with 0 < p ≤ 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:            # also refuses nan
+        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text}")
+    return value
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with its errors in the package's one format: ``error: <what> (<option>)``, exit 2."""
+
+    def error(self, message: str):
+        which = None
+        if message.startswith("argument "):
+            which, _, message = message[len("argument "):].partition(": ")
+            which = which.split("/")[-1]                      # "-h/--help" -> "--help"
+        raise CliError(message if which else f"{message}; see {self.prog} --help", which, 2)
+
+
+# -- options every command takes -----------------------------------------------------------
+
+
+def add_common(p: argparse.ArgumentParser, backend_option: bool = True) -> None:
+    if backend_option:
+        p.add_argument("--backend", choices=["numpy", "cupy"], default=None,
+                       help="array library: numpy (CPU, default) or cupy (CUDA GPU); "
+                            "also settable with MINITRANSFORMER_BACKEND")
+    p.add_argument("--debug", action="store_true",
+                   help=f"show the full traceback of an error (also: {DEBUG_VARIABLE}=1)")
+
+
+def set_backend(name: str | None) -> None:
+    """Switch to the array library ``--backend`` names (None: the default, or MINITRANSFORMER_BACKEND's)."""
+    from .. import backend  # noqa: PLC0415
+
+    if name:
+        with about(f"--backend {name}"):
+            try:
+                backend.set_backend(name)
+            except RuntimeError as exc:
+                raise CliError(str(exc), f"--backend {name}") from None
+    elif backend.backend_name() == "cupy" and not backend.cupy_available():
+        raise CliError("the cupy backend was asked for, but CuPy cannot use a CUDA device here",
+                       "MINITRANSFORMER_BACKEND")
+
+
+def load_checkpoint(path: str, option: str):
+    """``checkpoint.load_checkpoint``, a bad file reported as coming from ``option``."""
+    from ..checkpoint import load_checkpoint as load  # noqa: PLC0415
+
+    with about(f"{option} {path}"):
+        return load(path)
+
+
+__all__ = ["BAD_INPUT", "CliError", "DEBUG_VARIABLE", "OUTPUT_CLOSED", "Parser", "RANKS", "Terminated", "about",
+           "add_common", "check_output_dir", "debug_requested", "load_checkpoint", "memory_for", "message",
+           "non_negative_int", "positive_float", "positive_int", "probability", "quiet_numpy", "set_backend"]

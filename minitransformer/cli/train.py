@@ -1,0 +1,394 @@
+"""``train``: a Transformer trained on a named task or a TSV file, every option checked before the
+first step; a checkpoint at every validation and at the end; the test set decoded at the end."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from .common import (
+    OUTPUT_CLOSED,
+    RANKS,
+    CliError,
+    about,
+    add_common,
+    check_output_dir,
+    load_checkpoint,
+    memory_for,
+    non_negative_int,
+    positive_float,
+    positive_int,
+    quiet_numpy,
+    set_backend,
+)
+from .resume import check_resumed_model, model_changes, resume_command, train_tokenization
+from .scoring import check_decoding_fits, report
+from .strategies import add_eval_option, eval_strategies
+
+# The options that set a TrainSettings field: (option's dest, field).
+_SETTINGS_OPTIONS = (("steps", "steps"), ("batch_size", "batch_size"), ("max_tokens", "max_tokens"),
+                     ("accumulate", "accumulate"), ("lr_factor", "lr_factor"), ("warmup", "warmup_steps"),
+                     ("clip_norm", "clip_norm"), ("seed", "seed"), ("valid_every", "valid_every"),
+                     ("checkpoint_every", "checkpoint_every"), ("keep_last", "keep_last"),
+                     ("average_last", "average_last"), ("stop_when_solved", "stop_when_solved"))
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """What ``train`` was asked for, as the options gave it (None: not given)."""
+
+    task: str | None = None
+    data: str | None = None
+    level: str | None = None
+    bpe_merges: int | None = None
+    header: bool = False
+    max_length: int | None = None
+    preset: str | None = None
+    model: tuple[str, ...] = ()          # --set FIELD=VALUE, as typed
+    settings: dict = field(default_factory=dict)     # the TrainSettings fields given (field -> value)
+    eval: tuple | None = None            # --eval's strategies
+    out: str | None = None
+    overwrite: bool = False
+    resume: str | None = None
+    check_sync_every: int | None = None
+    progress: bool = True
+    progress_every: float = 30.0
+    backend: str | None = None
+    argv: tuple[str, ...] = ()           # the whole command line, for the resume command
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> TrainRequest:
+        settings = {name: getattr(args, dest) for dest, name in _SETTINGS_OPTIONS if getattr(args, dest) is not None}
+        return cls(args.task, args.data, args.level, args.bpe_merges, args.header, args.max_length, args.preset,
+                   tuple(args.set or ()), settings, tuple(args.eval) if args.eval else None, args.out,
+                   args.overwrite, args.resume, args.check_sync_every, not args.no_progress, args.progress_every,
+                   args.backend, tuple(args.argv))
+
+    @property
+    def source(self) -> str:
+        """The option that names the data, for messages."""
+        return f"--task {self.task}" if self.task else f"--data {self.data}"
+
+
+def _task_names_help() -> str:
+    """The task names for --help, read from the registry (its modules import only numpy)."""
+    from ..data.registry import task_names  # noqa: PLC0415
+
+    return ", ".join(task_names())
+
+
+def register(sub) -> None:
+    from ..data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
+    from ..model import PRESETS, field_help  # noqa: PLC0415
+
+    p = sub.add_parser("train", help="train a model on a task or a TSV file",
+                       description=f"Train a Transformer on a named task ({_task_names_help()}; "
+                                   "`python -m minitransformer tasks` describes them) or a TSV file. A checkpoint "
+                                   "is saved at every validation and at the end (the one replaced is kept as "
+                                   "checkpoint.prev.npz); Ctrl-C, SIGTERM, SIGHUP or a closed output pipe save "
+                                   "one and print how to resume.")
+    p.add_argument("--task", help=f"a named task: {_task_names_help()} (see the 'tasks' command)")
+    p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task); duplicate pairs "
+                                  "are removed and the rest split into train / valid / test")
+    p.add_argument("--level", choices=["char", "word", "bpe"], default=None,
+                   help="tokenization of both sides of --data: char (default), word, or bpe (byte-pair pieces, "
+                        "§5.1, learned on the training split, one vocabulary for source and target; give "
+                        "--bpe-merges). With --task only bpe: the task's own tokenization otherwise")
+    p.add_argument("--bpe-merges", type=positive_int, default=None, metavar="N",
+                   help="with --level bpe: the number of merges to learn (the vocabulary is about 4 + the "
+                        "characters + N pieces)")
+    p.add_argument("--header", action="store_true", help="the first line of --data holds column names: skip it")
+    p.add_argument("--max-length", type=positive_int, default=None, metavar="TOKENS",
+                   help=f"longest --data sentence accepted, in tokens per side (default {MAX_DATA_LENGTH}); "
+                        "a longer line is an error naming it")
+    p.add_argument("--preset", choices=list(PRESETS), help="model size preset; default: the task's")
+    p.add_argument("--set", action="append", metavar="FIELD=VALUE",
+                   help="change one field of the preset's model configuration; repeat for more, e.g. "
+                        f"--set positional=learned --set P_drop=0. Fields (preset base's values): {field_help()}")
+    p.add_argument("--steps", type=positive_int,
+                   help="optimizer steps (default: the task's); exactly this many, even once solved")
+    p.add_argument("--batch-size", type=positive_int, help="sentence pairs per batch")
+    p.add_argument("--max-tokens", type=positive_int, help="cap on padded tokens per batch")
+    p.add_argument("--accumulate", type=positive_int, metavar="K",
+                   help="K batches per optimizer step, their gradients summed (gradient accumulation: the "
+                        "update of one batch K times larger, in the memory of one; default 1)")
+    p.add_argument("--lr-factor", type=positive_float, help="multiplier on the §5.3 learning-rate schedule")
+    p.add_argument("--warmup", type=positive_int, help="warm-up steps of the schedule")
+    p.add_argument("--clip-norm", type=positive_float, help="clip the global gradient norm to this value")
+    p.add_argument("--valid-every", type=positive_int,
+                   help="validate (and save a checkpoint) every this many steps")
+    p.add_argument("--checkpoint-every", type=positive_int,
+                   help="also save a checkpoint every this many steps")
+    p.add_argument("--keep-last", type=positive_int, metavar="K",
+                   help="keep the last K checkpoints saved at those intervals (and the last step's) as "
+                        "checkpoint.stepNNNNNN.npz, for `average` (§6.1 averages the last 5)")
+    p.add_argument("--average-last", type=positive_int, metavar="K",
+                   help="at the last step, also write average.npz, the average of the last K kept checkpoints "
+                        "(§6.1; needs --keep-last K or more), and score it on the test set too")
+    p.add_argument("--stop-when-solved", type=non_negative_int, metavar="K",
+                   help="stop once validation exact match is 100%% at K validations in a row (0: never; "
+                        "default: the task's, 2 for copy and reverse, 0 when --steps is given)")
+    add_eval_option(p)
+    p.add_argument("--seed", type=non_negative_int, default=None,
+                   help="seed of the data split, the initial weights and dropout (default 0; when resuming, "
+                        "the checkpoint's)")
+    p.add_argument("--out", help="output directory (default: runs/TASK)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="start afresh even if --out holds an earlier run's checkpoint (it is replaced)")
+    p.add_argument("--resume", help="continue from this checkpoint")
+    p.add_argument("--check-sync-every", type=positive_int, metavar="STEPS",
+                   help="under mpiexec -n N: compare a hash of the parameters on every rank every STEPS steps "
+                        "(default: at every checkpoint; one process: no effect)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar or progress lines")
+    p.add_argument("--progress-every", type=positive_float, default=30.0, metavar="SECONDS",
+                   help="when the output is not a terminal, print a progress line this often (default 30)")
+    add_common(p)
+    p.set_defaults(handler=lambda args: run(TrainRequest.from_args(args)))
+
+
+def _ranks(req: TrainRequest):
+    """The communicator of this run (``distributed.world()``): one process, or the ranks of mpiexec.
+
+    On ranks other than 0, standard output and error go to /dev/null: rank 0 speaks for the run
+    (an error only one rank meets still reaches the terminal, see ``app.main``)."""
+    from .. import distributed  # noqa: PLC0415
+
+    try:
+        comm = distributed.world()
+    except distributed.MPIUnavailable as exc:
+        raise CliError(str(exc), exc.variable, 2) from None
+    if comm.size > 1:
+        RANKS.several = True
+        comm.check_every = req.check_sync_every
+    if not comm.is_root:
+        sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")      # for the rest of the process
+    return comm
+
+
+def _check_options(req: TrainRequest) -> None:
+    if (req.task is None) == (req.data is None):
+        raise CliError("give exactly one of --task NAME or --data pairs.tsv", "--task/--data")
+    if req.task is not None:
+        # These shape how a --data file is read; a named task fixes its own tokenization (which
+        # --level bpe may replace: byte-pair pieces learned on its training split) and splits.
+        for option, given in (("--level", req.level not in (None, "bpe")), ("--header", req.header),
+                              ("--max-length", req.max_length is not None)):
+            if given:
+                raise CliError(f"{option} applies to --data files only; task {req.task!r} fixes its own "
+                               "tokenization and splits (--level bpe excepted)", option)
+
+
+def _resumed(req: TrainRequest, changes: dict):
+    """(checkpoint, its TrainSettings) of --resume, checked against the options; (None, None) without it."""
+    from ..runsetup import check_resumable  # noqa: PLC0415
+    from ..settings import TrainSettings  # noqa: PLC0415
+
+    if req.resume is not None and not req.resume.strip():
+        # An empty --resume would otherwise be "no --resume": a fresh run where a resumed one was asked for.
+        raise CliError("the checkpoint to resume from is empty; name a checkpoint.npz, or leave --resume out",
+                       "--resume")
+    if not req.resume:
+        return None, None
+    with memory_for("loading the checkpoint", f"--resume {req.resume}"):
+        ckpt = load_checkpoint(req.resume, "--resume")
+    with about(f"--resume {req.resume}"):
+        saved = TrainSettings.from_dict(ckpt.extra.get("settings", {}), "the checkpoint's training settings")
+    check_resumed_model(ckpt, req.preset, changes, req.resume)
+    with about(f"--resume {req.resume}"):
+        check_resumable(ckpt)
+    return ckpt, saved
+
+
+def run(req: TrainRequest) -> int:
+    from ..data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
+    from ..data.registry import load_task  # noqa: PLC0415
+
+    set_backend(req.backend)
+    comm = _ranks(req)
+    strategies = eval_strategies(req.eval)        # checked when parsed; used after the last step
+    _check_options(req)
+    changes = model_changes(req.model)
+    # Everything that can be checked is checked before the first step.
+    ckpt, saved = _resumed(req, changes)
+    tokenization = train_tokenization(req, ckpt)
+    # The seed splits a --data file and orders the batches: a resumed run keeps its own.
+    given_seed = req.settings.get("seed")
+    seed = given_seed if given_seed is not None else saved.seed if saved is not None else 0
+    if saved is not None and seed != saved.seed:
+        raise CliError(f"the checkpoint was trained with seed {saved.seed}; another seed would split the data and "
+                       "order the batches differently (leave --seed out when resuming)", f"--seed {given_seed}")
+    with about(req.source), memory_for("reading the data", req.source):
+        task = load_task(req.task, req.data, seed=seed, header=req.header,
+                         max_length=req.max_length if req.max_length is not None else MAX_DATA_LENGTH,
+                         **tokenization)
+    for note in task.notes:
+        print(f"note: {note}", file=sys.stderr)
+    if req.out is not None and not req.out.strip():
+        raise CliError("the output folder is empty; leave --out out for runs/TASK, or name a folder", "--out")
+    out_dir = req.out if req.out is not None else os.path.join("runs", task.name)
+    if not comm.is_root:                        # rank 0 alone writes into the folder and holds its lock
+        return _train_locked(req, task, out_dir, ckpt, saved, seed, changes, strategies, comm)
+    check_output_dir(out_dir, "--out")
+    with _run_lock(out_dir):
+        return _train_locked(req, task, out_dir, ckpt, saved, seed, changes, strategies, comm)
+
+
+def _settings(req: TrainRequest, task, ckpt, saved, seed: int):
+    """(preset, TrainSettings) of the run: the task's recipe, or the resumed run's own settings, with the
+    options given."""
+    from ..runsetup import settings_for  # noqa: PLC0415
+    from ..settings import TrainSettings  # noqa: PLC0415
+
+    overrides = {**req.settings, "seed": seed}
+    if "steps" in req.settings and "stop_when_solved" not in req.settings:
+        overrides["stop_when_solved"] = 0         # --steps N: exactly N steps, solved or not
+    preset, settings = settings_for(task, preset=req.preset, **overrides)
+    if saved is not None:
+        # A resumed run continues with its own settings and model; options given now override the settings.
+        preset = ckpt.extra.get("preset") or req.preset or preset
+        with about(f"--resume {req.resume}"):
+            settings = TrainSettings(**{**vars(saved), **overrides})
+    return preset, settings
+
+
+def _train_locked(req: TrainRequest, task, out_dir: str, ckpt, saved, seed: int, changes: dict, strategies: list,
+                  comm) -> int:
+    """The rest of ``train``, holding ``out_dir``'s run lock: no other run can start into the folder
+    between the check for an earlier run below and this run's last save."""
+    from .. import backend  # noqa: PLC0415
+    from ..distributed import describe as describe_ranks  # noqa: PLC0415
+    from ..model import describe  # noqa: PLC0415
+    from ..runsetup import make_trainer  # noqa: PLC0415
+
+    earlier = os.path.join(out_dir, "checkpoint.npz")
+    continuing = req.resume is not None and os.path.exists(earlier) and os.path.samefile(req.resume, earlier)
+    if os.path.exists(earlier) and not continuing and not req.overwrite:
+        # A new run would replace the earlier one's checkpoint: never without being asked.
+        raise CliError(f"{earlier} holds an earlier run; continue it with --resume {earlier}, train into another "
+                       "folder with --out DIR, or replace it with --overwrite", f"--out {out_dir}")
+    preset, settings = _settings(req, task, ckpt, saved, seed)
+    model_options = " ".join([f"--preset {preset}", *(f"--set {t}" for t in req.model)])
+    with about(f"--resume {req.resume}" if req.resume else model_options), \
+            memory_for("building the model", model_options, "choose a smaller --preset or --set smaller sizes"):
+        trainer = make_trainer(task, settings, preset, out_dir, resume=ckpt, config=changes, comm=comm)
+    model, vocab, cfg = trainer.model, trainer.vocab, trainer.model.cfg
+    check_decoding_fits(model, [src for src, _ in task.test], strategies, "--eval", " at the end (the test set)",
+                        max_len=task.entry.max_output_len if task.entry is not None else None)
+    print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
+          f"vocabulary {len(vocab)}")
+    if task.bpe is not None:
+        print(f"  tokenization: byte-pair encoding, {len(task.bpe.merges)} merges learned on the training split "
+              f"(both sides); one vocabulary of {len(vocab)} pieces for source and target")
+    changed = "".join(f" --set {name}={value}" for name, value in changes.items())
+    print(f"model: preset {preset}{changed}, {model.num_parameters():,} parameters, backend {backend.backend_name()}")
+    print(f"  config: {describe(cfg)}")
+    ranks_line = describe_ranks(comm, settings)
+    if ranks_line:
+        print(ranks_line)
+    if ckpt is not None:
+        print(f"resuming from {req.resume} at step {trainer.step}")
+    return _train_and_report(req, task, trainer, settings, out_dir, strategies)
+
+
+@contextmanager
+def _run_lock(out_dir: str):
+    """Hold ``out_dir``'s run lock (``runlock``); another run holding it is a one-line error naming its PID."""
+    from ..runlock import FolderInUseError, hold  # noqa: PLC0415
+
+    try:
+        with hold(out_dir):
+            yield
+    except FolderInUseError as exc:
+        raise CliError(str(exc), f"--out {out_dir}", 2) from exc
+
+
+def _train(req: TrainRequest, trainer, settings, source: str) -> int | None:
+    """The training loop; None when it ran to its end, else the exit code of the run it stopped."""
+    from ..errors import NonFiniteError  # noqa: PLC0415
+    from ..train import OutputWriteError, TrainingInterrupted  # noqa: PLC0415
+
+    try:
+        with quiet_numpy(), memory_for("while training", None,
+                                       "try a smaller --batch-size or --max-tokens, or a smaller model"):
+            trainer.run(progress=req.progress, progress_every=req.progress_every)
+    except TrainingInterrupted as stop:
+        print(f"{stop}", file=sys.stderr)
+        if stop.checkpoint and stop.step >= settings.steps:
+            # The signal came during the last step: training is complete, only the report was skipped.
+            print(f"training is complete ({stop.step} of {settings.steps} steps); the test-set report was skipped. "
+                  f"Score the checkpoint with: python -m minitransformer evaluate --checkpoint "
+                  f"{shlex.quote(stop.checkpoint)} {source}", file=sys.stderr)
+        elif stop.checkpoint:
+            print(f"resume with: {resume_command(list(req.argv), stop.checkpoint, trainer.comm.size)}",
+                  file=sys.stderr)
+        return stop.exit_code
+    except OutputWriteError as exc:
+        how = (f"; make room (or fix the folder's permissions) and resume with: "
+               f"{resume_command(list(req.argv), exc.intact[0], trainer.comm.size)}" if exc.intact else
+               "; make room (or fix the folder's permissions) and start the run again")
+        raise CliError(f"{exc}{how}", None, 1) from exc
+    except NonFiniteError as exc:
+        raise CliError(str(exc), None, 1) from exc
+    return None
+
+
+def _train_and_report(req: TrainRequest, task, trainer, settings, out_dir: str, strategies: list) -> int:
+    """The training loop, then the test-set report (decoded with ``strategies``, train --eval):
+    what ``train`` does once everything is checked."""
+    from .. import streams  # noqa: PLC0415
+    from ..data.fingerprint import proves_held_out  # noqa: PLC0415
+
+    source = f"--task {task.name}" if req.task else f"--data {shlex.quote(req.data)}"
+    first_step = trainer.step
+    t0 = time.perf_counter()
+    stopped = _train(req, trainer, settings, source)
+    if stopped is not None:
+        return stopped
+    checkpoint = trainer.checkpoint_path
+    trained = trainer.step - first_step
+    resumed = f" (steps {first_step + 1}-{trainer.step}, resumed at step {first_step})" if first_step else ""
+    solved = f" (solved at step {trainer.solved_at})" if trainer.solved_at is not None else ""
+    print(f"trained {trained} steps{resumed} in {time.perf_counter() - t0:.1f}s{solved}; checkpoint: "
+          f"{checkpoint}, log: {os.path.join(out_dir, 'metrics.jsonl')}, "
+          f"curve: {os.path.join(out_dir, 'loss.png')}")
+    if not trainer.comm.is_root:                # rank 0 reports; the others wait for it to finish
+        trainer.comm.barrier("the end of the run (rank 0 decoding the test set)", timeout=False)
+        return 0
+    if proves_held_out(trainer.data_fingerprint):
+        print(f"held-out test set ({task.name}: {len(task.test)} pairs never used in training or validation):")
+    else:
+        since = trainer.data_fingerprint.get("since_step") if trainer.data_fingerprint else None
+        print(f"test set ({task.name}: {len(task.test)} pairs; the checkpoint this run resumed from does not record "
+              f"the data it was trained on{f' in its first {since} steps' if since else ''}, so that these pairs "
+              "were held out cannot be checked):")
+    _test_report(trainer, task, strategies, checkpoint, source)
+    trainer.comm.barrier("the end of the run (rank 0 decoding the test set)", timeout=False)
+    if streams.output_lost() == "stdout":
+        print(f"standard output was closed: the test-set report was cut short; the checkpoint is saved ({checkpoint}). "
+              f"Score it with: python -m minitransformer evaluate --checkpoint {shlex.quote(checkpoint)} {source}",
+              file=sys.stderr)
+        return OUTPUT_CLOSED
+    return 0
+
+
+def _test_report(trainer, task, strategies: list, checkpoint: str, source: str) -> None:
+    """The test set decoded with each strategy of --eval, by the last step's model and (average_last) the average."""
+    with quiet_numpy(), memory_for("scoring the test set", "--eval",
+                                   f"the checkpoint is saved ({checkpoint}): score it with a smaller beam, "
+                                   f"python -m minitransformer evaluate --checkpoint {shlex.quote(checkpoint)} "
+                                   f"{source} --beam 1"):
+        if trainer.average is not None:
+            print(f"the last step's checkpoint ({checkpoint}):")
+        report(trainer.model.eval(), task, trainer.vocab, task.test, strategies)
+        if trainer.average is not None:           # average_last (§6.1): the average is scored too
+            from ..checkpoint import load_checkpoint as load  # noqa: PLC0415
+
+            path, steps = trainer.average
+            print(f"the average of the last {len(steps)} checkpoints (§6.1; steps "
+                  f"{', '.join(f'{k:,}' for k in steps)}): {path}")
+            report(load(path).model.eval(), task, trainer.vocab, task.test, strategies, n_samples=0)
