@@ -789,8 +789,8 @@ show_markdown(
     "What survives the shrinking are findings about *what the model is asked to learn*: "
     + ("a single head, which must average what several heads keep apart (§3.2.2), is worse here too; "
        if worse(versus("h=1, d_k=64")) else
-       f"not, at this scale, the single head ({exact('h=1, d_k=64')} against {exact('base')}: on a task this small, "
-       "one head of 64 dimensions has nothing several heads would have to keep apart); ")
+       f"not, at this scale, the single head ({exact('h=1, d_k=64')} against {exact('base')}: within the noise, so "
+       "this task does not show what several heads keep apart that one head must average, §3.2.2); ")
     + ("label smoothing trades the right word's probability for hedging (perplexity rises with ε_ls); "
        if ls_in_order else "")
     + "and a learned table knows only the positions it has seen. What does not survive are the findings about "

@@ -414,17 +414,24 @@ hard_read = read_linearized(hard_out, hard)
 leaves = sum(not tok.startswith(("(", ")")) for tok in hard_out)
 hard_f1 = bracket_f1([viterbi_parser.parse(hard).tree], [hard_read.tree]).f1
 final_ill = table4["summary"]["small"]["greedy"]["ill_formed_mean"]
+# What each repair step taken says the model did (trees.py names the steps):
+did = {"step 2": "closes brackets it never opened", "step 3": "closes brackets under another label",
+       "step 4": "leaves brackets open", "step 7": "writes too few or too many words",
+       "step 8": "writes a word other than the input's at its place (it lost its place in the input)"}
+what = [text for step, text in did.items() if any(r.startswith(step + ":") for r in hard_read.repairs)]
+taken = ", ".join(f"{step} {'×' + str(n) if n > 1 else 'once'}" for step, n in
+                  sorted(collections.Counter(r.split(":")[0] for r in hard_read.repairs).items()))
 show_markdown(
     (f"The second sentence, a relative clause and a coordination in {len(hard)} words, comes out **mangled**: "
      f"{leaves} leaves for its {len(hard)} words, and the repair rule of `trees.py` had to take "
-     f"{len(hard_read.repairs)} step(s) ({'; '.join(r.split(':')[0] for r in hard_read.repairs)}) to make a tree of "
-     f"it, whose F1 against the grammar's most probable tree is {hard_f1:.0f}. "
+     f"{len(hard_read.repairs)} steps ({taken}) to make a tree of it, whose F1 against the grammar's most "
+     f"probable tree is {hard_f1:.0f}. "
      if hard_read.ill_formed else
      f"The second sentence, a relative clause and a coordination in {len(hard)} words, comes out as a "
      f"well-formed tree here, with F1 {hard_f1:.0f} against the grammar's most probable tree. ")
-    + f"After {trainer.step} steps the model has learned the common shapes, not yet the long ones: it loses its "
-    "place in the input (a skipped, repeated or miscopied word is a leaf in the wrong place) and closes brackets "
-    "it never opened. Section 6 counts such outputs on the test set; the Table 4 models, trained for the "
+    + (f"After {trainer.step} steps the model " + (", ".join(what[:-1]) + " and " if len(what) > 1 else "")
+       + what[-1] + ". " if what else "")
+    + "Section 6 counts such outputs on the test set; the Table 4 models, trained for the "
     f"recipe's {recipe.settings.steps} steps, leave {final_ill:.1f}% of the test outputs ill-formed (greedy, the "
     "mean of three seeds, section 8).")
 
@@ -553,27 +560,33 @@ plt.show()
 
 # %%
 # Chance: a head that put its largest weight on a source position at random would hit the next word with
-# probability 1/S (0 when the bracket closes at the end of the sentence, where there is no next word).
-chance = []
+# probability 1/S. Only the closing brackets that have a next word count (after the last word there is none).
+chance, with_next = [], 0
 for src, tgt in task.test[:100]:
     leaf = 0
     for tok in tgt:
-        if tok.startswith(")"):
-            chance.append(1 / len(src) if leaf < len(src) else 0.0)
-        elif not tok.startswith("("):
+        if tok.startswith(")") and leaf < len(src):
+            chance.append(1 / len(src))
+        elif not tok.startswith(("(", ")")):
             leaf += 1
-chance_pct, best_pct = 100 * np.mean(chance), 100 * share[best_layer, best_head, 1]
-near_chance = best_pct < 2 * chance_pct
+with_next = len(chance)
+closing = int(counts[0, 0].sum())
+best_given = counts[best_layer, best_head, 1] / with_next          # hits can only come from these brackets
+chance_given = float(np.mean(chance))
+ratio = best_given / chance_given
 show_markdown(
-    f"**A null result.** The head that looks most at the next word does so at {best_pct:.0f}% of the closing "
-    f"brackets; a head that picked a source position at random would hit it at {chance_pct:.0f}%. "
-    + ("That is within a factor of two of chance: no single head of this small model has learned to read the next "
-       "word when it closes a phrase. The information is not missing (the model closes most brackets right, "
-       "section 6); it is spread over several heads and layers, or carried by the decoder's own input, the words it "
-       "has already copied. One head's largest weight is the wrong place to look for it; the test that would settle "
-       "it is to remove heads and measure what is lost (lesson 8 does that for a translation model)."
-       if near_chance else
-       "That is well above chance: one head has specialised in reading the next word when a phrase closes."))
+    f"**What this says.** {with_next} of the {closing} closing brackets have a next word. The head that looks at it "
+    f"most (the best of {N * h}, picked after the fact) puts its largest weight there for {best_given:.0%} of them; "
+    f"a head picking a source position at random would for {chance_given:.0%}, so {ratio:.1f} times chance. "
+    + ("That is about chance: no single head of this small model has learned to read the next word when it closes "
+       "a phrase. " if ratio < 2 else
+       "Above chance, but at fewer than half of the brackets: a partial specialisation, not a head that closes "
+       "phrases by looking ahead. " if best_given < 0.5 else
+       "A head that mostly reads the next word when a phrase closes. ")
+    + "So one head's largest weight does not show where the model finds that a phrase is over: the evidence may "
+    "be spread over several heads and layers, or carried by the decoder's own input, the words it has already "
+    "copied. The test that would settle it is to remove heads and measure what is lost (lesson 8 does that for a "
+    "translation model).")
 
 # %% [markdown]
 # ## 8. Table 4 in miniature
@@ -659,7 +672,9 @@ reference = {row["seed"]: row for row in baselines["seeds"]}
 under = {}
 for run in table4["runs"]:                  # each run against the better reference of its own seed's test set
     ref = reference[run["seed"]]
-    better, name = ref["better_reference_f1"], ref["better_reference"].replace("_", " ")
+    better = ref["better_reference_f1"]
+    name = {"max_expected_f1": "max-expected-F1 parse", "most_probable_tree": "most probable tree"}[
+        ref["better_reference"]]
     last = run.get("last_checkpoint", {}).get("greedy")
     beside = f"; the last step's checkpoint alone {last['bracket_f1']:.2f}" if last else ""
     under[run["size"], run["seed"]] = better - run["greedy"]["bracket_f1"]
