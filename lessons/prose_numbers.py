@@ -30,8 +30,9 @@ the markdown cells of ``lessons/src/NN_*.py`` and classifies every number in the
 Anything else is an **unchecked number**, reported with its lesson, the source line and the number.
 Fix it by rendering the sentence from the run (``show_markdown(f"...")``), by following it with a
 ``claim``, by citing the paper's constant (add it to ``PAPER`` with its section if it is missing), or by
-writing it in words when it is not a quantity at all. Numbers that ``show_markdown`` renders are not in
-markdown cells, so they are computed by construction.
+writing it in words when it is not a quantity at all. The check reads markdown cells only: a number
+rendered by ``show_markdown(f"... {x:.2f} ...")`` is computed, but one typed into the literal text of that
+f-string is as typed as one in markdown, and nothing checks it (keep those to the paper's constants).
 """
 
 from __future__ import annotations
