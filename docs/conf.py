@@ -42,7 +42,7 @@ extensions = [
 # -- which files are pages --------------------------------------------------------------
 root_doc = "docs/index"
 # Every numbered lesson notebook is a page, so lessons added later appear with no edit here.
-include_patterns = ["docs/**", "lessons/[0-9][0-9]_*.ipynb"]
+include_patterns = ["docs/**", "lessons/[0-9][0-9]_*.ipynb", "lessons/ko/[0-9][0-9]_*.ipynb"]   # and the Korean edition
 exclude_patterns = ["docs/_build", "docs/_static", "**/.ipynb_checkpoints"]
 templates_path = ["docs/_templates"]   # autosummary reads it from the source directory (the repository root)
 
@@ -81,6 +81,8 @@ html_theme_options = {
     "show_navbar_depth": 1,
 }
 html_static_path = ["_static"]          # docs/_static, copied to _static/ in the site
+# Hangul on a machine with no Korean font: a web font that ships with the site (docs/hangul_font.py).
+html_css_files = ["hangul.css"]
 html_last_updated_fmt = None
 html_show_sourcelink = False
 

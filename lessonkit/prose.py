@@ -19,11 +19,17 @@ A number a lesson measures appears in its prose only if it is computed (lessons/
 
 A failed claim names the sentence, the value this run measured and the tolerance, so whoever
 changed the code knows which sentence to rewrite.
+
+In a translated edition (``lessonkit.i18n``) each of the three shows its sentence in
+the edition's language, from the lesson's translation file: the code stays the English code.
 """
 
 from __future__ import annotations
 
 import math
+import sys
+
+from .i18n import tr, translate_argument
 
 __all__ = ["Markdown", "claim", "claim_true", "show_markdown"]
 
@@ -49,6 +55,7 @@ class Markdown:
 def show_markdown(text: str) -> None:
     """Display ``text`` as Markdown in a notebook (print it elsewhere). Use it for a sentence whose
     numbers come from the run: ``show_markdown(f"... {value:.1%} ...")``."""
+    text = translate_argument(sys._getframe(1), text)      # the edition's language (i18n)
     try:
         from IPython import get_ipython  # noqa: PLC0415
         from IPython.display import display  # noqa: PLC0415
@@ -76,6 +83,7 @@ def claim(sentence: str, value, expected=None, tol=None, *, low=None, high=None,
     ``expected`` and ``tol``: |value − expected| ≤ tol (``rel=True``: tol × |expected|);
     ``low`` / ``high``: value ≥ low, value ≤ high. Give one form or both; a tolerance is required
     with ``expected`` (a claim must say how far the number may drift)."""
+    sentence = translate_argument(sys._getframe(1), sentence)
     v = _number(value)
     if expected is None and low is None and high is None:
         raise ValueError(f"claim {sentence!r}: give expected and tol, or low / high")
@@ -83,22 +91,23 @@ def claim(sentence: str, value, expected=None, tol=None, *, low=None, high=None,
         raise ValueError(f"claim {sentence!r}: a stated number needs a tolerance (tol=...)")
     problems = []
     if not math.isfinite(v):
-        problems.append("it is not finite")
+        problems.append(tr("it is not finite"))
     if expected is not None:
         bound = tol * abs(expected) if rel else tol
         if not abs(v - expected) <= bound:
-            problems.append(f"the prose says {expected:g} ± {bound:g}")
+            problems.append(tr(f"the prose says {expected:g} ± {bound:g}"))
     if low is not None and not v >= low:
-        problems.append(f"the prose needs at least {low:g}")
+        problems.append(tr(f"the prose needs at least {low:g}"))
     if high is not None and not v <= high:
-        problems.append(f"the prose needs at most {high:g}")
+        problems.append(tr(f"the prose needs at most {high:g}"))
     if problems:
-        raise AssertionError(f"the sentence {sentence!r} no longer holds: this run measured {v:g}, and "
-                             + "; ".join(problems) + ". Rewrite the sentence (or render it from the run).")
+        raise AssertionError(tr(f"the sentence {sentence!r} no longer holds: this run measured {v:g}, and ")
+                             + "; ".join(problems) + tr(". Rewrite the sentence (or render it from the run)."))
 
 
 def claim_true(sentence: str, holds, detail: str = "") -> None:
     """Assert that a statement of the prose (a comparison computed from the run) still holds."""
+    sentence = translate_argument(sys._getframe(1), sentence)
     if not holds:
-        raise AssertionError(f"the sentence {sentence!r} no longer holds" + (f": {detail}" if detail else "")
-                             + ". Rewrite the sentence (or render it from the run).")
+        raise AssertionError(tr(f"the sentence {sentence!r} no longer holds") + (f": {detail}" if detail else "")
+                             + tr(". Rewrite the sentence (or render it from the run)."))

@@ -30,6 +30,7 @@ import json
 import pathlib
 import time
 
+from .i18n import language, tr, tr_label
 from .prose import show_markdown
 
 __all__ = ["LISTED_CELL_SECONDS", "RECORD_NAME", "SLOW_CELL_SECONDS", "cost_markdown", "format_seconds",
@@ -73,22 +74,22 @@ def format_seconds(seconds: float) -> str:
     """12 s, 2 min 05 s, 1 h 02 min."""
     s = round(seconds)
     if s < 90:
-        return f"{max(seconds, 0):.0f} s" if seconds >= 1 else f"{seconds:.1f} s"
+        return tr(f"{max(seconds, 0):.0f} s") if seconds >= 1 else tr(f"{seconds:.1f} s")
     if s < 3600:
-        return f"{s // 60} min {s % 60:02d} s"
-    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+        return tr(f"{s // 60} min {s % 60:02d} s")
+    return tr(f"{s // 3600} h {s % 3600 // 60:02d} min")
 
 
 def _machine_words(entry: dict) -> str:
     m = entry.get("machine", {})
     load = entry.get("load_average", {})
     start, end = (load.get("start") or [None])[0], (load.get("end") or [None])[0]
-    cores = m.get("cores")
-    words = f"a {cores}-core CPU ({m.get('cpu', 'unknown CPU')}" if cores else f"a CPU ({m.get('cpu', 'unknown')}"
+    cores, cpu = m.get("cores"), m.get("cpu", "unknown CPU")
+    words = tr(f"a {cores}-core CPU ({cpu}") if cores else tr(f"a CPU ({cpu}")
     if start is not None and end is not None:
         busy = cores and max(start, end) > 1.5 * cores
-        words += f", load average {start:.1f} at the start and {end:.1f} at the end"
-        words += ": other jobs shared its cores, so an idle machine is faster)" if busy else ")"
+        words += tr(f", load average {start:.1f} at the start and {end:.1f} at the end")
+        words += tr(": other jobs shared its cores, so an idle machine is faster)") if busy else ")"
     else:
         words += ")"
     return words
@@ -96,8 +97,8 @@ def _machine_words(entry: dict) -> str:
 
 def _when(entry: dict) -> str:
     commit = (entry.get("commit") or "")[:7] or "no commit"
-    dirty = " with uncommitted changes" if entry.get("dirty") else ""
-    return f"on {entry.get('date', 'an unknown date')}, at commit {commit}{dirty}"
+    dirty = tr(" with uncommitted changes") if entry.get("dirty") else ""
+    return tr(f"on {entry.get('date', 'an unknown date')}, at commit {commit}{dirty}")
 
 
 def cost_markdown(lesson: str, record: dict | None = None) -> str:
@@ -105,19 +106,25 @@ def cost_markdown(lesson: str, record: dict | None = None) -> str:
     record = load() if record is None else record
     entry = record.get("lessons", {}).get(lesson)
     if entry is None:
-        return (f"**Runtime:** not recorded yet (`python lessons/build.py {lesson}` measures it and writes "
-                f"`lessons/{RECORD_NAME}`).")
-    text = (f"**Runtime: {format_seconds(entry['seconds'])}** on {_machine_words(entry)}, top to bottom, as "
-            f"`python lessons/build.py {lesson}` measured it {_when(entry)}.")
+        return tr(f"**Runtime:** not recorded yet (`python lessons/build.py {lesson}` measures it and writes "
+                  f"`lessons/{RECORD_NAME}`).")
+    text = tr(f"**Runtime: {format_seconds(entry['seconds'])}** on {_machine_words(entry)}, top to bottom, as "
+              f"`python lessons/build.py {lesson}` measured it {_when(entry)}.")
     slow = [c for c in entry.get("cells", []) if c["seconds"] >= record.get("slow_cell_seconds", SLOW_CELL_SECONDS)]
     if slow:
-        items = "; ".join(f"{c.get('label') or 'cell ' + str(c['index'])} ({format_seconds(c['seconds'])})"
-                          for c in slow)
+        items = "; ".join(f"{_cell_name(c)} ({format_seconds(c['seconds'])})" for c in slow)
         limit = format_seconds(record.get("slow_cell_seconds", SLOW_CELL_SECONDS))
-        text += f" Cells over {limit}, each flagged where it comes: {items}."
+        text += tr(f" Cells over {limit}, each flagged where it comes: {items}.")
     else:
-        text += f" No cell takes over {format_seconds(record.get('slow_cell_seconds', SLOW_CELL_SECONDS))}."
+        text += tr(f" No cell takes over {format_seconds(record.get('slow_cell_seconds', SLOW_CELL_SECONDS))}.")
     return text
+
+
+def _cell_name(cell: dict) -> str:
+    if cell.get("label"):
+        return tr_label(cell["label"])
+    index = cell["index"]
+    return tr(f"cell {index}")
 
 
 def slow_cell_markdown(lesson: str, label: str, record: dict | None = None) -> str:
@@ -125,15 +132,19 @@ def slow_cell_markdown(lesson: str, label: str, record: dict | None = None) -> s
     record = load() if record is None else record
     entry = record.get("lessons", {}).get(lesson)
     cell = next((c for c in (entry or {}).get("cells", []) if c.get("label") == label), None)
+    name = tr_label(label)
     if cell is None:
-        return (f"**Slow cell ahead** ({label}): its time is not recorded yet "
-                f"(`python lessons/build.py {lesson}`).")
-    return (f"**Slow cell ahead: the next cell ({label}) took {format_seconds(cell['seconds'])}** when the "
-            f"lesson was last built, on {_machine_words(entry)}.")
+        return tr(f"**Slow cell ahead** ({name}): its time is not recorded yet "
+                  f"(`python lessons/build.py {lesson}`).")
+    return tr(f"**Slow cell ahead: the next cell ({name}) took {format_seconds(cell['seconds'])}** when the "
+              f"lesson was last built, on {_machine_words(entry)}.")
 
 
 def show_cost(lesson: str) -> None:
-    """Display the lesson's runtime (``cost_markdown``): the first code cell of every lesson."""
+    """Display the lesson's runtime (``cost_markdown``): the first code cell of every lesson. It first
+    settles the lesson's edition (``i18n.language``: a translated edition's kernel moves to the lessons
+    folder, where the record and the lessons' files are)."""
+    language()
     show_markdown(cost_markdown(lesson))
 
 

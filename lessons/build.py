@@ -6,6 +6,13 @@
     python lessons/build.py --check         # only verify that every notebook matches its source and its runtime record
     python lessons/build.py --student DIR   # write the student edition of every lesson into DIR
     python lessons/build.py --table         # print the lessons' table (number, title, section, runtime) as Markdown
+    python lessons/build.py 03 --lang ko    # only the Korean edition (lessons/ko/, lessons/editions.py); en: only English
+    python lessons/build.py 03 --drift      # for translators: what keeps the Korean edition out of step, and why
+
+Building and checking cover both editions: the English one and, for each lesson translated so far, the
+Korean one (``lessons/ko/NN_name.ipynb``, from the English code cells and ``lessons/ko/src/NN_name.toml``;
+``lessons/editions.py`` and docs/translating.md say how). ``--student DIR --lang ko`` writes the Korean
+student edition into ``DIR/ko/``.
 
 A lesson's source is ``lessons/src/NN_name.py``, in jupytext's percent format (``# %%``
 starts a code cell, ``# %% [markdown]`` a markdown cell), beginning with a jupytext header.
@@ -54,6 +61,7 @@ import argparse
 import ast
 import copy
 import hashlib
+import importlib.util
 import itertools
 import json
 import os
@@ -459,6 +467,13 @@ def write_student_edition(folder: pathlib.Path, numbers: list[str], found: dict[
         student = student_edition(nbformat.read(teacher, as_version=4), n, teacher.name)
         write_notebook(student, folder / teacher.name)
         written.append(folder / teacher.name)
+    copy_student_files(folder, lessons_folder)
+    print(f"student edition of {len(written)} lessons in {folder} (with {', '.join(STUDENT_FILES)})", file=sys.stderr)
+    return written
+
+
+def copy_student_files(folder: pathlib.Path, lessons_folder: pathlib.Path = HERE) -> None:
+    """Beside a student edition's notebooks: the files they read (STUDENT_FILES) and a copy of docs/*.md."""
     docs = lessons_folder.parent / "docs"
     if docs.is_dir():                          # the lessons link ../docs/*.md: a copy beside them, links rewritten
         (folder / "docs").mkdir(exist_ok=True)
@@ -471,8 +486,6 @@ def write_student_edition(folder: pathlib.Path, numbers: list[str], found: dict[
                             ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         elif source.is_file():
             shutil.copy2(source, folder / name)
-    print(f"student edition of {len(written)} lessons in {folder} (with {', '.join(STUDENT_FILES)})", file=sys.stderr)
-    return written
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -488,28 +501,107 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the student edition (no solutions, exercise outputs cleared) into DIR")
     parser.add_argument("--table", action="store_true",
                         help="print the lessons' table (number, title, paper section, runtime) in Markdown")
+    add_edition_arguments(parser)
     args = parser.parse_args(argv)
     found = lessons()
     chosen = [n.zfill(2) for n in args.numbers] or list(found)
     unknown = [n for n in chosen if n not in found]
     if unknown:
         parser.error(f"no lesson {', '.join(unknown)} in lessons/ (there are {', '.join(found)})")
+    if args.init or args.drift:
+        return translators_main(args, chosen)
     if args.student:
-        write_student_edition(args.student, chosen, found)
+        if (args.lang or "en") in ("en", "all"):
+            write_student_edition(args.student, chosen, found)
+        if (args.lang or "en") != "en":
+            for lang in editions_of(args.lang):
+                _editions().write_student_edition(args.student, chosen, lang)
         return 0
     if args.table:
         print(lesson_table())
         return 0
     if args.check:
-        problems = [d for n in chosen if (d := first_difference(found[n], notebook_path(found[n])))]
-        problems += orphans() if not args.numbers else []
+        problems = [] if args.lang not in (None, "all", "en") else \
+            [d for n in chosen if (d := first_difference(found[n], notebook_path(found[n])))]
+        problems += orphans() if not args.numbers and args.lang in (None, "all", "en") else []
         record = runtimes.load(HERE / runtimes.RECORD_NAME)
-        problems += [f"{notebook_path(found[n]).name}: {p}" for n in chosen
+        problems += [f"{notebook_path(found[n]).name}: {p}" for n in chosen if args.lang in (None, "all", "en")
                      for p in runtime_problems(nbformat.read(notebook_path(found[n]), as_version=4), n, record)]
-        print("\n".join(problems) or f"{len(chosen)} notebooks match their sources", file=sys.stderr)
+        problems += [p for lang in editions_of(args.lang) for p in _editions().check(chosen, lang, orphans=not args.numbers)]
+        print("\n".join(problems) or f"{len(chosen)} lessons: every notebook matches its source", file=sys.stderr)
         return 1 if problems else 0
+    failed = []
     for n in chosen:
-        build(found[n], execute=not args.no_execute, timeout=args.timeout)
+        if args.lang in (None, "all", "en"):
+            build(found[n], execute=not args.no_execute, timeout=args.timeout)
+        for lang in editions_of(args.lang):
+            failed += build_translated(n, lang, explicit=args.lang == lang, execute=not args.no_execute,
+                                       timeout=args.timeout)
+    if failed:
+        print("\n".join(failed), file=sys.stderr)
+    return 1 if failed else 0
+
+
+# -- the translated editions (lessons/ko/: lessons/editions.py) ----------------------------------
+
+def _editions():
+    """lessons/editions.py, which builds and checks the translated editions."""
+    if "lessons_editions" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("lessons_editions", HERE / "editions.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["lessons_editions"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["lessons_editions"]
+
+
+def add_edition_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--lang", choices=("en", "ko", "all"),
+                        help="which edition: the English one (lessons/), the Korean one (lessons/ko/, for the lessons "
+                             "translated so far), or all (the default, except for --student: en)")
+    parser.add_argument("--drift", action="store_true",
+                        help="for translators: what keeps each lesson's Korean edition out of step with the English, "
+                             "with the English change since each cell's translation")
+    parser.add_argument("--init", action="store_true",
+                        help="for translators: start the translation file of a lesson (lessons/ko/src/NN_name.toml), "
+                             "its markdown cells and strings in English, to be overwritten")
+
+
+def editions_of(lang: str | None) -> tuple[str, ...]:
+    """The translated editions that --lang names (None and "all": every one)."""
+    languages = _editions().LANGUAGES
+    return languages if lang in (None, "all") else tuple(x for x in languages if x == lang)
+
+
+def build_translated(number: str, lang: str, explicit: bool, execute: bool, timeout: int) -> list[str]:
+    """Build lesson ``number`` in ``lang`` if it is translated (a lesson named with --lang must be); the
+    problems that kept it from building."""
+    editions = _editions()
+    source = lessons()[number]
+    if not editions.translation_path(source, lang).is_file():
+        return [f"lesson {number} has no {lang} translation yet (python lessons/build.py {number} --lang {lang} "
+                "--init starts one)"] if explicit else []
+    try:
+        editions.build(source, lang, execute=execute, timeout=timeout)
+    except SystemExit as exc:
+        return [str(exc)]
+    return []
+
+
+def translators_main(args, chosen: list[str]) -> int:
+    """--init and --drift."""
+    editions, langs = _editions(), editions_of(args.lang)
+    for lang in langs:
+        for n in chosen:
+            source = lessons()[n]
+            path = editions.translation_path(source, lang)
+            if args.init:
+                if path.exists():
+                    raise SystemExit(f"error: {path} exists: translate it (or remove it to start over)")
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(str(path), editions.skeleton(source, lang))
+                print(f"wrote {path.relative_to(HERE.parent)}: overwrite every ko with its translation", file=sys.stderr)
+            elif path.is_file() or args.numbers:
+                print(editions.drift(source, lang) if path.is_file() else f"lesson {n}: no {lang} translation yet")
     return 0
 
 

@@ -224,7 +224,7 @@ _REFERENCE = re.compile(r"(?:(?:§|Eqs?\.|[Ee]quations?)\s*|(?:" + "|".join(REFE
 _VERSION = re.compile(r"(?:" + "|".join(re.escape(v) for v in VERSIONED) + r")\s+v?\d+(?:\.\d+)+")
 _NAME_NUMBER = re.compile(r"(?<=[A-Za-z]-)\d+|\b\d+(?=[a-wyz]\b)|\b\d+(?:\.\d+){2,}\b")  # SHA-256, "13a", 0.3.8
 _EXERCISE_LABEL = re.compile(r"(?m)^\*\*\d+\.\d+\.?\*\*")                                  # **12.1.**
-_CITATION = re.compile(r"(?:et al\.?|[A-Z][\w&. ]+?),?\s*\(?((?:19|20)\d\d)[a-z]?\b|\(((?:19|20)\d\d)[a-z]?[,;)]")
+_CITATION = re.compile(r"(?:et al\.?|\bal\.|[A-Z][\w&. ]+?),?\s*\(?((?:19|20)\d\d)[a-z]?\b|\(((?:19|20)\d\d)[a-z]?[,;)]")
 _NUMBER = re.compile(
     r"(?P<base>\d+(?:\.\d+)?)\s*(?:\\times|\\cdot|×|·)\s*10\^\{?(?P<exp1>[-−]?\d+)\}?"   # 2.2\times 10^{-16}
     r"|(?<![\w.])10\^\{?(?P<exp2>[-−]?\d+)\}?"                                          # 10^{-9}

@@ -8,6 +8,7 @@ docs/_static/mathjax, the browser must show no raw LaTeX, and the TeX fonts must
 """
 
 import html.parser
+import importlib.util
 import json
 import os
 import re
@@ -470,3 +471,114 @@ def test_dotted_titles_break_only_after_dots():
         title = nodes.title("", text)
         dotted_titles.break_after_dots(title)
         assert len(title.children) == 1, text
+
+
+# -- Korean pages and the Hangul web font -----------------------------------------------------
+
+HANGUL_FONT = ROOT / "docs" / "_static" / "fonts" / "hangul-gothic.woff"
+
+
+def _hangul_font_tool():
+    spec = importlib.util.spec_from_file_location("hangul_font", ROOT / "docs" / "hangul_font.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_hangul_font_ships_with_its_licence_and_covers_the_docs():
+    """The site's Hangul comes from a subset of NanumGothic that ships with it (SIL OFL 1.1, its text beside
+    the font), renamed as the licence asks of a modified font, declared for the Hangul ranges only, and
+    holding every Hangul character the docs and the Korean lessons use."""
+    ttlib = pytest.importorskip("fontTools.ttLib", reason="fontTools is not installed (matplotlib brings it)")
+    font = ttlib.TTFont(HANGUL_FONT)
+    assert font.flavor == "woff" and HANGUL_FONT.stat().st_size < 400_000
+    names = {r.nameID: str(r) for r in font["name"].names}
+    assert names[1] == "mt Hangul Gothic" and not any("nanum" in str(r).lower() for r in font["name"].names
+                                                      if r.nameID in (1, 3, 4, 6, 16))
+    licence = (HANGUL_FONT.parent / "OFL.txt").read_text(encoding="utf-8")
+    assert "SIL OPEN FONT LICENSE" in licence and "with Reserved Font Name Nanum" in licence
+    css = (ROOT / "docs" / "_static" / "hangul.css").read_text(encoding="utf-8")
+    assert 'url("fonts/hangul-gothic.woff")' in css and "unicode-range: U+1100-11FF, U+3130-318F, U+AC00-D7A3" in css
+    assert re.search(r'^html_css_files = \["hangul.css"\]', (ROOT / "docs" / "conf.py").read_text(), re.M)
+    tool = _hangul_font_tool()
+    assert tool.used_hangul() and tool.missing() == [], \
+        f"the font lacks {''.join(tool.missing())}: run python docs/hangul_font.py"
+
+
+@pytest.mark.slow
+def test_the_korean_pages_are_built(site):
+    import tomllib
+    for name in ("index", "lessons", "derivations", "concordance"):
+        assert (site / "docs" / "ko" / f"{name}.html").is_file(), name
+    korean = sorted((ROOT / "lessons" / "ko").glob("[0-9][0-9]_*.ipynb"))
+    assert korean
+    listing = (site / "docs" / "ko" / "lessons.html").read_text(encoding="utf-8")
+    for notebook in korean:
+        page = site / "lessons" / "ko" / f"{notebook.stem}.html"
+        assert page.is_file() and "cell_output" in page.read_text(encoding="utf-8"), notebook.name
+        assert f"lessons/ko/{notebook.stem}.html" in listing, notebook.name
+    assert tomllib.loads((ROOT / "lessons" / "ko" / "edition.toml").read_text())["language"] == "ko"
+    # the Korean table of contents of the derivations links every section of the English page
+    derivations = (site / "docs" / "derivations.html").read_text(encoding="utf-8")
+    sections = set(re.findall(r'<section id="([^"]+)"', derivations))
+    linked = set(re.findall(r'href="\.\./derivations\.html#([^"]+)"',
+                            (site / "docs" / "ko" / "derivations.html").read_text(encoding="utf-8")))
+    assert linked and linked <= sections, sorted(linked - sections)
+    assert sections - linked <= {"deriving-every-backward-pass"}, sorted(sections - linked)
+
+
+_HANGUL_PROBE = """<script>
+window.addEventListener("load", function () {
+  (window.MathJax ? MathJax.startup.promise : Promise.resolve()).then(function () { return document.fonts.ready; })
+  .then(function () {
+    var faces = [];
+    document.fonts.forEach(function (face) { faces.push([face.family, face.status]); });
+    var ctx = document.createElement("canvas").getContext("2d");
+    ctx.font = "32px " + getComputedStyle(document.querySelector("h1")).fontFamily;
+    function width(s) { return ctx.measureText(s).width / s.length; }
+    var out = document.createElement("pre");
+    out.id = "hangul-probe";
+    out.textContent = JSON.stringify({faces: faces, hangul: width("한국어판강의"), missing: width("\\u0378\\u0379\\u0380")});
+    document.body.appendChild(out);
+  });
+});
+</script>
+</body>"""
+
+
+def _hangul_probe(chromium, page, name, profile, with_font=True):
+    """Open a copy of ``page`` (with or without the site's Hangul stylesheet) offline; what it measured:
+    the page's web fonts and their state, and the width of Hangul against unassigned code points (drawn as
+    the same missing-glyph box) in the page's heading font."""
+    text = page.read_text(encoding="utf-8")
+    if not with_font:
+        text, n = re.subn(r'<link rel="stylesheet" type="text/css" href="[./]*_static/hangul\.css[^>]*>', "", text)
+        assert n == 1
+    probe = page.with_name(name)
+    probe.write_text(text.replace("</body>", _HANGUL_PROBE), encoding="utf-8")
+    dom = _offline_dom(chromium, probe, profile)
+    report = next((n.text() for n in dom.walk() if n.attrs.get("id") == "hangul-probe"), None)
+    assert report is not None, f"the Hangul probe did not report on {page.name}"
+    return json.loads(report)
+
+
+def _korean_system_fonts() -> str:
+    fc = shutil.which("fc-list")
+    return subprocess.run([fc, ":lang=ko", "family"], capture_output=True, text=True).stdout.strip() if fc else ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", ["lessons/ko/03_feed_forward.html", "docs/ko/index.html"])
+def test_hangul_renders_offline_without_a_korean_font(chromium, site, page, tmp_path):
+    """A Korean page in headless Chromium with the network off: the site's Hangul font loads, and Hangul is
+    drawn with real glyphs, not the missing-glyph box. The same page without the font's stylesheet draws
+    boxes on a machine with no Korean system font (CI's), so the check can fail."""
+    shown = _hangul_probe(chromium, site / page, "_hangul_probe.html", tmp_path / "a")
+    states = {family: status for family, status in shown["faces"]}
+    assert states.get("mt Hangul Gothic") == "loaded", shown["faces"]
+    assert abs(shown["hangul"] - shown["missing"]) > 0.1 * shown["missing"], shown
+    if _korean_system_fonts():
+        pytest.skip(f"this machine has a Korean system font ({_korean_system_fonts()[:60]}): no control")
+    control = _hangul_probe(chromium, site / page, "_hangul_control.html", tmp_path / "b", with_font=False)
+    assert "mt Hangul Gothic" not in {family for family, _ in control["faces"]}
+    assert control["hangul"] == pytest.approx(control["missing"]), control

@@ -57,6 +57,8 @@
 # into `lessons/runtimes.json` with the machine and its load, and the cell renders them from there.
 # `python lessons/build.py --table` lists all the lessons with their runtimes. This lesson trains
 # nothing.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -110,9 +112,10 @@ import sys
 import minitransformer
 
 import os
+from lessonkit.i18n import tr        # printed prose in the notebook's language (lessons/ko/)
 
 # A path relative to this folder: ../minitransformer/... means the copy in this repository.
-print("minitransformer", minitransformer.__version__, "imported from", os.path.relpath(minitransformer.__file__))
+print(tr(f"minitransformer {minitransformer.__version__} imported from {os.path.relpath(minitransformer.__file__)}"))
 print("numpy", np.__version__, "| python", sys.version.split()[0])
 
 # %% [markdown]
@@ -152,9 +155,9 @@ print(inspect.getsource(softmax_lastaxis))
 
 # %%
 x = np.array([[1.0, 2.0, 3.0]])
-print("x lives in:", backend.get_array_module(x).__name__)
-print("new parameters go to:", backend.backend_name(), "as", backend.default_dtype())
-print("CuPy with a usable GPU here:", backend.cupy_available())
+print(tr(f"x lives in: {backend.get_array_module(x).__name__}"))
+print(tr(f"new parameters go to: {backend.backend_name()} as {backend.default_dtype()}"))
+print(tr(f"CuPy with a usable GPU here: {backend.cupy_available()}"))
 
 # %% [markdown]
 # ## 3. The gradient checker
@@ -192,20 +195,20 @@ for dtype, color in ((np.float32, "tab:red"), (np.float64, "tab:blue")):
         central.append(abs(float((np.sin(x0 + h) - np.sin(x0 - h)) / (dtype(2) * h)) - exact) / exact)
         one_sided.append(abs(float((np.sin(x0 + h) - np.sin(x0)) / h) - exact) / exact)
     name = np.dtype(dtype).name
-    ax.loglog(hs, np.maximum(central, 1e-17), color=color, label=f"central, {name}")
-    ax.loglog(hs, np.maximum(one_sided, 1e-17), color=color, ls="--", label=f"one-sided, {name}")
+    ax.loglog(hs, np.maximum(central, 1e-17), color=color, label=tr(f"central, {name}"))
+    ax.loglog(hs, np.maximum(one_sided, 1e-17), color=color, ls="--", label=tr(f"one-sided, {name}"))
     near[name] = np.median([e for e, h in zip(central, hs) if h_opt[name] / 3 <= h <= h_opt[name] * 3])
 ax.axvline(1e-5, color="gray", lw=0.8)
-ax.text(1.3e-5, 1e-15, "h = 1e-5\n(the package's default)", fontsize=8, color="gray")
-ax.set(xlabel="step h", ylabel="relative error of d sin(x)/dx at x = 1", ylim=(1e-17, 10),
-       title="Finite differences: truncation error (right) vs rounding error (left)")
+ax.text(1.3e-5, 1e-15, tr("h = 1e-5\n(the package's default)"), fontsize=8, color="gray")
+ax.set(xlabel=tr("step h"), ylabel=tr("relative error of d sin(x)/dx at x = 1"), ylim=(1e-17, 10),
+       title=tr("Finite differences: truncation error (right) vs rounding error (left)"))
 ax.legend(fontsize=8, loc="lower left", ncol=2)
 plt.show()
 
 from lessonkit.prose import claim
 
 for name, h in h_opt.items():
-    print(f"{name}: median relative error of the central difference for h within 3x of {h:g}: {near[name]:.1e}")
+    print(tr(f"{name}: median relative error of the central difference for h within 3x of {h:g}: {near[name]:.1e}"))
 claim("in float64, at h near 1e-5, the error is around 1e-10 (within a factor of 10)", near["float64"],
       low=1e-11, high=1e-9)
 claim("in float32, at h near 1e-2, the error is around 1e-5 (within a factor of 10)", near["float32"],
@@ -409,7 +412,7 @@ assert "it ran attention_forward 36 times" in str(transcript), "the text below c
 # %%
 os.environ["PYTHONBREAKPOINT"] = "0"      # breakpoint() now does nothing
 debug_attention.main(stop="forward")      # what `python lessons/debug_attention.py --break` runs
-print("(ran straight through: the script's breakpoint() was switched off)")
+print(tr("(ran straight through: the script's breakpoint() was switched off)"))
 del os.environ["PYTHONBREAKPOINT"]        # and on again
 
 # %% [markdown]

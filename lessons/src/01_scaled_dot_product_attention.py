@@ -42,6 +42,8 @@
 # and [§5, scaled dot-product attention with masks](../docs/derivations.md#5-scaled-dot-product-attention-321-eq-1-with-masks).
 #
 # **What it trains:** nothing; every array is small and random. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

@@ -33,6 +33,8 @@
 # built on [§1, the linear layer](../docs/derivations.md#1-linear-layer).
 #
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -50,6 +52,7 @@ np.set_printoptions(precision=4, suppress=True, linewidth=100)
 plt.rcParams.update({"figure.dpi": 80, "axes.grid": True, "grid.alpha": 0.3})
 
 # %%
+from lessonkit.i18n import tr        # printed prose in the notebook's language (lessons/ko/)
 from minitransformer.gradcheck import check_layer, rel_error
 from minitransformer.layers.attention import MultiHeadAttention
 from minitransformer.layers.feedforward import FeedForward
@@ -63,8 +66,8 @@ from minitransformer.layers.linear import linear_forward
 rng = np.random.default_rng(0)
 n_ffn = FeedForward(512, 2048, rng).num_parameters()
 n_att = MultiHeadAttention(512, 8, rng).num_parameters()
-print(f"FFN {n_ffn:,} parameters, multi-head attention {n_att:,}")
-print(f"the FFN holds {n_ffn / (n_ffn + n_att):.0%} of an encoder layer's parameters (its two LayerNorms add only 2,048)")
+print(tr(f"FFN {n_ffn:,} parameters, multi-head attention {n_att:,}"))
+print(tr(f"the FFN holds {n_ffn / (n_ffn + n_att):.0%} of an encoder layer's parameters (its two LayerNorms add only 2,048)"))
 
 # %% [markdown]
 # ## 1. A tiny example, by hand
@@ -140,15 +143,15 @@ hidden = linear_forward(x, ffn.linear1.W.data, ffn.linear1.b.data)[0][0]    # z:
 
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), gridspec_kw={"width_ratios": [1, 2]})
 axes[0].plot(z, np.maximum(z, 0), label=r"ReLU$(z) = \max(0, z)$")
-axes[0].plot(z[z < 0], 0 * z[z < 0], "--", color="tab:orange", label=r"derivative $\mathbb{1}[z > 0]$")
+axes[0].plot(z[z < 0], 0 * z[z < 0], "--", color="tab:orange", label=tr(r"derivative $\mathbb{1}[z > 0]$"))
 axes[0].plot(z[z > 0], 1 + 0 * z[z > 0], "--", color="tab:orange")
 axes[0].plot([0], [0], "o", color="tab:orange")                   # the package's choice at z = 0
 axes[0].plot([0], [1], "o", mfc="white", color="tab:orange")
-axes[0].set(xlabel="z", title="ReLU and its derivative")
+axes[0].set(xlabel="z", title=tr("ReLU and its derivative"))
 axes[0].legend(fontsize=8)
 axes[1].imshow(hidden > 0, cmap="Greys", aspect="auto", interpolation="nearest")
-axes[1].set(xlabel="hidden unit (d_ff = 48)", ylabel="position",
-            title=f"active units (black): {np.mean(hidden > 0):.0%} on; gradient flows only through these")
+axes[1].set(xlabel=tr("hidden unit (d_ff = 48)"), ylabel=tr("position"),
+            title=tr(f"active units (black): {np.mean(hidden > 0):.0%} on; gradient flows only through these"))
 axes[1].grid(False)
 fig.tight_layout()
 plt.show()
@@ -169,8 +172,8 @@ x = rng.standard_normal((2, 5, 4))
 y_all = ffn.forward(x)
 y_each = np.concatenate([ffn.forward(x[:, s:s + 1]) for s in range(5)], axis=1)
 perm = rng.permutation(5)
-print("whole batch == one position at a time:", np.allclose(y_all, y_each))
-print("FFN(shuffled x) == shuffled FFN(x):    ", np.allclose(ffn.forward(x[:, perm]), y_all[:, perm]))
+print(tr("whole batch == one position at a time:"), np.allclose(y_all, y_each))
+print(tr("FFN(shuffled x) == shuffled FFN(x):    "), np.allclose(ffn.forward(x[:, perm]), y_all[:, perm]))
 assert np.allclose(y_all, y_each) and np.allclose(ffn.forward(x[:, perm]), y_all[:, perm])
 
 # %% [markdown]
@@ -196,7 +199,7 @@ for s in range(5):
     ffn.forward(x[:, s:s + 1])
     ffn.backward(dy[:, s:s + 1])
 for name, p in ffn.named_parameters():
-    print(f"{name:10s} whole batch vs sum over positions: rel error {rel_error(whole[name], p.grad):.1e}")
+    print(tr(f"{name:10s} whole batch vs sum over positions: rel error {rel_error(whole[name], p.grad):.1e}"))
 
 # %% [markdown]
 # ## 4. The backward pass of the FFN
@@ -232,7 +235,7 @@ ffn.linear1.b.data[:] = 0.1 * rng.standard_normal(8)       # non-zero biases, so
 ffn.linear2.b.data[:] = 0.1 * rng.standard_normal(4)
 x = rng.standard_normal((2, 3, 4))
 z = linear_forward(x, ffn.linear1.W.data, ffn.linear1.b.data)[0]
-print(f"smallest |z|: {np.abs(z).min():.1e};  active units: {np.mean(z > 0):.0%}")
+print(tr(f"smallest |z|: {np.abs(z).min():.1e};  active units: {np.mean(z > 0):.0%}"))
 
 report = check_layer(ffn, x)
 print(report)

@@ -38,6 +38,8 @@
 # The derivation in full: [docs/derivations.md §3, positional encoding](../docs/derivations.md#3-positional-encoding-35).
 #
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

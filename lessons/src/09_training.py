@@ -43,6 +43,8 @@
 # [§11 (label-smoothed cross-entropy)](../docs/derivations.md#11-label-smoothed-cross-entropy-54).
 #
 # **What it trains:** several small models of the copy and reverse tasks (with and without warm-up, with and without label smoothing, one batch overfitted), the copy recipe until it is solved, and, in the exercises, a tiny model driven by your gradient. The cell below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

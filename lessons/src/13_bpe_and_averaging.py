@@ -50,6 +50,8 @@
 #
 # **What it trains:** one numbers-en-de model for a short stretch (the record's first steps, repeated live). The cell
 # below says how long the whole lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

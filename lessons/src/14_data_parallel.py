@@ -37,6 +37,8 @@
 # **What it trains:** a tiny copy model for a few steps, four times (on one process and on 2 ranks; with and without
 # gradient accumulation), and it times MPI messages on 2 and 4 ranks. The cell below says how long the whole
 # lesson takes.
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

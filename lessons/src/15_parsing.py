@@ -55,6 +55,8 @@
 # **What it trains:** one small parser for 600 steps, in three cells of 200 (a row of the record, repeated
 # live); the full runs of Table 4 come from the record. The cell below says how long the whole lesson takes.
 # (The grammar's size, the training steps and the sets' sizes this lesson names are asserted in its cells.)
+#
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
