@@ -246,6 +246,7 @@ class Number:
     unit: str | None
     source_line: str
     verdict: str = ""          # why it passes ("" = unchecked)
+    source: str = ""           # the lesson source's file name, "09_training.py"
 
 
 # -- reading a lesson source ------------------------------------------------------------------------------
@@ -502,7 +503,7 @@ def lesson_numbers(path: pathlib.Path) -> list[Number]:
             in_math = any(a <= m.start() < b for a, b in math_spans)
             unit = _unit_after(text, m.end())
             number = Number(lesson, cell.first_line + row, m.group(0), value, exponent, in_math, unit,
-                            cell.lines[row])
+                            cell.lines[row], source=path.name)
             context = "\n".join(cell.lines[max(row - 1, 0):row + 1])
             if cell.lines[row].lstrip().startswith("|"):
                 context = _table_context(cell.lines, row, m.start() - starts[row])
@@ -555,13 +556,9 @@ def unchecked(path: pathlib.Path) -> list[Number]:
     return [n for n in lesson_numbers(path) if not n.verdict]
 
 
-def describe(n: Number, root: pathlib.Path = HERE.parent) -> str:
-    where = f"lessons/src/{_name(n.lesson)}:{n.line}"
-    return f"{where}: unchecked number {n.text!r} in: {n.source_line.strip()[:100]}"
-
-
-def _name(lesson: str) -> str:
-    return next(p.name for p in (HERE / "src").glob(f"{lesson}_*.py"))
+def describe(n: Number) -> str:
+    """One line: where (lessons/src/NN_name.py:line), the number as typed, and the line it stands on."""
+    return f"lessons/src/{n.source}:{n.line}: unchecked number {n.text!r} in: {n.source_line.strip()[:100]}"
 
 
 def sources(numbers: list[str] | None = None) -> list[pathlib.Path]:
