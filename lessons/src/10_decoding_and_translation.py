@@ -291,9 +291,9 @@ show_markdown(
 #
 # To have something worth decoding we train a small model on **dates-en-ko**, one of the
 # package's offline translation tasks: every day from 1950 to 2049, written in English in one of
-# the four forms people write a date in ("Tuesday, March 5, 2024", "March 5, 2024", "Tuesday, 5
-# March 2024", "5 March 2024") and in Korean in the matching full or long form ("2024년 3월 5일
-# 화요일", "2024년 3월 5일"), generated from the Unicode CLDR data that ships with the `babel`
+# the four forms people write a date in (`Tuesday, March 5, 2024`, `March 5, 2024`,
+# `Tuesday, 5 March 2024`, `5 March 2024`) and in Korean in the matching full or long form
+# (`2024년 3월 5일 화요일`, `2024년 3월 5일`), generated from the Unicode CLDR data that ships with the `babel`
 # package (nothing is downloaded; sources and licence in `docs/datasets.md`). The Korean puts the
 # parts in the opposite order, so the model must learn to reorder as well as to translate
 # words. Both sides are split into words, and a comma or a full stop is a token of its own
