@@ -25,7 +25,8 @@ def register(sub) -> None:
     p = sub.add_parser("average", help="average the parameters of checkpoints of one run (§6.1)",
                        description="Write one checkpoint whose parameters are the element-wise mean of the given "
                                    "checkpoints' (§6.1: the base model averaged the last 5). They must come from "
-                                   "one run: the same model, vocabulary, tokenization and seed. The average has "
+                                   "one run: the same model, vocabulary, tokenization, seed and data; each counts "
+                                   "once, whatever its name (checkpoint.npz is the last step's file). The average has "
                                    "no optimizer state, so `train --resume` refuses it; translate and evaluate "
                                    "accept it. Usually: average runs/X/checkpoint.step*.npz -o runs/X/average.npz "
                                    "after `train --keep-last 5`.")

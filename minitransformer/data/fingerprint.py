@@ -76,11 +76,16 @@ def _sizes(fp: dict) -> str:
     return "{:,} train / {:,} valid / {:,} test pairs".format(*fp["sizes"])
 
 
+def describe(fp: dict) -> str:
+    """"1,000 train / 100 valid / 100 test pairs of 'copy'": the data a fingerprint stands for, in words."""
+    return f"{_sizes(fp)} of {fp['task']!r}"
+
+
 def compare(saved: dict, now: dict) -> str | None:
     """None if ``now`` is the data ``saved`` describes; else a sentence saying how it differs."""
     if saved["corpus"] != now["corpus"]:
-        return (f"the data differs from what the checkpoint was trained on (then: {_sizes(saved)} of "
-                f"{saved['task']!r}; now: {_sizes(now)} of {now['task']!r})")
+        return (f"the data differs from what the checkpoint was trained on (then: {describe(saved)}; "
+                f"now: {describe(now)})")
     if saved["split"] != now["split"]:
         return ("the same pairs are split differently into train / valid / test than when the checkpoint was "
                 "trained (the lines of the file were reordered, or another seed was given), so pairs it trained "
@@ -117,5 +122,5 @@ def proves_held_out(fp: dict | None) -> bool:
     return fp is not None and fp.get("since_step", 0) == 0
 
 
-__all__ = ["digest", "fingerprint", "check", "compare", "for_resume", "proves_held_out", "DataMismatchError",
-           "SPLIT_NAMES"]
+__all__ = ["digest", "fingerprint", "check", "describe", "compare", "for_resume", "proves_held_out",
+           "DataMismatchError", "SPLIT_NAMES"]
