@@ -23,6 +23,13 @@ at every moment both names hold a complete file.
 Reading: :func:`open_to_read` opens a file the user named (a TSV, a text file,
 a BPE codes file) and turns the three ways that fails into one line that names
 the file and what it should have been.
+
+Choosing where to write, before any work (the one rule of every command that writes):
+:func:`check_output_file` and :func:`check_output_folder` refuse an output that is one of the
+command's own inputs (the same file under any name: a hard link or a symbolic link counts, by
+``os.path.samestat``), and create at most the last missing folder of an output path, unless
+the caller was asked for more (``parents``: ``--parents`` on the command line, as ``mkdir -p``).
+A typo in a path then fails, instead of growing a tree of folders somewhere unexpected.
 """
 
 from __future__ import annotations
@@ -203,6 +210,69 @@ def check_writable_dir(directory: str | os.PathLike) -> None:
         raise OSError(exc.errno, f"{directory}: cannot write files there ({exc.strerror})") from None
 
 
+class OutputPathError(ValueError):
+    """An output path a command must not write: one of its own inputs, or under several missing folders."""
+
+
+def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
+    """True when the two paths name one file: the same inode (a hard link, a symbolic link, ``./x`` and ``x``),
+    or, where one of them does not exist, the same resolved path."""
+    try:
+        return os.path.samestat(os.stat(a), os.stat(b))
+    except OSError:
+        return os.path.realpath(a) == os.path.realpath(b)
+
+
+def refuse_inputs(output: str | os.PathLike, inputs) -> None:
+    """OutputPathError if the file ``output`` is one of ``inputs``, (what it is, path) pairs such as
+    ("a checkpoint to average", "runs/x/checkpoint.npz"): writing it would replace what the command reads."""
+    output = os.fspath(output)
+    for what, path in inputs:
+        if path is None or not same_file(output, path):
+            continue
+        path = os.fspath(path)
+        name = f"{what} too" if os.path.normpath(path) == os.path.normpath(output) else \
+            f"the same file as {what} {path}"
+        raise OutputPathError(f"{output} is {name}: writing it would replace an input of this command; "
+                              "write to another file")
+
+
+def _missing_folders(folder: str) -> list[str]:
+    """The folders of the path ``folder`` that do not exist, the deepest first (as written: relative stays relative)."""
+    missing, here = [], os.path.normpath(folder)
+    while here and not os.path.exists(here):
+        missing.append(here)
+        parent = os.path.dirname(here)
+        if parent == here:
+            break
+        here = parent
+    return missing
+
+
+def check_output_folder(folder: str | os.PathLike, parents: bool = False, ask: str = "") -> None:
+    """Make ``folder`` ready to write into, before any work: created if it is missing and its parent exists
+    (all its missing folders if ``parents``), and writable (``check_writable_dir``). Several missing
+    folders without ``parents`` are an OutputPathError naming the topmost; ``ask`` says how to ask for
+    them ("give --parents")."""
+    folder = os.fspath(folder)
+    missing = _missing_folders(folder)
+    if len(missing) > 1 and not parents:
+        raise OutputPathError(f"{folder}: the folder {missing[-1]} does not exist either; only the last missing folder "
+                              f"of an output path is created (check the path{', or ' + ask if ask else ''})")
+    check_writable_dir(folder)
+
+
+def check_output_file(path: str | os.PathLike, inputs=(), parents: bool = False, ask: str = "") -> None:
+    """The one rule for a file a command will write, checked before any work: a file name (not empty, not
+    a folder), not one of ``inputs`` ((what, path) pairs, ``refuse_inputs``), in a folder that exists or is
+    the one missing folder (``check_output_folder``: created, and probed for writing)."""
+    path = os.fspath(path)
+    if not path.strip() or os.path.isdir(path) or path.endswith(("/", os.sep)):
+        raise OutputPathError(f"{path!r} is a folder or no name at all; name a file to write")
+    refuse_inputs(path, inputs)
+    check_output_folder(os.path.dirname(path) or ".", parents, ask)
+
+
 def atomic_write_text(path: str | os.PathLike, text: str, keep_previous: bool = False) -> None:
     """``atomic_write_bytes`` of UTF-8 text; newlines are written as given ("\\n" on every OS)."""
     atomic_write_bytes(path, text.encode("utf-8"), keep_previous)
@@ -216,4 +286,5 @@ def atomic_second_name(path: str | os.PathLike, target: str | os.PathLike) -> No
 
 
 __all__ = ["atomic_write_bytes", "atomic_write_text", "atomic_second_name", "partial_path", "partial_target",
-           "previous_path", "remove_stale_partials", "check_writable_dir", "PARTIAL_SUFFIX"]
+           "previous_path", "remove_stale_partials", "check_writable_dir", "check_output_file", "check_output_folder",
+           "refuse_inputs", "same_file", "OutputPathError", "PARTIAL_SUFFIX"]

@@ -67,7 +67,7 @@ from .data.vocab import Vocab
 from .decoding import NonFiniteOutputError
 from .distributed import GradientSum, SingleProcess, StepBatches, agree_to_stop, check_in_sync, step_batches
 from .errors import NonFiniteError
-from .files import atomic_write_text, check_writable_dir, remove_stale_partials
+from .files import atomic_write_text, check_writable_dir, previous_path, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
 from .model import Transformer
 from .optim import Adam, NoamSchedule, NonFiniteGradientError
@@ -88,6 +88,16 @@ def encode_pairs(vocab: Vocab, pairs) -> list[tuple[list[int], list[int]]]:
 
 
 # -- the loop ------------------------------------------------------------------------
+
+METRICS_LOG, LOSS_CURVE = "metrics.jsonl", "loss.png"
+
+
+def output_files(out_dir: str) -> list[str]:
+    """Every file a run writes (or replaces) in ``out_dir``; none of them may be an input of the run."""
+    names = [Trainer.CHECKPOINT, previous_path(Trainer.CHECKPOINT), METRICS_LOG, LOSS_CURVE, snapshots.AVERAGE_FILE,
+             runlock.LOCK_NAME]
+    return [os.path.join(out_dir, name) for name in names] + [p for _, p in snapshots.kept_checkpoints(out_dir)]
+
 
 
 def _json_safe(record: dict) -> dict:
@@ -375,7 +385,7 @@ class Trainer:
         s = self.settings
         mode = "auto" if progress is True else "off" if progress is False else progress
         writer = self.out_dir if self.comm.is_root else None     # rank 0 alone writes files and progress
-        log_path = os.path.join(writer, "metrics.jsonl") if writer else None
+        log_path = os.path.join(writer, METRICS_LOG) if writer else None
         if writer:
             self._prepare_out_dir()
         history: list[dict] = self._trim_log(log_path) if log_path else []
@@ -436,7 +446,7 @@ class Trainer:
             self._progress = None
         if writer:
             try:
-                plot_loss_curve(history, os.path.join(writer, "loss.png"), self.model.cfg.eps_ls)
+                plot_loss_curve(history, os.path.join(writer, LOSS_CURVE), self.model.cfg.eps_ls)
             except Exception as exc:  # noqa: BLE001 - a picture is not worth losing the run's report
                 self._warn(f"could not draw the loss curve ({type(exc).__name__}: {exc}); the checkpoint and "
                            "metrics.jsonl are saved")

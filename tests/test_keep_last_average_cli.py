@@ -180,7 +180,7 @@ def test_average_refuses_checkpoints_of_another_run_and_other_bad_input(run_dir,
         assert not (tmp_path / "avg.npz").exists()
     code, _, err = run(["average", mine, step_path(str(run_dir), 15), "-o", mine])
     assert code == 2
-    one_error_line(err, "is one of the checkpoints to average", "(--output ")
+    one_error_line(err, "is a checkpoint to average too", "(--output ")
     code, _, err = run(["average", mine, "-o", tsv / "avg.npz"])            # a folder that is a file
     assert code == 2
     one_error_line(err, "exists and is not a directory", "(--output ")

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from dataclasses import dataclass
 
-from .common import CliError, Parser, about, add_common, positive_int
+from .common import CliError, Parser, about, add_common, add_parents_option, check_output_file, positive_int
 
 
 @dataclass(frozen=True)
@@ -17,10 +16,11 @@ class LearnRequest:
     merges: int
     min_frequency: int
     output: str
+    parents: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LearnRequest:
-        return cls(tuple(args.files), args.merges, args.min_frequency, args.output)
+        return cls(tuple(args.files), args.merges, args.min_frequency, args.output, args.parents)
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,7 @@ def register(sub) -> None:
     q.add_argument("--min-frequency", type=positive_int, default=2, metavar="F",
                    help="stop when no pair of symbols occurs F times or more (default 2, as subword-nmt)")
     q.add_argument("-o", "--output", required=True, metavar="CODES", help="the codes file to write")
+    add_parents_option(q)
     add_common(q, backend_option=False)
     q.set_defaults(handler=lambda args: learn(LearnRequest.from_args(args)))
     q = bpe_commands.add_parser("apply", help="apply merges to standard input, line by line",
@@ -74,12 +75,8 @@ def stdin_text() -> str:
 
 def learn(req: LearnRequest) -> int:
     from ..data.bpe import BPE, read_corpus, write_codes  # noqa: PLC0415
-    from ..files import check_writable_dir  # noqa: PLC0415
 
-    if not req.output.strip() or os.path.isdir(req.output):
-        raise CliError("name a codes file to write (not a folder)", f"--output {req.output}")
-    with about(f"--output {req.output}"):
-        check_writable_dir(os.path.dirname(os.path.abspath(req.output)))
+    check_output_file(req.output, "--output", [("a file to learn from", f) for f in req.files], req.parents)
     with about(" ".join(req.files)):
         counts = read_corpus(list(req.files))
     if not counts:

@@ -17,6 +17,7 @@ from .common import (
     CliError,
     about,
     add_common,
+    add_parents_option,
     check_output_dir,
     load_checkpoint,
     memory_for,
@@ -60,6 +61,7 @@ class TrainRequest:
     progress_every: float = 30.0
     backend: str | None = None
     argv: tuple[str, ...] = ()           # the whole command line, for the resume command
+    parents: bool = False                # --parents: create every missing folder of --out
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TrainRequest:
@@ -67,7 +69,7 @@ class TrainRequest:
         return cls(args.task, args.data, args.level, args.bpe_merges, args.header, args.max_length, args.preset,
                    tuple(args.set or ()), settings, tuple(args.eval) if args.eval else None, args.out,
                    args.overwrite, args.resume, args.check_sync_every, not args.no_progress, args.progress_every,
-                   args.backend, tuple(args.argv))
+                   args.backend, tuple(args.argv), args.parents)
 
     @property
     def source(self) -> str:
@@ -137,7 +139,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=non_negative_int, default=None,
                    help="seed of the data split, the initial weights and dropout (default 0; when resuming, "
                         "the checkpoint's)")
-    p.add_argument("--out", help="output directory (default: runs/TASK)")
+    p.add_argument("--out", help="output directory (default: runs/TASK); its folder must exist (see --parents)")
+    add_parents_option(p)
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh even if --out holds an earlier run's checkpoint (it is replaced)")
     p.add_argument("--resume", help="continue from this checkpoint")
@@ -181,6 +184,19 @@ def _check_options(req: TrainRequest) -> None:
             if given:
                 raise CliError(f"{option} applies to --data files only; task {req.task!r} fixes its own "
                                "tokenization and splits (--level bpe excepted)", option)
+
+
+def _check_outputs(req: TrainRequest, out_dir: str) -> None:
+    """No file the run writes into ``out_dir`` is its --data file (files.refuse_inputs; --resume may be
+    the folder's own checkpoint: that is how a run continues)."""
+    from ..files import refuse_inputs  # noqa: PLC0415
+    from ..train import output_files  # noqa: PLC0415
+
+    if req.data is None:
+        return
+    for path in output_files(out_dir):
+        with about(f"--out {out_dir}"):
+            refuse_inputs(path, [("--data", req.data)])
 
 
 def _resumed(req: TrainRequest, changes: dict):
@@ -231,9 +247,12 @@ def run(req: TrainRequest) -> int:
     if req.out is not None and not req.out.strip():
         raise CliError("the output folder is empty; leave --out out for runs/TASK, or name a folder", "--out")
     out_dir = req.out if req.out is not None else os.path.join("runs", task.name)
+    _check_outputs(req, out_dir)
     if not comm.is_root:                        # rank 0 alone writes into the folder and holds its lock
         return _train_locked(req, task, out_dir, ckpt, saved, seed, changes, strategies, comm)
-    check_output_dir(out_dir, "--out")
+    # --out as typed creates its last missing folder (all of them with --parents); the default,
+    # runs/TASK, is the package's own choice, and may create runs/ too.
+    check_output_dir(out_dir, "--out", parents=req.parents or req.out is None)
     with _run_lock(out_dir):
         return _train_locked(req, task, out_dir, ckpt, saved, seed, changes, strategies, comm)
 

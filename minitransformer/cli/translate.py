@@ -3,10 +3,21 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from dataclasses import dataclass
 
-from .common import CliError, about, add_common, check_output_dir, load_checkpoint, memory_for, quiet_numpy, set_backend
+from .common import (
+    CliError,
+    about,
+    add_common,
+    add_parents_option,
+    check_output_dir,
+    load_checkpoint,
+    memory_for,
+    quiet_numpy,
+    set_backend,
+)
 from .scoring import (
     check_decoding_fits,
     check_levels,
@@ -25,11 +36,12 @@ class TranslateRequest:
     level: str | None = None
     attention: str | None = None     # a folder for the first sentence's heatmaps
     backend: str | None = None
+    parents: bool = False            # --parents: create every missing folder of --attention
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TranslateRequest:
         return cls(tuple(args.text), args.checkpoint, DecoderChoice.from_args(args), args.level, args.attention,
-                   args.backend)
+                   args.backend, args.parents)
 
 
 def register(sub) -> None:
@@ -44,6 +56,7 @@ def register(sub) -> None:
     p.add_argument("--level", choices=["char", "word"], help="source tokenization (default: the checkpoint's)")
     p.add_argument("--attention", metavar="OUT_DIR",
                    help="also save attention heatmaps (every layer and head) for the first sentence")
+    add_parents_option(p)
     add_common(p)
     p.set_defaults(handler=lambda args: run(TranslateRequest.from_args(args)))
 
@@ -117,6 +130,17 @@ def _tokenized(ckpt, sentences, src_level: str, bpe) -> list[list[str]]:
     return sources
 
 
+def _check_attention_folder(req: TranslateRequest) -> None:
+    """--attention's folder: the one rule of outputs (files.py), for each heatmap it will hold."""
+    from ..files import refuse_inputs  # noqa: PLC0415
+    from ..translate import ATTENTION_KINDS  # noqa: PLC0415
+
+    for kind in ATTENTION_KINDS:
+        with about(f"--attention {req.attention}"):
+            refuse_inputs(os.path.join(req.attention, f"{kind}.png"), [("--checkpoint", req.checkpoint)])
+    check_output_dir(req.attention, "--attention", req.parents)
+
+
 def run(req: TranslateRequest) -> int:
     from ..data.registry import saved_task  # noqa: PLC0415
     from ..data.vocab import detokenize  # noqa: PLC0415
@@ -128,7 +152,7 @@ def run(req: TranslateRequest) -> int:
         if not req.attention.strip():
             raise CliError("the folder for the heatmaps is empty; name a folder, or leave --attention out",
                            "--attention")
-        check_output_dir(req.attention, "--attention")
+        _check_attention_folder(req)
     sentences = read_sentences(req.text)
     with memory_for("loading the checkpoint", f"--checkpoint {req.checkpoint}"):
         ckpt = load_checkpoint(req.checkpoint, "--checkpoint")
