@@ -43,27 +43,33 @@ LESSONS = [
     ("01_scaled_dot_product_attention", "Scaled dot-product attention", "§3.2.1, Eq. 1",
      "a worked example by hand, masks, why divide by √d_k (plotted), the softmax Jacobian and the attention backward"),
     ("02_multi_head_attention", "Multi-head attention", "§3.2.2–3.2.3",
-     "split and concat as reshapes, their backward, FLOPs of h heads vs one, the three uses and their masks"),
+     "split and concat as reshapes, their backward, FLOPs of h heads vs one, the three uses and their masks, "
+     "what one head cannot do (it averages; trained: one head against several)"),
     ("03_feed_forward", "Feed-forward network", "§3.3, Eq. 2", "ReLU's backward, the same weights at every position"),
     ("04_residuals_and_layernorm", "Residuals and LayerNorm", "§3.1",
      "the LayerNorm backward derived, gradient norms through a deep stack with and without residuals, "
-     "post-LN vs pre-LN"),
+     "post-LN vs pre-LN, one width for every sub-layer, residuals and LayerNorm removed and trained (what the "
+     "paper does not say)"),
     ("05_embeddings_and_softmax", "Embeddings and softmax", "§3.4",
-     "the √d_model scale, three-way tying and its summed gradient, the parameters tying saves"),
+     "the √d_model scale, three-way tying and its summed gradient, the parameters tying saves, tied vs untied "
+     "trained, do trained embeddings put translations close?"),
     ("06_positional_encoding", "Positional encoding", "§3.5",
      "the encoding plotted, PE(pos+k) as a fixed linear map of PE(pos), positions beyond training length"),
     ("07_encoder_decoder", "The encoder-decoder assembled", "§3.1, Fig. 1",
      "stacks and masks, a full forward and backward with shapes, a whole-model gradient check, the base model's "
-     "parameter count vs Table 3"),
+     "parameter count vs Table 3, what each sub-layer mixes and where the decoder reads the source"),
     ("08_why_self_attention", "Why self-attention", "§1, §2, §4, Table 1",
      "a recurrent layer and a convolution written small; Table 1 measured, not restated: FLOPs counted, time per "
-     "layer, sequential operations, path length from real gradients; restricted attention; additive vs dot-product"),
+     "layer, sequential operations, path length from real gradients; restricted attention; additive vs dot-product; "
+     "factorized and mixture-of-experts recurrence, memory and batching, an LSTM encoder-decoder trained against "
+     "the Transformer, linear attention, an image read as a sequence"),
     ("09_training", "Training", "§5",
      "batching by length, Adam and its bias correction, the warm-up schedule, label smoothing's gradient p − q, "
      "dropout's masks, sanity checks, the copy task trained until solved, your own `dlogits` driving a run"),
     ("10_decoding_and_translation", "Decoding and translation", "§6.1",
      "greedy decoding on the key/value cache, beam search and its length penalty, BLEU by hand and against "
-     "sacrebleu, chrF, a dates-en-ko model trained in the notebook, attention maps of every head"),
+     "sacrebleu, chrF, a dates-en-ko model trained in the notebook, attention maps of every head, Table 2 beside "
+     "the toy run's cost, generation's sequential steps"),
     ("11_model_variations", "Model variations in miniature", "§6.2, Table 3",
      "rows A–E at toy scale with 3 seeds each beside the paper's rows, the learned positional embedding's backward, "
      "learned vs sinusoidal positions on longer inputs"),

@@ -349,7 +349,7 @@ for kind, g in grad_norm.items():
 #   residual stream is a sum of 64 branch outputs that is never normalized.
 
 # %%
-from lessonkit.prose import claim, claim_true
+from lessonkit.prose import claim, claim_true, show_markdown
 
 g0 = {kind: np.array([gg[0] for gg in g]) for kind, g in grad_norm.items()}     # ||dL/dx_0|| / top, per stack
 plain, ln_only = g0["plain F(x)"], g0["LN(F(x)), no residual"]
@@ -473,6 +473,243 @@ for pre_ln in (False, True):
     res = m.encoder.layers[0].res_attn
     print(f"pre_ln={pre_ln!s:5}: Residual.pre_ln={res.pre_ln}, encoder final norm: {type(m.encoder.final_norm).__name__}, "
           f"parameters {m.num_parameters():,} (formula {count_parameters(m.cfg):,})")
+
+
+# %% [markdown]
+# ## 6. One width everywhere: why every sub-layer outputs $d_\text{model}$ (§3.1)
+#
+# §3.1 gives the reason for the model's one width in the same breath as the residual connection: "To
+# facilitate these residual connections, all sub-layers in the model, as well as the embedding layers,
+# produce outputs of dimension $d_\text{model} = 512$." The sum $x + \mathrm{Sublayer}(x)$ is taken entry by
+# entry, so both terms must have the same shape; the embedding plus positional encoding is the first $x$ of
+# the stack and must have it too. The feed-forward network may widen inside ($d_\text{ff} = 2048$), and the
+# heads may split the width ($h \cdot d_v$), as long as each sub-layer hands back $d_\text{model}$. Checked on
+# a whole model: every residual connection's input and its sub-layer's output, recorded during one forward.
+
+# %%
+import types
+
+shapes = []
+
+
+def recording(self, x, sublayer):
+    out = sublayer(x)
+    shapes.append((self._name, x.shape, out.shape))
+    return Residual.forward(self, x, lambda _: out)       # the wrapper itself, on the recorded output
+
+
+m = Transformer(tiny, seed=0)
+for layer in m.modules():
+    if isinstance(layer, Residual):
+        layer.forward = types.MethodType(recording, layer)
+src_ids, tgt_ids = np.array([[3, 4, 5, 6, 2]]), np.array([[1, 7, 8, 9]])
+m.forward(src_ids, tgt_ids)
+for name, x_shape, out_shape in shapes:
+    print(f"{name:32s} x {x_shape}   sub-layer output {out_shape}")
+claim_true("every sub-layer hands back the shape of its input (B, S, d_model)",
+           all(xs == os_ and xs[-1] == tiny.d_model for _, xs, os_ in shapes))
+
+ffn_inside = FeedForward(tiny.d_model, tiny.d_ff, np.random.default_rng(0))
+x_demo = np.random.default_rng(1).standard_normal((1, 5, tiny.d_model))
+hidden = ffn_inside.linear1.forward(x_demo)              # inside the FFN: d_ff wide
+try:
+    x_demo + hidden                                      # a residual around a sub-layer that stops at d_ff
+except ValueError as error:
+    print(f"\nx {x_demo.shape} + a {tiny.d_ff}-wide output {hidden.shape}: ValueError: {error}")
+
+# %% [markdown]
+# Where widths do differ, residual networks for images put a learned projection on the skip path (He et al.,
+# 2016, their "projection shortcut"), so that $x W_s + F(x)$ can be added. With one width throughout, the
+# Transformer needs none. What they would cost in the base model, one $d_\text{model} \times d_\text{model}$
+# matrix on each skip path (counted from the model's structure: two residual connections per encoder layer,
+# three per decoder layer):
+
+# %%
+per_model = base.N * 2 + base.N * 3                      # residual connections in the whole base model
+projections = per_model * base.d_model * base.d_model
+show_markdown(
+    f"The base model has {per_model} residual connections; a projection on each would add {projections / 1e6:.1f} M "
+    f"parameters, {projections / count_parameters(base):.0%} of the {count_parameters(base) / 1e6:.1f} M it has, for a "
+    "matrix that the one width makes unnecessary: the identity does the job at no cost, and it is the identity that "
+    "lets the gradient through unchanged (section 3).")
+
+# %% [markdown]
+# ## 7. What the paper says about residuals and LayerNorm, and what it does not
+#
+# All §3.1 says is: "We employ a residual connection [He et al.] around each of the two sub-layers, followed by
+# layer normalization [Ba et al.]". It gives **no reason** for either, and it reports no experiment without them
+# (Table 3 varies neither; lesson 11). The reasons readers find next to the paper (the gradient argument of
+# section 4 above, "a block only has to learn an increment", "without residuals performance drops sharply",
+# "LayerNorm keeps the distributions steady, speeds training and makes it less sensitive to the initialization")
+# come from the papers it cites or from explanations of it. Each is marked here as not the paper's, and
+# measured where a toy can.
+#
+# **Skip connections in image models.** The residual connection is ResNet's (He et al., 2016), and it adds:
+# $x + F(x)$. Not every image model with a skip is like it. VGG (Simonyan and Zisserman, 2014) has no skip
+# connections at all: a plain stack of convolutions. U-Net (Ronneberger et al., 2015) and DenseNet (Huang et al.,
+# 2017) have skips, but they **concatenate**: the earlier feature map is stacked beside the later one along the
+# channel axis, so the next layer's input is wider, and the widths grow with depth. The Transformer's one width
+# (section 6) is possible because it adds. If the base encoder's sub-layers concatenated instead, each handing
+# on its input beside its output:
+
+# %%
+widths = [base.d_model * (k + 1) for k in range(2 * base.N + 1)]          # before sub-layer k, for k = 0 .. 2N
+show_markdown(
+    f"the input of the last of its {2 * base.N} sub-layers would be {widths[-2]:,} wide and the encoder's output "
+    f"{widths[-1]:,}, against {base.d_model} for every one of them when the skips add.")
+
+# %% [markdown]
+# **Trained without them.** `lessons/experiments/sublayer_ablations.py` trains lesson 11's toy model (post-LN, on
+# numbers-en-fr with lesson 11's base settings) as it is and with the residual
+# connections removed (LayerNorm(Dropout(Sublayer(x)))), with the LayerNorms removed (x + Dropout(Sublayer(x))),
+# and with both removed, over the record's seeds:
+
+# %%
+import json
+
+with open("experiments/sublayer_ablations.json") as f:
+    ablations = json.load(f)
+made = ablations["provenance"][-1]
+print("record:", made["command"], "at commit", made["commit"][:10], "on", made["machine"]["cpu"],
+      f"({made['machine']['cores']} cores); task {ablations['task']}, {ablations['steps']} steps")
+runs = {(r["label"], r["seed"]): r for r in ablations["runs"]}
+seeds = sorted({s for lab, s in runs if lab == "base"})
+wiring = ["base", "no residual", "no LayerNorm", "neither"]
+print(f"{'model':16s}{'test exact match, by seed':>34s}{'perplexity, by seed':>34s}")
+for label in wiring:
+    rs = [runs[label, s] for s in seeds]
+    print(f"{label:16s}{str([round(r['exact_match'], 3) for r in rs]):>34s}{str([round(r['ppl'], 3) for r in rs]):>34s}")
+
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
+for label, color in zip(wiring, ("C0", "C3", "C2", "C7")):
+    for s in seeds:
+        curve = np.array(runs[label, s]["train_curve"])
+        axes[0].plot(curve[:, 0], curve[:, 1], color=color, alpha=0.7, label=label if s == seeds[0] else None)
+axes[0].set(xlabel="step", ylabel="training loss", yscale="log", title="the wiring of every sub-layer, every seed")
+axes[0].legend(fontsize=8)
+lr_labels = {("base", 0.5): "base, lr x0.5", ("base", 1.0): "base", ("base", 2.0): "base, lr x2",
+             ("no LayerNorm", 0.5): "no LayerNorm, lr x0.5", ("no LayerNorm", 1.0): "no LayerNorm",
+             ("no LayerNorm", 2.0): "no LayerNorm, lr x2"}
+for kind, color, dx in (("base", "C0", -0.04), ("no LayerNorm", "C2", 0.04)):
+    for mult in (0.5, 1.0, 2.0):
+        vals = [runs[lr_labels[kind, mult], s]["exact_match"] for s in seeds]
+        axes[1].scatter([np.log2(mult) + dx] * len(vals), vals, color=color, label=kind if mult == 1.0 else None)
+axes[1].set(xticks=[-1, 0, 1], xticklabels=["x0.5", "x1", "x2"], xlabel="learning-rate factor (x the base's)",
+            ylabel="test exact match", title="with and without LayerNorm, three learning rates", ylim=(-0.05, 1.05))
+axes[1].legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %%
+import math
+
+ex = {label: np.array([runs[label, s]["exact_match"] for s in seeds]) for label in set(lr_labels.values()) | set(wiring)}
+tok = {label: np.array([runs[label, s]["token_acc"] for s in seeds]) for label in ex}
+gn = {label: max(c[2] for s in seeds for c in runs[label, s]["train_curve"]) for label in ex}
+claim_true("without residual connections no seed translates a single test number exactly",
+           ex["no residual"].max() == 0 and ex["neither"].max() == 0)
+show_markdown(
+    f"**Without the residual connections the toy model does not learn the task in its {ablations['steps']} steps**: "
+    f"not one test number is translated exactly on any seed, and only {tok['no residual'].min():.0%} to "
+    f"{tok['no residual'].max():.0%} of the output tokens are right (the model as it is: exact match "
+    f"{ex['base'].min():.3f} to {ex['base'].max():.3f}). Without the LayerNorms as well, the same. So here the drop is "
+    f"sharp, with only {ablations['base_model']['N']} layers on each side; section 4's argument about gradients in "
+    "deep stacks is not needed to see it. The paper itself has no such run.")
+
+# %% [markdown]
+# The decoder shows why the drop can be so sharp. Without the skip, the output of the encoder-decoder attention
+# sub-layer is a weighted average of projected encoder outputs: what the decoder has read of the target so far
+# survives that sub-layer only through the attention weights, and at the start of training, with weights
+# spread nearly evenly, hardly at all. Measured on the small model of section 5, with and without its skips
+# (the variant of the record, float64, one batch): the size of the gradient reaching each decoder layer's
+# self-attention, relative to the largest gradient of any parameter of the model.
+
+# %%
+import sys
+
+sys.path.insert(0, "experiments")                                     # lessons/experiments
+import sublayer_ablations
+
+src_b, tgt_b = np.array([[3, 4, 5, 6, 2], [7, 8, 9, 2, 0]]), np.array([[1, 10, 11, 4, 5], [1, 5, 6, 7, 0]])
+G_b = np.random.default_rng(0).standard_normal((2, tgt_b.shape[1], tiny.vocab_size))
+share = {}
+for label in ("base", "no residual"):
+    mdl = sublayer_ablations.make_variant(Transformer(tiny, seed=0), label, 0)
+    mdl.zero_grad()
+    mdl.forward(src_b, tgt_b)
+    mdl.backward(G_b)
+    norms = {name: np.linalg.norm(p.grad) for name, p in mdl.named_parameters()}
+    share[label] = [norms[f"decoder.layers.{i}.self_attn.W_qkv"] / max(norms.values()) for i in range(tiny.N)]
+    print(f"{label:12s} gradient of each decoder layer's self-attention W_qkv / the largest gradient: "
+          + ", ".join(f"layer {i}: {v:.1e}" for i, v in enumerate(share[label])))
+claim_true("without skips the first decoder self-attention gets a vanishing share of the gradient",
+           share["no residual"][0] < 1e-4 * share["base"][0], str(share))
+show_markdown(
+    f"With the skips the first decoder layer's self-attention receives {share['base'][0]:.2f} of the largest "
+    f"gradient; without them, {share['no residual'][0]:.0e}. It is not the depth that starves it but the wiring: "
+    "one sub-layer whose output forgets its input.")
+
+# %% [markdown]
+# **"A residual block learns an increment."** He et al. describe a residual block as fitting the difference
+# $H(x) - x$ rather than $H(x)$, and the reading that each block adds a small correction to its input follows
+# from there. Not the paper's words either. Measured on the trained models of the record: the size of what each
+# sub-layer adds, $\|\mathrm{Sublayer}(x)\| / \|x\|$ per position, median over the positions of two hundred dev
+# sentences, at every residual connection:
+
+# %%
+def increment(label, when):
+    """The median over seeds of the median ratio over a model's residual connections."""
+    return float(np.median([np.median([c["median"] for c in runs[label, s][when]]) for s in seeds]))
+
+
+where = [c["where"] for c in runs["base", seeds[0]]["increments_trained"]]
+fig, ax = plt.subplots(figsize=(11, 3.4))
+for k, (label, when, color) in enumerate((("base", "increments_at_init", "C7"), ("base", "increments_trained", "C0"),
+                                          ("no LayerNorm", "increments_trained", "C2"))):
+    vals = np.median([[c["median"] for c in runs[label, s][when]] for s in seeds], axis=0)
+    ax.bar(np.arange(len(where)) + (k - 1) * 0.27, vals, 0.27, color=color,
+           label=f"{label}, {'before' if when.endswith('init') else 'after'} training")
+ax.axhline(1, color="gray", lw=0.8)
+ax.set_xticks(range(len(where)), [w.replace("layers.", "").replace(".res_", " ") for w in where], rotation=30,
+              fontsize=7, ha="right")
+ax.set(ylabel="||Sublayer(x)|| / ||x||", title="how much each sub-layer adds to its input (median over seeds)")
+ax.legend(fontsize=8); plt.tight_layout(); plt.show()
+show_markdown(
+    f"In the model as the paper wires it (post-LN), the sub-layers add about as much as they receive: a median ratio "
+    f"of {increment('base', 'increments_at_init'):.2f} before training and {increment('base', 'increments_trained'):.2f} "
+    f"after, so not a small correction: each LayerNorm rescales the sum, and the next sub-layer works on a "
+    f"renormalized vector. Without LayerNorm the sum is never rescaled, the stream grows, and each sub-layer adds "
+    f"{increment('no LayerNorm', 'increments_trained'):.2f} of it: there the increment reading fits. Whether a block "
+    "\"learns an increment\" depends on where the norm sits, which the paper does not discuss.")
+
+# %% [markdown]
+# **LayerNorm beyond the initialization.** Section 4 looked at the initialization only. Trained, without LayerNorm
+# (residuals kept, $x + \mathrm{Dropout}(\mathrm{Sublayer}(x))$) and as the paper has it, at the base learning rate
+# and at half and twice it (the right panel above):
+
+# %%
+lr_rows = [(kind, mult, ex[lr_labels[kind, mult]]) for kind in ("base", "no LayerNorm") for mult in (0.5, 1.0, 2.0)]
+for kind, mult, vals in lr_rows:
+    print(f"{kind:14s} learning rate x{mult:<4g} test exact match {np.round(vals, 3)}, largest gradient norm "
+          f"{gn[lr_labels[kind, mult]]:.1f}")
+enc = {label: np.median([runs[label, s]["encoder_output_norm_median"] for s in seeds]) for label in ("base", "no LayerNorm")}
+no_ln_all = np.concatenate([vals for kind, _, vals in lr_rows if kind == "no LayerNorm"])
+base_all = np.concatenate([vals for kind, _, vals in lr_rows if kind == "base"])
+claim_true("without LayerNorm the gradients are larger at every learning rate",
+           all(gn[lr_labels["no LayerNorm", m]] > gn[lr_labels["base", m]] for m in (0.5, 1.0, 2.0)))
+show_markdown(
+    f"Without LayerNorm the toy model reaches an exact match of {no_ln_all.min():.3f} to {no_ln_all.max():.3f} over "
+    f"the three learning rates and the seeds, against {base_all.min():.3f} to {base_all.max():.3f} for the model as "
+    "it is: "
+    + ("at this size, removing it did not hurt the result and did not make training more sensitive to the learning "
+       "rate. " if no_ln_all.min() >= base_all.min() else "removing it cost accuracy at some settings. ")
+    + f"What it changed is the scale of everything: gradient norms up to {max(gn[lr_labels['no LayerNorm', m]] for m in (0.5, 1.0, 2.0)):.0f} "
+    f"against {max(gn[lr_labels['base', m]] for m in (0.5, 1.0, 2.0)):.0f} (both clipped to "
+    f"{ablations['settings']['clip_norm']:g} before each step), and "
+    f"encoder outputs of size {enc['no LayerNorm']:.1f} against {enc['base']:.1f} (a LayerNorm's output has size "
+    f"about $\\sqrt{{d_\\text{{model}}}}$ = {math.sqrt(ablations['base_model']['d_model']):.0f} when its gain is near one). "
+    "Claims that LayerNorm speeds up and steadies training are Ba et al.'s, measured on other models; at this "
+    "scale they do not show, and the paper says nothing about them.")
 
 
 # %% [markdown]

@@ -324,7 +324,106 @@ print(f"saved = 2 V d_model   : {saved:>12,}   ({saved / (tied + saved):.1%} of 
 # %% [markdown]
 # Tying the source and target embeddings requires one vocabulary covering both languages, which a shared
 # byte-pair vocabulary provides.
+
+# %% [markdown]
+# ## 6. Tying, trained: what the paper says, and what it does not (§3.4)
 #
+# §3.4 states the choice and its source: "we share the same weight matrix between the two embedding layers
+# and the pre-softmax linear transformation, similar to" Press and Wolf (2017). It gives no reason, and it
+# reports no run without sharing. Saying that sharing makes learning "more efficient" goes beyond the paper:
+# fewer parameters is a count (section 5), and whether the model learns faster or better with them is a
+# measurement. `lessons/experiments/sublayer_ablations.py` makes it at toy scale: lesson 11's toy model on its
+# task (numbers-en-fr), trained as it is and with three separate matrices, each drawn as the shared one is,
+# over the same seeds and batches:
+
+# %%
+import json
+
+from lessonkit.prose import claim_true, show_markdown
+
+with open("experiments/sublayer_ablations.json") as f:
+    ablations = json.load(f)
+made = ablations["provenance"][-1]
+print("record:", made["command"], "at commit", made["commit"][:10], "on", made["machine"]["cpu"],
+      f"({made['machine']['cores']} cores); task {ablations['task']}, {ablations['steps']} steps")
+runs = {(r["label"], r["seed"]): r for r in ablations["runs"]}
+seeds = sorted({s for lab, s in runs if lab == "base"})
+print(f"{'':8s}{'parameters':>12s}   " + "   ".join(f"seed {s}: exact, perplexity" for s in seeds))
+for label in ("base", "untied"):
+    print(f"{'tied' if label == 'base' else 'untied':8s}{runs[label, seeds[0]]['params']:12,d}   " + "   ".join(
+        f"{runs[label, s]['exact_match']:.3f}, {runs[label, s]['ppl']:.3f}     " for s in seeds))
+
+fig, ax = plt.subplots(figsize=(7, 3.2))
+for label, color in (("base", "C0"), ("untied", "C3")):
+    for s in seeds:
+        curve = np.array(runs[label, s]["train_curve"])
+        ax.plot(curve[:, 0], curve[:, 1], color=color, alpha=0.7, label=("tied" if label == "base" else label)
+                if s == seeds[0] else None)
+ax.set(xlabel="step", ylabel="training loss (label-smoothed)", yscale="log", title="tied vs untied, every seed")
+ax.legend(fontsize=8); plt.tight_layout(); plt.show()
+
+# %%
+tied_ppl = np.array([runs["base", s]["ppl"] for s in seeds])
+untied_ppl = np.array([runs["untied", s]["ppl"] for s in seeds])
+tied_exact = np.array([runs["base", s]["exact_match"] for s in seeds])
+untied_exact = np.array([runs["untied", s]["exact_match"] for s in seeds])
+extra = runs["untied", seeds[0]]["params"] - runs["base", seeds[0]]["params"]
+from minitransformer.data.registry import load_task
+
+V_task = len(load_task(ablations["task"]).vocab)
+claim_true("untying adds two V x d_model matrices", extra == 2 * V_task * ablations["base_model"]["d_model"],
+           f"{extra} against 2 x {V_task} x {ablations['base_model']['d_model']}")
+better = int((untied_ppl < tied_ppl).sum())
+show_markdown(
+    f"Untied, the toy model holds {extra:,} more parameters ({extra / runs['base', seeds[0]]['params']:.0%} more). "
+    f"Its test perplexity is lower than the tied model's on {better} of {len(seeds)} seeds (tied "
+    f"{tied_ppl.min():.3f} to {tied_ppl.max():.3f}, untied {untied_ppl.min():.3f} to {untied_ppl.max():.3f}) and its "
+    f"exact match is {untied_exact.min():.3f} to {untied_exact.max():.3f} against {tied_exact.min():.3f} to "
+    f"{tied_exact.max():.3f}. "
+    + ("At this scale the untied model learned better in the same steps: sharing saved parameters, not learning. "
+       if better == len(seeds) else
+       "At this scale sharing saves parameters without making learning measurably better or faster. ")
+    + "Whether it helps at the paper's scale, with a shared vocabulary of tens of thousands of subwords, is Press "
+    "and Wolf's measurement, not this one's.")
+
+# %% [markdown]
+# ## 7. Do trained embeddings put words of similar meaning close together?
+#
+# A common explanation of learned embeddings says that training places words of similar meaning (cat and dog)
+# near each other. **The paper does not say this**; it says only that it uses "learned embeddings to convert
+# the input tokens and output tokens to vectors of dimension $d_\text{model}$" (§3.4). The toy task can test a
+# sharp version: numbers-en-fr has both languages in one vocabulary, so "seven" and "sept" are two rows of the
+# same matrix, and they mean exactly the same thing. For every number from zero to ninety-nine whose name is one
+# token in both languages, is the French word nearest (by cosine) to the English word's embedding its
+# translation? Before training and after, tied and untied (untied: the English word's row of the source
+# embedding against the French words' rows of the target embedding):
+
+# %%
+closeness = {}
+for label in ("base", "untied"):
+    for when in ("embeddings_at_init", "embeddings_trained"):
+        closeness[label, when] = np.array([runs[label, s][when]["nearest_is_translation"] for s in seeds])
+pairs_n = runs["base", seeds[0]]["embeddings_trained"]["pairs"]
+for (label, when), share in closeness.items():
+    cos_t = np.mean([runs[label, s][when]["mean_cos_translation"] for s in seeds])
+    cos_o = np.mean([runs[label, s][when]["mean_cos_other"] for s in seeds])
+    print(f"{'tied' if label == 'base' else 'untied':7s} {when.split('_', 1)[1].replace('_', ' '):9s}: nearest French "
+          f"word is the translation for {share.mean():.1%} of {pairs_n} pairs (seeds {np.round(share, 3)}); "
+          f"mean cosine, translations {cos_t:+.3f}, other pairs {cos_o:+.3f}")
+chance = 1 / pairs_n
+show_markdown(
+    f"Chance is {chance:.1%}, and before training both models sit near it ({closeness['base', 'embeddings_at_init'].mean():.1%} "
+    f"tied). After training, in the tied model the nearest French word is the translation for "
+    f"{closeness['base', 'embeddings_trained'].mean():.1%} of the pairs; untied, for "
+    f"{closeness['untied', 'embeddings_trained'].mean():.1%}. "
+    + ("So training does move translations together here, and more so when one matrix serves both sides: the "
+       "similarity is something tying makes possible, not something every learned embedding has."
+       if closeness["base", "embeddings_trained"].mean() > 3 * chance else
+       "So on this task training did not put translations near each other: nothing in the loss asks for it, "
+       "and a model can translate well with embeddings whose geometry means nothing to us.")
+    + " What a trained embedding encodes is what its task needed from it.")
+
+# %% [markdown]
 # ## Exercises
 #
 # Each exercise has a cell with a stub to fill in and a checking cell below it. The checker

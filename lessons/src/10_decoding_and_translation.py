@@ -942,7 +942,226 @@ show_markdown("\n".join([
 # a tidy picture can still matter little to the output. Removing a head and measuring what changes
 # tests that: Exercise 8.4 of lesson 8 writes the ablation (one head's output set to zero before
 # $W^O$), and you can run it on this model's heads to see which of the pictures above matter.
+
+# %% [markdown]
+# ## 7. Table 2: what the paper reports, and what a toy run can and cannot show (§6.1)
 #
+# Table 2 of the paper sets the Transformer beside the best translation systems of its day on two
+# test sets, WMT 2014 English-German and English-French, in BLEU and in **training cost**. The cost is
+# an estimate, and §6.1 says how it was made: training time × number of GPUs × an estimate of each
+# GPU's sustained single-precision throughput (a footnote gives the rate assumed for each kind of GPU;
+# `P100_FLOPS` below is the one for the GPUs they trained on). The table as the paper prints it, kept in a dictionary so that every sentence below reads the
+# paper's numbers instead of retyping them (an empty cell: the paper gives none):
+
+# %%
+from IPython.display import Markdown
+
+# Table 2 of the paper: (system, kind, BLEU En-De, BLEU En-Fr, training FLOPs En-De, training FLOPs En-Fr), the
+# BLEU scores as the paper prints them (to the digits it gives).
+TABLE2 = [
+    ("ByteNet", "single", "23.75", None, None, None),
+    ("Deep-Att + PosUnk", "single", None, "39.2", None, 1.0e20),
+    ("GNMT + RL", "single", "24.6", "39.92", 2.3e19, 1.4e20),
+    ("ConvS2S", "single", "25.16", "40.46", 9.6e18, 1.5e20),
+    ("MoE", "single", "26.03", "40.56", 2.0e19, 1.2e20),
+    ("Deep-Att + PosUnk Ensemble", "ensemble", None, "40.4", None, 8.0e20),
+    ("GNMT + RL Ensemble", "ensemble", "26.30", "41.16", 1.8e20, 1.1e21),
+    ("ConvS2S Ensemble", "ensemble", "26.36", "41.29", 7.7e19, 1.2e21),
+    ("Transformer (base model)", "this paper", "27.3", "38.1", 3.3e18, 3.3e18),
+    ("Transformer (big)", "this paper", "28.4", "41.8", 2.3e19, 2.3e19),
+]
+PAPER_TEXT_EN_FR_BIG = 41.0        # §6.1's text gives 41.0 for the big model on En-Fr; Table 2 prints 41.8
+P100_FLOPS = 9.5e12                # §6.1's footnote: the sustained throughput assumed for a P100
+TRAINING = {"Transformer (base model)": 12 * 3600, "Transformer (big)": 3.5 * 24 * 3600}   # §5.2: 12 hours; 3.5 days
+GPUS = 8                           # §5.2: one machine with 8 NVIDIA P100 GPUs
+
+
+def flops_tex(x):
+    """2.3e19 -> $2.3 \\cdot 10^{19}$, as the paper writes it."""
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"${mantissa} \\cdot 10^{{{int(exponent)}}}$"
+
+
+Markdown("\n".join(["| system | | BLEU En-De | BLEU En-Fr | training FLOPs En-De | training FLOPs En-Fr |",
+                    "| --- | --- | ---: | ---: | ---: | ---: |"]
+                   + [f"| {name} | {kind} | {de or ''} | {fr or ''} | {flops_tex(cde) if cde else ''} | "
+                      f"{flops_tex(cfr) if cfr else ''} |" for name, kind, de, fr, cde, cfr in TABLE2]))
+
+# %% [markdown]
+# **The cost column, recomputed.** The Transformer's own two costs follow from §5.2's training times
+# with the method of §6.1, and the claims of §6.1 and §7 can be read off the table. The sentences
+# below are rendered from the dictionary:
+
+# %%
+rows = {name: {"kind": kind, "de": de and float(de), "fr": fr and float(fr), "cost_de": cde, "cost_fr": cfr}
+        for name, kind, de, fr, cde, cfr in TABLE2}
+for name, seconds in TRAINING.items():
+    estimate = seconds * GPUS * P100_FLOPS
+    print(f"{name}: {seconds / 3600:.0f} h x {GPUS} GPUs x {P100_FLOPS:.1e} FLOP/s = {estimate:.2e} FLOPs "
+          f"(Table 2: {rows[name]['cost_de']:.1e})")
+    assert abs(estimate - rows[name]["cost_de"]) / rows[name]["cost_de"] < 0.05     # the table rounds to 2 digits
+
+earlier = {n: r for n, r in rows.items() if r["kind"] != "this paper"}
+big, base = rows["Transformer (big)"], rows["Transformer (base model)"]
+best_de = max((r["de"], n) for n, r in earlier.items() if r["de"] is not None)
+best_fr_single = max((r["fr"], n) for n, r in earlier.items() if r["fr"] is not None and r["kind"] == "single")
+best_fr_ens = max((r["fr"], n) for n, r in earlier.items() if r["fr"] is not None and r["kind"] == "ensemble")
+cheapest_de = min((r["cost_de"], n) for n, r in earlier.items() if r["cost_de"] is not None)
+fr_single_cost = earlier[best_fr_single[1]]["cost_fr"]
+claim("§6.1: the big model beats the best earlier En-De result, ensembles included, by more than 2.0 BLEU",
+      big["de"] - best_de[0], low=2.0)
+claim_true("§6.1: even the base model beats every earlier En-De result", base["de"] > best_de[0])
+claim_true("§6.1: on En-Fr the big model beats every earlier single model", PAPER_TEXT_EN_FR_BIG > best_fr_single[0])
+claim("§6.1: ... at less than 1/4 of the training cost of that model", big["cost_fr"] / fr_single_cost, high=0.25)
+below_text = [n for n, r in earlier.items() if r["kind"] == "ensemble" and r["fr"] and r["fr"] > PAPER_TEXT_EN_FR_BIG]
+show_markdown("\n".join([
+    f"* **English-German.** The big model's {big['de']} is {big['de'] - best_de[0]:.2f} BLEU above the best earlier "
+    f"result, an ensemble ({best_de[1]}, {best_de[0]}): the \"more than 2.0 BLEU, including ensembles\" of §6.1. Even "
+    f"the base model ({base['de']}) is above every earlier row, at {flops_tex(base['cost_de'])} FLOPs, "
+    f"{cheapest_de[0] / base['cost_de']:.1f} times less than the cheapest of them ({cheapest_de[1]}).",
+    f"* **English-French.** §6.1 claims the best **single** model: {PAPER_TEXT_EN_FR_BIG} in its text (Table 2 "
+    f"prints {big['fr']} for the same model), against {best_fr_single[0]} for the best earlier single model "
+    f"({best_fr_single[1]}), at {big['cost_fr'] / fr_single_cost:.2f} of its training cost. The ensembles are another "
+    f"matter: Table 2's {big['fr']} lies above them, but the text's {PAPER_TEXT_EN_FR_BIG} lies below "
+    f"{len(below_text)} of them ({' and '.join(below_text)}), and the paper claims to beat ensembles only on "
+    f"English-German (§6.1, and §7: \"in the "
+    "former task our best model outperforms even all previously reported ensembles\"). Read that claim as made for one "
+    "language pair, not both.",
+]))
+
+# %% [markdown]
+# **The toy run's cost, two ways.** The dates model of §2 trained on one CPU core. Its
+# cost the paper's way is its CPU time × one core's sustained float32 throughput, which we measure here
+# as the best rate of large matrix products on one thread. Its cost counted is the matrix-product
+# FLOPs of its training steps: every product of the package goes through `backend.matmul` (lesson 8,
+# §3), so wrapping that function while a fresh copy of the model runs forward and backward on
+# training batches of the same size counts them exactly (Adam's update and the other elementwise work
+# are left out: a few percent). The two differ by how busy the run kept the processor: the paper's
+# method counts capacity used for a time, not work done.
+
+# %%
+from minitransformer.data.batching import batch_plan, make_batch
+from minitransformer.layers.loss import LabelSmoothedCrossEntropy
+
+
+def counted_flops(fn):
+    """Matrix-product FLOPs of everything fn runs (a multiply-add is 2), batch axes included."""
+    total, original = [0], backend.matmul
+
+    def counting(a, b, out=None):
+        batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if b.ndim > 2 else a.shape[:-2]
+        total[0] += 2 * int(np.prod(batch)) * a.shape[-2] * a.shape[-1] * b.shape[-1]
+        return original(a, b, out=out)
+
+    backend.matmul = counting
+    try:
+        fn()
+    finally:
+        backend.matmul = original
+    return total[0]
+
+
+from minitransformer import train
+
+counter = model_module.Transformer(model.cfg, seed=1)           # a fresh copy: the trained model stays as it is
+loss_fn = LabelSmoothedCrossEntropy(vocab.pad_id, model.cfg.eps_ls)
+train_ids = train.encode_pairs(vocab, task.train)               # source ids + <eos>, target ids: as the run saw them
+plan = batch_plan(train_ids, settings.batch_size, None, np.random.default_rng(0))[:8]
+per_step = []
+with one_blas_thread(1):
+    for idx in plan:
+        b = make_batch([train_ids[i][0] for i in idx], [train_ids[i][1] for i in idx], PAD, BOS, EOS, np)
+
+        def one_step(b=b):
+            loss_fn.forward(counter.forward(b.src, b.tgt_in, b.src_mask, b.tgt_mask), b.tgt_out)
+            counter.backward(loss_fn.backward())
+
+        per_step.append(counted_flops(one_step))
+toy_counted = float(np.mean(per_step)) * trainer.step                 # every step of the run, at the mean batch
+
+with one_blas_thread(1):                                               # one core's sustained float32 rate
+    a32 = np.random.default_rng(0).standard_normal((1024, 1024)).astype(np.float32)
+    best = min(cpu_time(lambda: a32 @ a32) for _ in range(5))
+core_flops = 2 * 1024 ** 3 / best
+toy_paper_way = train_cpu * core_flops
+print(f"counted: {np.mean(per_step) / 1e9:.2f} GFLOPs per step x {trainer.step} steps = {toy_counted:.2e} FLOPs")
+print(f"the paper's way: {train_cpu:.1f} CPU s x {core_flops / 1e9:.0f} GFLOP/s (one core, float32) = {toy_paper_way:.2e} FLOPs")
+claim_true("the paper's way gives more than the count (a run rarely keeps the processor at its best rate)",
+           toy_paper_way > toy_counted, f"{toy_paper_way:.2e} vs {toy_counted:.2e}")
+show_markdown(
+    f"This run used about {flops_tex(toy_counted)} FLOPs of matrix products, {flops_tex(base['cost_de'] / toy_counted)} "
+    f"times less than the base model of Table 2. Estimated the paper's way it would be {flops_tex(toy_paper_way)}: the "
+    f"run kept one core "
+    f"at {toy_counted / toy_paper_way:.0%} of its best rate, so the method of §6.1 measures what a run occupied, not "
+    "what it computed. (The footnote of §6.1 lists the rates it assumed for four kinds of GPU: the cost column "
+    "compares time on hardware, not arithmetic counted.)")
+
+# %% [markdown]
+# **What this lesson can show, and what it cannot.** It can show the parts of Table 2's Transformer rows
+# that do not depend on scale: the model (lessons 1 to 7), its training (§5, lesson 9), the decoding of
+# §6.1 (beam search with the paper's settings, sections 1 and 3), the BLEU computation (checked against sacrebleu in
+# section 4) and the cost arithmetic above. It cannot show the BLEU column: a dates model scores its
+# BLEU on formatted dates, a task with no ambiguity and a small vocabulary, and that number says nothing
+# about English-German news. Nor can it show that the Transformer is better than the systems above it in
+# the table: that comparison needs their data, their scale and their models. Lesson 8 makes one small
+# comparison that does fit on a laptop: the training time of a Transformer and of a recurrent model of
+# the same size, on the same toy task.
+
+# %% [markdown]
+# ## 8. Generation is still one token at a time (§7)
+#
+# §7 ends with plans, one of them "making generation less sequential". Training removed the sequential
+# steps of a recurrent network: teacher forcing feeds the whole target at once, so one decoder pass
+# scores all $T$ positions (lesson 7). Generation did not: the token at position $t$ is the decoder's
+# own choice at step $t-1$, so the $T$ steps must run one after another, as a recurrent decoder's do.
+# The key/value cache of section 1 makes each step cheaper; it does not make the steps fewer. "Less
+# sequential" is about their number (for instance producing several tokens per step), not about a
+# faster forward pass, which is a different goal. Counted and timed on the trained model, over the
+# test sentences: greedy generation, against one teacher-forced pass over the same outputs.
+
+# %%
+calls = {"decode_step": 0, "decode": 0}
+originals = {name: getattr(model, name) for name in calls}
+
+
+def counting_method(name):
+    def wrapped(*args, **kwargs):
+        calls[name] += 1
+        return originals[name](*args, **kwargs)
+    return wrapped
+
+
+from minitransformer.data.batching import make_source_batch
+
+test_src = [src for src, _ in train.encode_pairs(vocab, task.test[:200])]    # as translate() feeds them
+src_batch, _ = make_source_batch(test_src, PAD, np)
+generated = []
+for name in calls:
+    setattr(model, name, counting_method(name))                 # count the calls of this one model
+try:
+    with one_blas_thread(1):
+        t_gen = cpu_time(lambda: generated.extend(decoding.greedy_decode(model, src_batch, BOS, EOS)))
+        out_batch = make_batch(test_src, generated, PAD, BOS, EOS, np)
+        gen_calls = dict(calls)
+        with eval_mode(model):
+            t_score = cpu_time(lambda: model.forward(out_batch.src, out_batch.tgt_in, out_batch.src_mask,
+                                                     out_batch.tgt_mask))
+finally:
+    for name in calls:
+        delattr(model, name)                 # the class's methods again
+steps_needed = max(len(g) for g in generated) + 1                      # the longest output, and its <eos>
+claim_true("generation made one decoder call per output position, scoring one for all",
+           gen_calls["decode_step"] == steps_needed and calls["decode"] - gen_calls["decode"] == 1,
+           f"{gen_calls} then {calls}")
+show_markdown(
+    f"Greedy generation of {len(test_src)} test sentences made **{gen_calls['decode_step']} decoder calls in a row** "
+    f"(the longest output has {steps_needed - 1} tokens, and one more step writes `<eos>`): call $t$ could start only "
+    f"once call $t-1$ had chosen its token. Scoring the same outputs with teacher forcing took **one** call. In CPU "
+    f"time, generation took {1e3 * t_gen:.0f} ms against {1e3 * t_score:.0f} ms for the one pass "
+    f"({t_gen / t_score:.1f}x), on the machine named at the top; on hardware that runs a pass's positions in parallel "
+    "the gap grows with the length, because the steps cannot be overlapped.")
+
+# %% [markdown]
 # ## Exercises
 #
 # Each exercise has a cell with a stub to fill in and a checking cell below it. While the stub
