@@ -51,6 +51,7 @@ checkpoint (``solved_streak``), so a resumed run carries on counting where it st
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -65,7 +66,15 @@ from .checkpoint import save_checkpoint
 from .data.batching import Batch, batch_iterator, batch_plan
 from .data.vocab import Vocab
 from .decoding import NonFiniteOutputError
-from .distributed import GradientSum, SingleProcess, StepBatches, agree_to_stop, check_in_sync, step_batches
+from .distributed import (
+    GradientSum,
+    SingleProcess,
+    StepBatches,
+    agree_to_stop,
+    check_in_sync,
+    check_same_run,
+    step_batches,
+)
 from .errors import NonFiniteError
 from .files import atomic_write_text, check_writable_dir, previous_path, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
@@ -168,7 +177,7 @@ class Trainer:
             raise OutputWriteError(path, self.step, exc.strerror or str(exc), self.intact_checkpoint) from exc
         self.comm.barrier(f"rank 0 writing the checkpoint of step {self.step}", timeout=False)
         self.last_saved = (path, self.step)
-        self.comm.note = f"the last checkpoint, {path}, is from step {self.step}"
+        self.comm.saved(path, self.step)             # a timeout's message (and a killed run's) name it
         return path
 
     @property
@@ -381,8 +390,17 @@ class Trainer:
         with runlock.hold(self.out_dir):
             return self._run(progress, progress_every)
 
+    def identity(self) -> dict:
+        """What makes this run one run, which every rank must share (``distributed.check_same_run``)."""
+        tokens = hashlib.sha256("\n".join(self.vocab.tokens).encode("utf-8", "surrogatepass")).hexdigest()
+        return {"model configurations": asdict(self.model.cfg), "training settings": asdict(self.settings),
+                "vocabularies": {"size": len(self.vocab), "SHA-256": tokens},
+                "data": self.data_fingerprint or {},
+                "starting points": {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch}}
+
     def _run(self, progress, progress_every) -> list[dict]:
         s = self.settings
+        check_same_run(self.comm, self.identity())        # before the first collective, which it is
         mode = "auto" if progress is True else "off" if progress is False else progress
         writer = self.out_dir if self.comm.is_root else None     # rank 0 alone writes files and progress
         log_path = os.path.join(writer, METRICS_LOG) if writer else None

@@ -160,14 +160,27 @@ def _ranks(req: TrainRequest):
     On ranks other than 0, standard output and error go to /dev/null: rank 0 speaks for the run
     (an error only one rank meets still reaches the terminal, see ``app.main``)."""
     from .. import distributed  # noqa: PLC0415
+    from ..errors import EnvironmentVariableError  # noqa: PLC0415
 
+    rank, size, _ = distributed.launched()
+    if rank == 0 and size > 1:
+        # Before MPI starts: the one process left to speak if a rank is killed (distributed.start_sentinel).
+        if req.resume:
+            distributed.start_sentinel(distributed.lost_rank_message(
+                f"the checkpoint it resumed from, {req.resume}, is intact",
+                resume_command(list(req.argv), req.resume, size)))
+        else:
+            distributed.start_sentinel(distributed.lost_rank_message(
+                "no checkpoint was saved yet", None) + "; start it again: " + shlex.join(
+                    ["mpiexec", "-n", str(size), "python", "-m", "minitransformer", *req.argv]))
     try:
         comm = distributed.world()
-    except distributed.MPIUnavailable as exc:
+    except (distributed.MPIUnavailable, EnvironmentVariableError) as exc:
         raise CliError(str(exc), exc.variable, 2) from None
     if comm.size > 1:
         RANKS.several = True
         comm.check_every = req.check_sync_every
+        comm.resume_hint = lambda path: resume_command(list(req.argv), path, comm.size)
     if not comm.is_root:
         sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")      # for the rest of the process
     return comm
