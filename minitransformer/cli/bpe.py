@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import sys
 import time
 from dataclasses import dataclass
@@ -60,17 +61,23 @@ def register(sub) -> None:
     q.set_defaults(handler=lambda args: apply(ApplyRequest.from_args(args)))
 
 
-def stdin_text() -> str:
-    """All of standard input, decoded as UTF-8 (an undecodable line is an error naming it)."""
+def stdin_lines():
+    """(line number, text) of each line of standard input, its newline kept if it has one, decoded as UTF-8,
+    read with the limits of every reader (files.bounded_lines): an undecodable line, or one over a limit,
+    is an error naming it."""
+    from ..files import InputLimitError, bounded_lines  # noqa: PLC0415
+
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is None:                          # a text stream without bytes underneath (a test's StringIO)
-        return sys.stdin.read()
-    data = buffer.read()
+        buffer = io.BytesIO(sys.stdin.read().encode("utf-8", "surrogateescape"))
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = data.count(b"\n", 0, exc.start) + 1
-        raise CliError(f"not valid UTF-8 text ({exc.reason})", f"standard input, line {lineno}") from None
+        for lineno, raw in bounded_lines(buffer, "standard input", "text, one sentence a line"):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CliError(f"not valid UTF-8 text ({exc.reason})", f"standard input, line {lineno}") from None
+    except InputLimitError as exc:
+        raise CliError(exc.problem, f"standard input, line {exc.lineno}") from None
 
 
 def learn(req: LearnRequest) -> int:
@@ -101,10 +108,11 @@ def apply(req: ApplyRequest) -> int:
         bpe = BPE(read_codes(req.codes))
     # One output line per input line: split on "\n" only (str.splitlines would also split on
     # "\r", "\x0b", "\u2028" ...), and each line keeps its own ending, as subword-nmt's does.
-    lines = stdin_text().split("\n")
+    # Nothing is written unless every line can be (a bad line stops the command with no output).
     out = []
-    for lineno, line in enumerate(lines, start=1):
+    for lineno, line in stdin_lines():
+        text = line.removesuffix("\n")
         with about(f"standard input, line {lineno}"):
-            out.append(bpe.apply(line))
-    sys.stdout.write("\n".join(out))
+            out.append(bpe.apply(text) + line[len(text):])
+    sys.stdout.write("".join(out))
     return 0

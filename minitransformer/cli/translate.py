@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import sys
 from dataclasses import dataclass
@@ -69,26 +70,29 @@ def stdin_lines() -> list[str]:
     and every later output would be misaligned with its input. Bytes that are not
     valid in the stream's encoding are an error naming the line.
     """
+    from ..files import InputLimitError, bounded_lines  # noqa: PLC0415
+
     stream = sys.stdin
     if stream is None:
         return []
     buffer = getattr(stream, "buffer", None)
+    encoding, errors = getattr(stream, "encoding", None) or "utf-8", getattr(stream, "errors", None) or "strict"
     if buffer is None:                       # a text stream without bytes underneath (a test's StringIO)
-        text = stream.read()
-    else:
-        data = buffer.read()
-        encoding, errors = stream.encoding or "utf-8", stream.errors or "strict"
-        try:
-            text = data.decode(encoding, errors)
-        except UnicodeDecodeError as exc:
-            line_start = data.rfind(b"\n", 0, exc.start) + 1
-            lineno = data.count(b"\n", 0, exc.start) + 1
-            raise CliError(f"not valid {encoding} text ({exc.reason} at byte {exc.start - line_start + 1} of the "
-                           "line)", f"standard input, line {lineno}") from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()                          # the newline that ends the last line starts no new one
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+        encoding, errors = "utf-8", "surrogateescape"
+        buffer = io.BytesIO(stream.read().encode(encoding, errors))
+    lines = []
+    try:
+        # Read with the limits of every reader of user text (files.bounded_lines: 1 MB a line, 1 GB in all).
+        for lineno, raw in bounded_lines(buffer, "standard input", "text, one sentence a line"):
+            try:
+                line = raw.removesuffix(b"\n").decode(encoding, errors)
+            except UnicodeDecodeError as exc:
+                raise CliError(f"not valid {encoding} text ({exc.reason} at byte {exc.start + 1} of the line)",
+                               f"standard input, line {lineno}") from None
+            lines.append(line[:-1] if line.endswith("\r") else line)
+    except InputLimitError as exc:
+        raise CliError(exc.problem, f"standard input, line {exc.lineno}") from None
+    return lines
 
 
 def read_sentences(text: tuple[str, ...]) -> list[tuple[str, str]]:

@@ -65,7 +65,8 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from ..files import atomic_write_text, open_to_read
+from .. import files
+from ..files import InputLimitError, atomic_write_text, bounded_lines, open_to_read
 from .tsv import read_tsv_rows
 
 __all__ = [
@@ -635,7 +636,8 @@ def read_corpus(paths: Iterable[str | os.PathLike]) -> Counter[str]:
 
     Lines are split on "\n" only; a UTF-8 byte-order mark is skipped. Each problem names
     its file and line: bytes that are not UTF-8, a TSV line without exactly two columns
-    (``data.tsv``), a word breaking a rule of ``check_word`` (BPETextError).
+    (``data.tsv``), a word breaking a rule of ``check_word`` (BPETextError), a line or a
+    file over the limits of every reader (``files.bounded_lines``: 1 MB a line, 1 GB in all).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -648,14 +650,18 @@ def read_corpus(paths: Iterable[str | os.PathLike]) -> Counter[str]:
                 counts.update(line_words(tgt, f"{name}:{lineno}: target: "))
             continue
         with open_to_read(name, "text file") as f:
-            data = f.read()
-        for lineno, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise BPETextError(f"{name}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start + 1} of the "
-                                   "line)") from None
-            counts.update(line_words(line, f"{name}:{lineno}: "))
+                for lineno, raw in bounded_lines(f, name, "a text file of sentences"):
+                    if lineno == 1:
+                        raw = raw.removeprefix(b"\xef\xbb\xbf")
+                    try:
+                        line = raw.removesuffix(b"\n").decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        raise BPETextError(f"{name}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start + 1} "
+                                           "of the line)") from None
+                    counts.update(line_words(line, f"{name}:{lineno}: "))
+            except InputLimitError as exc:
+                raise BPETextError(str(exc)) from None
     return counts
 
 
@@ -664,11 +670,17 @@ def read_codes(path: str | os.PathLike) -> list[Merge]:
 
     Like subword-nmt: "\\r\\n" line endings and spaces at the ends of a line are accepted,
     empty lines at the end of the file are ignored. Version 0.1 files (no "#version: 0.2"
-    line; they put the end-of-word marker on a symbol of its own) are refused.
+    line; they put the end-of-word marker on a symbol of its own) are refused. The file is read
+    with the limits of every reader (``files.bounded_lines``): 1 MB a line, ``files.MAX_CODES_BYTES``
+    in all (``--codes /dev/zero`` is refused after one line's limit).
     """
     name = os.fspath(path)
     with open_to_read(path, "BPE codes file") as f:
-        raw_lines = f.read().split(b"\n")
+        try:
+            raw_lines = [raw.removesuffix(b"\n") for _, raw in
+                         bounded_lines(f, name, "a BPE codes file", max_total_bytes=files.MAX_CODES_BYTES)]
+        except InputLimitError as exc:
+            raise CodesFileError(str(exc)) from None
     while raw_lines and not raw_lines[-1].strip(b"\r "):
         raw_lines.pop()                                # the final newline, and empty lines after it
     lines = []
