@@ -73,7 +73,7 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy
 
@@ -335,6 +335,14 @@ def lost_rank_message(state: str, resume: str | None) -> str:
             f"killer) and mpiexec killed the others; {state}" + (f"; resume with: {resume}" if resume else ""))
 
 
+def run_identity(trainer) -> dict[str, dict]:
+    """What makes a trainer's run one run, which every rank must share (``check_same_run``)."""
+    tokens = hashlib.sha256("\n".join(trainer.vocab.tokens).encode("utf-8", "surrogatepass")).hexdigest()
+    return {"model configurations": asdict(trainer.model.cfg), "training settings": asdict(trainer.settings),
+            "vocabularies": {"size": len(trainer.vocab), "SHA-256": tokens}, "data": trainer.data_fingerprint or {},
+            "starting points": {"step": trainer.step, "epoch": trainer.epoch, "batch_in_epoch": trainer.batch_in_epoch}}
+
+
 def check_same_run(comm, identity: dict[str, dict]) -> None:
     """Before the first collective of training: every rank holds the same ``identity`` ({what: {field: value}},
     e.g. "model configurations": the TransformerConfig's fields), or RanksOutOfSync names the first field
@@ -556,4 +564,4 @@ def agree_to_stop(comm, stop, step: int) -> bool:
 __all__ = ["DEFAULT_TIMEOUT", "GradientSum", "INSTALL_HINT", "MIN_TIMEOUT", "MPICommunicator", "MPIUnavailable",
            "RanksOutOfSync", "SingleProcess", "StepBatches", "TIMEOUT_VARIABLE", "agree_to_stop",
            "check_in_sync", "check_same_run", "describe", "launched", "lost_rank_message", "parameter_digest",
-           "sentinel_quiet", "sentinel_say", "shard_batch", "start_sentinel", "step_batches", "world"]
+           "run_identity", "sentinel_quiet", "sentinel_say", "shard_batch", "start_sentinel", "step_batches", "world"]

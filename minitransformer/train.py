@@ -51,7 +51,6 @@ checkpoint (``solved_streak``), so a resumed run carries on counting where it st
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -61,22 +60,14 @@ from dataclasses import asdict
 
 import numpy
 
-from . import runlock, snapshots
+from . import distributed, runlock, snapshots
 from .checkpoint import save_checkpoint
 from .data.batching import Batch, batch_iterator, batch_plan
 from .data.vocab import Vocab
 from .decoding import NonFiniteOutputError
-from .distributed import (
-    GradientSum,
-    SingleProcess,
-    StepBatches,
-    agree_to_stop,
-    check_in_sync,
-    check_same_run,
-    step_batches,
-)
+from .distributed import GradientSum, SingleProcess, StepBatches, agree_to_stop, check_in_sync, step_batches
 from .errors import NonFiniteError
-from .files import atomic_write_text, check_writable_dir, previous_path, remove_stale_partials
+from .files import atomic_write_text, check_writable_dir, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
 from .model import Transformer
 from .optim import Adam, NoamSchedule, NonFiniteGradientError
@@ -98,16 +89,6 @@ def encode_pairs(vocab: Vocab, pairs) -> list[tuple[list[int], list[int]]]:
 
 # -- the loop ------------------------------------------------------------------------
 
-METRICS_LOG, LOSS_CURVE = "metrics.jsonl", "loss.png"
-
-
-def output_files(out_dir: str) -> list[str]:
-    """Every file a run writes (or replaces) in ``out_dir``; none of them may be an input of the run."""
-    names = [Trainer.CHECKPOINT, previous_path(Trainer.CHECKPOINT), METRICS_LOG, LOSS_CURVE, snapshots.AVERAGE_FILE,
-             runlock.LOCK_NAME]
-    return [os.path.join(out_dir, name) for name in names] + [p for _, p in snapshots.kept_checkpoints(out_dir)]
-
-
 
 def _json_safe(record: dict) -> dict:
     """The record with every NaN or inf float replaced by None (JSON has no such numbers)."""
@@ -117,7 +98,7 @@ def _json_safe(record: dict) -> dict:
 class Trainer:
     """Runs the training loop for a model on encoded sentence pairs."""
 
-    CHECKPOINT = "checkpoint.npz"
+    CHECKPOINT = snapshots.CHECKPOINT_FILE
 
     def __init__(self, model: Transformer, vocab: Vocab, train_pairs, valid_pairs, settings: TrainSettings,
                  out_dir: str | None = None, levels: dict | None = None, comm=None):
@@ -390,20 +371,12 @@ class Trainer:
         with runlock.hold(self.out_dir):
             return self._run(progress, progress_every)
 
-    def identity(self) -> dict:
-        """What makes this run one run, which every rank must share (``distributed.check_same_run``)."""
-        tokens = hashlib.sha256("\n".join(self.vocab.tokens).encode("utf-8", "surrogatepass")).hexdigest()
-        return {"model configurations": asdict(self.model.cfg), "training settings": asdict(self.settings),
-                "vocabularies": {"size": len(self.vocab), "SHA-256": tokens},
-                "data": self.data_fingerprint or {},
-                "starting points": {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch}}
-
     def _run(self, progress, progress_every) -> list[dict]:
         s = self.settings
-        check_same_run(self.comm, self.identity())        # before the first collective, which it is
+        distributed.check_same_run(self.comm, distributed.run_identity(self))   # before the first collective
         mode = "auto" if progress is True else "off" if progress is False else progress
         writer = self.out_dir if self.comm.is_root else None     # rank 0 alone writes files and progress
-        log_path = os.path.join(writer, METRICS_LOG) if writer else None
+        log_path = os.path.join(writer, snapshots.METRICS_FILE) if writer else None
         if writer:
             self._prepare_out_dir()
         history: list[dict] = self._trim_log(log_path) if log_path else []
@@ -464,7 +437,7 @@ class Trainer:
             self._progress = None
         if writer:
             try:
-                plot_loss_curve(history, os.path.join(writer, LOSS_CURVE), self.model.cfg.eps_ls)
+                plot_loss_curve(history, os.path.join(writer, snapshots.LOSS_CURVE_FILE), self.model.cfg.eps_ls)
             except Exception as exc:  # noqa: BLE001 - a picture is not worth losing the run's report
                 self._warn(f"could not draw the loss curve ({type(exc).__name__}: {exc}); the checkpoint and "
                            "metrics.jsonl are saved")

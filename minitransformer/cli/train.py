@@ -203,7 +203,7 @@ def _check_outputs(req: TrainRequest, out_dir: str) -> None:
     """No file the run writes into ``out_dir`` is its --data file (files.refuse_inputs; --resume may be
     the folder's own checkpoint: that is how a run continues)."""
     from ..files import refuse_inputs  # noqa: PLC0415
-    from ..train import output_files  # noqa: PLC0415
+    from ..snapshots import output_files  # noqa: PLC0415
 
     if req.data is None:
         return
