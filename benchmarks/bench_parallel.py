@@ -84,7 +84,7 @@ def worker(args) -> None:
                             pad_id=vocab.pad_id)
     trainer = Trainer(Transformer(cfg, seed=0), vocab, pairs, [], TrainSettings(steps=10**6, batch_size=len(pairs)),
                       comm=comm)
-    work = distributed.step_batches([list(range(len(pairs)))], pairs, comm, vocab.pad_id, vocab.bos_id,
+    work = distributed.step_batches(list(range(len(pairs))), pairs, comm, vocab.pad_id, vocab.bos_id,
                                     vocab.eos_id)
     parts = {"sum": 0.0, "adam": 0.0}
 

@@ -176,6 +176,12 @@ def used_terms(terms: list[Term], english: str) -> list[Term]:
     return list(kept.values())
 
 
+def _inside_word(text: str, at: int) -> bool:
+    """Whether the form found at ``at`` ends a longer Hangul word (머지 in 나머지): Korean words take particles after
+    them, never syllables before them, so a form preceded by a Hangul syllable is part of another word."""
+    return at > 0 and "\uac00" <= text[at - 1] <= "\ud7a3"
+
+
 def _in_parentheses(text: str, at: int) -> bool:
     line_start = text.rfind("\n", 0, at) + 1
     line_end = text.find("\n", at)
@@ -201,7 +207,7 @@ def problems(terms: list[Term], korean: str, english: str | None = None) -> list
                 continue
             at = masked.find(other)
             while at >= 0:
-                if not _in_parentheses(masked, at):
+                if not _in_parentheses(masked, at) and not _inside_word(masked, at):
                     found.append(f"{other!r} for {term.en!r}: write {term.ko!r} ({other} only in parentheses)")
                     break
                 at = masked.find(other, at + 1)

@@ -62,6 +62,8 @@ MARKER = "edition.toml"
 TRANSLATED_CALLS = ("tr", "show_markdown", "claim", "claim_true")
 # Calls with a plain string argument that the package shows in a sentence (by position): a slow cell's label.
 LABEL_ARGUMENTS = {"show_slow_cell": 1}
+# ... and by keyword: what a prediction's reveal names (lessonkit.predict.reveal(..., what="...")).
+LABEL_KEYWORDS = {"reveal": "what"}
 _HERE = pathlib.Path(__file__).resolve().parent
 _REPO_LESSONS = _HERE.parent / "lessons"          # an editable install: the repository's lessons/
 
@@ -123,14 +125,58 @@ def _discover() -> Edition:
 
 
 def _hangul_plots() -> None:
-    """Plot labels in Hangul: matplotlib falls back glyph by glyph from DejaVu Sans to a CJK font."""
-    try:
-        import matplotlib  # noqa: PLC0415  (only a translated edition needs it here)
-    except ImportError:
-        return
+    """Plot labels in Hangul: matplotlib falls back glyph by glyph from DejaVu Sans to a CJK font.
+
+    Set when matplotlib is first imported, not before: a lesson's first cell asks the language, and importing
+    matplotlib there would import NumPy before the lesson's own settings (lesson 2 pins BLAS threads with
+    environment variables that only work before NumPy's first import)."""
+    if "matplotlib" in sys.modules:
+        _label_fonts()
+    elif not any(isinstance(finder, _AfterMatplotlib) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _AfterMatplotlib())
+
+
+def _label_fonts() -> None:
+    import matplotlib  # noqa: PLC0415  (only a translated edition needs it here)
+
     from minitransformer import plot  # noqa: PLC0415
 
     matplotlib.rcParams["font.family"] = plot.label_fonts()
+
+
+class _AfterMatplotlib:
+    """An import hook that sets the label fonts once matplotlib's first import has run (``_hangul_plots``)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "matplotlib":
+            return None
+        sys.meta_path.remove(self)
+        import importlib.util  # noqa: PLC0415
+
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenLabelFonts(spec.loader)
+        return spec
+
+
+class _ThenLabelFonts:
+    """matplotlib's own loader, then ``_label_fonts``; anything else is the original loader's."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        self._loader.exec_module(module)
+        try:
+            _label_fonts()
+        except ImportError:          # no minitransformer (never in the lessons): plots stay as they are
+            pass
 
 
 def edition() -> Edition:
@@ -348,7 +394,8 @@ def tr_label(text: str) -> str:
 def translatable(tree: ast.AST) -> list[tuple[str, int, str | None]]:
     """Every string of ``tree`` that a translated edition shows in its language: (the call's name, its
     line, the template), the template None where the argument is not a literal (so it cannot be
-    looked up). The calls are ``TRANSLATED_CALLS`` (their first argument) and ``LABEL_ARGUMENTS``."""
+    looked up). The calls are ``TRANSLATED_CALLS`` (their first argument), ``LABEL_ARGUMENTS`` and
+    ``LABEL_KEYWORDS``."""
     found = []
     for node in ast.walk(tree):
         if not isinstance(node, ast.Call):
@@ -359,6 +406,8 @@ def translatable(tree: ast.AST) -> list[tuple[str, int, str | None]]:
             argument = node.args[0]
         elif name in LABEL_ARGUMENTS and len(node.args) > LABEL_ARGUMENTS[name]:
             argument = node.args[LABEL_ARGUMENTS[name]]
+        elif name in LABEL_KEYWORDS and any(k.arg == LABEL_KEYWORDS[name] for k in node.keywords):
+            argument = next(k.value for k in node.keywords if k.arg == LABEL_KEYWORDS[name])
         else:
             continue
         if name != "tr" and isinstance(argument, ast.Call) and getattr(argument.func, "id", None) == "tr":

@@ -30,9 +30,10 @@ is unchanged, the outputs of the notebook it replaces, and says which lessons ha
 that changed and need executing; a change of tags or of markdown alone needs no run.
 
 Cells are tagged (lessons/src/README.md has the convention): ``stub`` (the cell a learner fills in),
-``check`` (its checking cell), ``solution`` (solutions and what uses them) and ``reveal`` (a
-cell whose output gives an answer away: what the learner is asked to predict, or the package's own
-code for an exercise). The notebooks in
+``check`` (its checking cell), ``solution`` (solutions and what uses them), ``predict`` (the cell where
+the learner writes a prediction, ``my_prediction_L_n = None``) and ``reveal`` (a cell whose output gives
+an answer away: the result the learner was asked to predict, compared with the prediction by
+``lessonkit.predict.reveal``, or the package's own code for an exercise). The notebooks in
 lessons/ are the teacher's edition: everything, executed. ``--student DIR`` derives the
 student edition from them (no kernel runs): solution cells removed, reveal cells marked
 "run this after you have written your answer", the outputs of stub, check and reveal
@@ -90,8 +91,8 @@ HEADER = "# ---\n# jupyter:\n#   jupytext:\n"       # what jupytext writes at th
 # installs the python3 kernel as "Python 3 (ipykernel)"; a bare "Python 3" was the old cause.
 KERNELSPEC = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
 
-TAGS = ("stub", "check", "solution", "reveal")       # lessons/src/README.md: what each one means
-CLEARED_IN_STUDENT = ("stub", "check", "reveal")     # their outputs would show the answers
+TAGS = ("stub", "check", "solution", "reveal", "predict")   # lessons/src/README.md: what each one means
+CLEARED_IN_STUDENT = ("stub", "check", "reveal", "predict")   # their outputs would show the answers
 STUDENT_FILES = ("experiments", "debug_attention.py", runtimes.RECORD_NAME)  # what the notebooks read, copied beside them
 REVEAL_LINE = "# Run this after you have written your answer (or prediction): its output gives it away."
 STUDENT_HEADER = """\
@@ -103,11 +104,14 @@ STUDENT_HEADER = """\
 > says what is wrong (with a `hint:` line when your answer matches a common mistake), or prints
 > `correct`. A cell that begins with `# Run this after you have written your answer` shows an answer: the
 > package's own code for an exercise you are asked to write, or the outcome you are asked to predict. Write
-> yours down first.
+> yours down first: a **Predict** cell (`my_prediction_... = None`) takes a number or a word, and the cell
+> after it compares it with what the run gives.
 >
 > **Handing it in.** Run the whole notebook once more (*Kernel → Restart Kernel and Run All Cells*). It
-> is graded the same way, `python -m minitransformer grade {name}`, in a fresh kernel; only what the
-> checkers find counts, not what the notebook prints. You can run that command yourself."""
+> is graded with `python -m minitransformer grade {name}`: your functions are run again, on the inputs the
+> checking cells use and on hidden ones of other sizes and values, and judged outside your notebook; what the
+> notebook prints does not count, and a function that calls the package's own answer scores nothing. You can
+> run that command yourself."""
 
 
 def is_lesson(path: pathlib.Path) -> bool:

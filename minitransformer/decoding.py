@@ -12,11 +12,13 @@ T tokens; the tests check that both give the same numbers.
 How the next token is chosen is a *strategy*, a small frozen object:
 
     Greedy()                                   the most probable token at every step
-    Sample(temperature=1.0, top_k=None, top_p=None, seed=0)
+    Sample(temperature=1.0, top_k=None, top_p=None, seed=0, min_p=None)
                                                a random token from softmax(logits / T),
                                                optionally only among the k most probable
-                                               (top-k) and then the smallest set holding
-                                               probability ≥ p (top-p, "nucleus")
+                                               (top-k), then the smallest set holding
+                                               probability ≥ p (top-p, "nucleus"), then
+                                               those at least min_p times as probable as
+                                               the most probable token (min-p)
     Beam(size=4, alpha=0.6)                    beam search with a length penalty (§6.1)
 
 ``decode(model, src, bos_id, eos_id, strategy)`` runs any of them. Greedy and
@@ -65,7 +67,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 
 from . import backend
 from .errors import NonFiniteError, ShapeError
@@ -73,6 +75,7 @@ from .layers.loss import log_softmax
 from .layers.masks import padding_mask
 from .layers.parameter import eval_mode
 from .model import KVCache, Transformer
+from .options import check_fields, parse_named, setting
 
 NEG_INF = float("-inf")
 
@@ -174,7 +177,9 @@ class Sample:
     softmax(logits / T): log P differs from the logits by a constant per row);
     then, if ``top_k`` is set, only the k most probable tokens stay; then, if
     ``top_p`` is set, only the smallest set of the most probable remaining tokens
-    whose (renormalised) probability adds up to at least p (the "nucleus"). One
+    whose (renormalised) probability adds up to at least p (the "nucleus"); then,
+    if ``min_p`` is set, only the tokens at least min_p times as probable as the
+    most probable one (P_i / P_max ≥ min_p, i.e. z_i ≥ log min_p, since z_max = 0). One
     token is drawn from what is left, renormalised. Ties at a cut go to the
     lowest id, exactly as greedy's argmax, so ``top_k=1`` is greedy decoding.
 
@@ -185,25 +190,20 @@ class Sample:
     numbers than a NumPy run of the same seed: the generators differ).
     """
 
-    temperature: float = 1.0
-    top_k: int | None = None
-    top_p: float | None = None
-    seed: int = 0
+    # Each field's check and help, declared once (options.setting): Sample(...) checks them, and
+    # translate / evaluate take each as an option (--temperature, --top-k, ...), train --eval as sample:FIELD=V.
+    temperature: float = setting(1.0, "divide the logits by T (< 1 sharper, > 1 flatter; default 1)", above=0,
+                                 metavar="T")
+    top_k: int | None = setting(None, "only the K most probable tokens", at_least=1, metavar="K")
+    top_p: float | None = setting(None, "only the most probable tokens holding probability P (nucleus, 0 < P ≤ 1)",
+                                  above=0, at_most=1, metavar="P")
+    seed: int = setting(0, "seed of the draws (default 0; the same seed gives the same outputs)", at_least=0,
+                        at_most=2 ** 63 - 1, metavar="N")
+    min_p: float | None = setting(None, "only the tokens at least P times as probable as the most probable one "
+                                        "(min-p, 0 < P ≤ 1)", above=0, at_most=1, metavar="P")
 
     def __post_init__(self):
-        where = "Sample"
-        t = _real(self.temperature, "temperature", where)
-        if t <= 0:
-            raise ValueError(f"{where}: temperature must be > 0, got {t}")
-        _set(self, "temperature", t)
-        if self.top_k is not None:
-            _set(self, "top_k", _whole(self.top_k, "top_k", where, 1))
-        if self.top_p is not None:
-            p = _real(self.top_p, "top_p", where)
-            if not 0 < p <= 1:
-                raise ValueError(f"{where}: top_p must be in (0, 1], got {p}")
-            _set(self, "top_p", p)
-        _set(self, "seed", _whole(self.seed, "seed", where, 0, 2 ** 63 - 1))
+        check_fields(self)                     # the declarations above: types, finite numbers, bounds
 
     def make_rng(self, xp):
         return backend.seeded_rng(self.seed, xp)
@@ -225,6 +225,8 @@ class Sample:
             before = xp.cumsum(p, axis=1) - p                         # probability of the tokens ranked above
             n = (before < self.top_p).sum(axis=1, keepdims=True)      # (R, 1), ≥ 1: the nucleus' size
             z = keep_largest(z, n)
+        if self.min_p is not None:
+            z = xp.where(z >= math.log(self.min_p), z, NEG_INF)     # P_i / P_max ≥ min_p; the best stays (z = 0)
         # Gumbel-max. u in [2^-60, 1): -log u > 0, so g is finite and no log(0) warning appears.
         u = xp.maximum(rng.random(z.shape, dtype=xp.float64), 2.0 ** -60)
         g = -xp.log(-xp.log(u))
@@ -236,6 +238,8 @@ class Sample:
             parts.append(f"top-k {self.top_k}")
         if self.top_p is not None:
             parts.append(f"top-p {self.top_p:g}")
+        if self.min_p is not None:
+            parts.append(f"min-p {self.min_p:g}")
         return "sample (" + ", ".join(parts + [f"seed {self.seed}"]) + ")"
 
 
@@ -246,8 +250,8 @@ class Beam:
     size is at most MAX_BEAM_SIZE; α ≥ 0 (0: rank by raw log P). Size 1 is greedy decoding.
     """
 
-    size: int = 4
-    alpha: float = 0.6
+    size: int = setting(4, "the number of hypotheses kept per sentence (§6.1: 4)", metavar="K")
+    alpha: float = setting(0.6, "the length penalty's α (§6.1: 0.6; 0: rank by log P alone)", metavar="A")
 
     def __post_init__(self):
         size, alpha = _check_beam(self.size, self.alpha, "Beam", "size")
@@ -269,43 +273,15 @@ STRATEGIES = {"greedy": Greedy, "sample": Sample, "beam": Beam}
 
 
 def parse_strategy(text: str):
-    """A strategy from its name, as ``train --eval`` takes it. Raises ValueError naming the problem.
+    """A strategy from its name, as ``train --eval`` takes it (``options.parse_named``). Raises ValueError
+    naming the problem.
 
         greedy                       Greedy()
         beam4, beam                  Beam(size=4), Beam() (a number after the name is the first field)
         beam:size=8,alpha=1.0        Beam(size=8, alpha=1.0)
         sample:temperature=0.7,top_k=10,top_p=0.9,seed=3
     """
-    name, _, options = text.strip().partition(":")
-    digits = len(name) - len(name.rstrip("0123456789"))
-    base, number = (name[:-digits], name[-digits:]) if digits else (name, "")
-    if base not in STRATEGIES:
-        raise ValueError(f"unknown decoding strategy {text!r}; expected one of {', '.join(STRATEGIES)} "
-                         "(e.g. greedy, beam4, sample:temperature=0.7,top_k=10)")
-    cls = STRATEGIES[base]
-    types = {f.name: f.type for f in fields(cls)}
-    kwargs: dict = {}
-    if number:
-        if not types:
-            raise ValueError(f"{base} takes no number ({text!r})")
-        kwargs[next(iter(types))] = number
-    for item in filter(None, options.split(",")):
-        key, eq, value = item.partition("=")
-        key = key.strip()
-        if not eq or key not in types:
-            raise ValueError(f"{text!r}: expected {base}:FIELD=VALUE with FIELD one of "
-                             f"{', '.join(types) or '(none)'}, got {item!r}")
-        kwargs[key] = value.strip()
-    for key, value in kwargs.items():
-        whole = "int" in str(types[key])       # the field's annotation, e.g. "int | None" or "float"
-        try:
-            kwargs[key] = int(value) if whole else float(value)
-        except ValueError:
-            raise ValueError(f"{text!r}: {key}={value!r} is not a {'whole number' if whole else 'number'}") from None
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{text!r}: {exc}") from None
+    return parse_named(STRATEGIES, text, "decoding strategy", "greedy, beam4, sample:temperature=0.7,top_k=10")
 
 
 def keep_largest(z, n):

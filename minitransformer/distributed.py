@@ -4,7 +4,8 @@ Started as ``mpiexec -n N python -m minitransformer train ...``, every process (
 runs the same program on its own share of each batch:
 
     every rank       builds the same initial weights (same seed) and the same batch plan
-    rank r           takes its shard of the global batch, balanced by tokens (shard_batch)
+    rank r           takes its shard of the global batch, balanced by tokens (shard_batch), and with
+                     --accumulate K cuts it into K micro-batches the same way (split_batch)
     forward/backward on the shard only; each shard's dlogits is scaled by n_r / n
                      (n_r: its non-pad target tokens, n: those of the whole global batch),
                      so that the SUM of the ranks' gradients is the gradient of the mean
@@ -402,54 +403,64 @@ def describe(comm, settings) -> str | None:
                 f"{settings.max_tokens} padded tokens" if settings.batch_size is None else
                 f"{settings.batch_size} pairs or {settings.max_tokens} padded tokens")
     parts = []
-    if k > 1:
-        parts.append(f"gradient accumulation: {k} batches of up to {per_step} per optimizer step, one update")
     if comm.size > 1:
         parts.append(f"data parallel: {comm.size} ranks ({comm.library}): each global batch of up to {per_step} is "
                      f"split between them by tokens (about 1/{comm.size} each); gradients and token counts summed "
                      "with Allreduce through host memory, Adam on every rank, rank 0 writes the files")
+    if k > 1:
+        where = "each rank's shard" if comm.size > 1 else f"each global batch of up to {per_step}"
+        parts.append(f"gradient accumulation: {where} split into {k} micro-batches by tokens, run one after "
+                     "another, one update")
     return "; ".join(parts) or None
 
 
 # -- splitting a global batch -------------------------------------------------------------------
 
 
-def shard_batch(indices: Sequence[int], costs: Sequence[int], rank: int, size: int) -> list[int]:
-    """Rank ``rank``'s part of one global batch: a contiguous run of ``indices``, balanced by cost.
+def split_batch(indices: Sequence[int], costs: Sequence[int], parts: int) -> list[list[int]]:
+    """One global batch cut into ``parts`` contiguous runs of ``indices``, balanced by cost: the shards of
+    ``mpiexec -n N`` (in space) and the micro-batches of ``--accumulate K`` (in time) are both this cut.
 
     indices: the batch's sentence indices (the batcher sorts them by length, so a contiguous
     run pads little); costs[k]: the tokens of indices[k] (source + target + 1). The cut
-    before rank r is where the running total of costs comes closest to r/size of the whole,
-    keeping at least one sentence per rank while there are enough. Every sentence goes to
-    exactly one rank; a batch of fewer sentences than ranks leaves the last ranks empty.
+    before part r is where the running total of costs comes closest to r/parts of the whole,
+    keeping at least one sentence per part while there are enough. Every sentence goes to
+    exactly one part; a batch of fewer sentences than parts leaves the last parts empty.
     """
     B = len(indices)
     if len(costs) != B:
-        raise ValueError(f"shard_batch: {B} indices but {len(costs)} costs")
-    if not 0 <= rank < size:
-        raise ValueError(f"shard_batch: rank {rank} is not in 0..{size - 1}")
-    if B <= size:                                                    # one sentence each, while they last
-        cuts = [min(r, B) for r in range(size + 1)]
+        raise ValueError(f"split_batch: {B} indices but {len(costs)} costs")
+    if B <= parts:                                                   # one sentence each, while they last
+        cuts = [min(r, B) for r in range(parts + 1)]
     else:
         running = numpy.concatenate([[0], numpy.cumsum(costs)])     # running[k]: cost of indices[:k]
         cuts = [0]
-        for r in range(1, size):
-            # At least one sentence for rank r - 1 and for each rank after r.
-            k = numpy.arange(cuts[-1] + 1, B - (size - r) + 1)
-            cuts.append(int(k[numpy.argmin(numpy.abs(running[k] - running[-1] * r / size))]))
+        for r in range(1, parts):
+            # At least one sentence for part r - 1 and for each part after r.
+            k = numpy.arange(cuts[-1] + 1, B - (parts - r) + 1)
+            cuts.append(int(k[numpy.argmin(numpy.abs(running[k] - running[-1] * r / parts))]))
         cuts.append(B)
-    return list(indices[cuts[rank]:cuts[rank + 1]])
+    return [list(indices[cuts[r]:cuts[r + 1]]) for r in range(parts)]
+
+
+def shard_batch(indices: Sequence[int], costs: Sequence[int], rank: int, size: int) -> list[int]:
+    """Rank ``rank``'s part of one global batch (``split_batch`` into ``size`` parts)."""
+    if not 0 <= rank < size:
+        raise ValueError(f"shard_batch: rank {rank} is not in 0..{size - 1}")
+    if len(costs) != len(indices):
+        raise ValueError(f"shard_batch: {len(indices)} indices but {len(costs)} costs")
+    return split_batch(indices, costs, size)[rank]
 
 
 @dataclass
 class StepBatches:
     """The data of one optimizer step, as this rank sees it.
 
-    shards:   this rank's part of each of the step's global batches (``accumulate`` of
-              them): a Batch, or None where the rank's part is empty
-    n_tokens: non-pad target tokens of the whole step, all batches on all ranks: the
-              loss's denominator (every rank counts it from the shared plan)
-    tokens:   source + target tokens of the whole step, all ranks (for tokens/s)
+    shards:   this rank's part of the step's global batch, cut into ``accumulate`` micro-batches:
+              a Batch each, or None where a part is empty
+    n_tokens: non-pad target tokens of the whole global batch, on all ranks: the loss's
+              denominator (every rank counts it from the shared plan)
+    tokens:   source + target tokens of the whole global batch, all ranks (for tokens/s)
     """
 
     shards: list
@@ -463,18 +474,18 @@ class StepBatches:
         return cls([batch], batch.n_tokens, batch.n_tokens + src_tokens)
 
 
-def step_batches(plans: Sequence[Sequence[int]], pairs, comm, pad_id: int, bos_id: int, eos_id: int,
-                 xp=None) -> StepBatches:
-    """This rank's shards of the global batches ``plans`` (lists of indices into ``pairs``)."""
-    shards, n_tokens, tokens = [], 0, 0
-    for indices in plans:
-        costs = [len(pairs[k][0]) + len(pairs[k][1]) + 1 for k in indices]   # + 1: <eos> on the target
-        n_tokens += sum(len(pairs[k][1]) + 1 for k in indices)
-        tokens += sum(costs)
-        mine = shard_batch(indices, costs, comm.rank, comm.size)
-        shards.append(make_batch([pairs[k][0] for k in mine], [pairs[k][1] for k in mine], pad_id=pad_id,
-                                 bos_id=bos_id, eos_id=eos_id, xp=xp) if mine else None)
-    return StepBatches(shards, n_tokens, tokens)
+def step_batches(plan: Sequence[int], pairs, comm, pad_id: int, bos_id: int, eos_id: int, xp=None,
+                 accumulate: int = 1) -> StepBatches:
+    """This rank's part of the global batch ``plan`` (indices into ``pairs``), cut into ``accumulate``
+    micro-batches: rank r of N takes its shard (``split_batch`` into N), and cuts it into K the same way.
+    ``--batch-size`` and ``--max-tokens`` are therefore the global batch under any N and K."""
+    cost = {k: len(pairs[k][0]) + len(pairs[k][1]) + 1 for k in plan}       # + 1: <eos> on the target
+    n_tokens = sum(len(pairs[k][1]) + 1 for k in plan)
+    mine = shard_batch(plan, [cost[k] for k in plan], comm.rank, comm.size)
+    shards = [make_batch([pairs[k][0] for k in part], [pairs[k][1] for k in part], pad_id=pad_id, bos_id=bos_id,
+                         eos_id=eos_id, xp=xp) if part else None
+              for part in split_batch(mine, [cost[k] for k in mine], accumulate)]
+    return StepBatches(shards, n_tokens, sum(cost.values()))
 
 
 # -- summing gradients ----------------------------------------------------------------------------
@@ -564,4 +575,5 @@ def agree_to_stop(comm, stop, step: int) -> bool:
 __all__ = ["DEFAULT_TIMEOUT", "GradientSum", "INSTALL_HINT", "MIN_TIMEOUT", "MPICommunicator", "MPIUnavailable",
            "RanksOutOfSync", "SingleProcess", "StepBatches", "TIMEOUT_VARIABLE", "agree_to_stop",
            "check_in_sync", "check_same_run", "describe", "launched", "lost_rank_message", "parameter_digest",
-           "run_identity", "sentinel_quiet", "sentinel_say", "shard_batch", "start_sentinel", "step_batches", "world"]
+           "run_identity", "sentinel_quiet", "sentinel_say", "shard_batch", "split_batch", "start_sentinel",
+           "step_batches", "world"]

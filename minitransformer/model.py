@@ -11,9 +11,7 @@
 from __future__ import annotations
 
 import json
-import math
-import typing
-from dataclasses import MISSING, asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields, replace
 
 from . import backend
 from .backend import Array
@@ -113,68 +111,9 @@ class TransformerConfig:
         return replace(self, **changes)
 
 
-# -- the command line's route to every field: train --set FIELD=VALUE ------------------
-
-# Fields that the data decides (the vocabulary's size and its <pad> id): never set by hand.
+# Fields that the data decides (the vocabulary's size and its <pad> id): never set by hand
+# (``train --set`` refuses them; options.py turns the other fields into FIELD=VALUE text).
 DATA_FIELDS = ("vocab_size", "pad_id")
-
-
-def _parse_field_value(name: str, kind, text: str):
-    """``text`` as a value of the field's type (int, float, bool or str), or a ValueError naming the field."""
-    if kind is bool:
-        value = text.strip().lower()
-        if value in ("true", "1", "yes", "on"):
-            return True
-        if value in ("false", "0", "no", "off"):
-            return False
-        raise ValueError(f"{name} is True or False, got {text!r}")
-    if kind is int:
-        try:
-            return int(text)
-        except ValueError:
-            raise ValueError(f"{name} is a whole number, got {text!r}") from None
-    if kind is float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise ValueError(f"{name} is a number, got {text!r}") from None
-        if not math.isfinite(value):
-            raise ValueError(f"{name} must be finite, got {text!r}")
-        return value
-    return text
-
-
-def config_changes(assignments: list[str]) -> dict:
-    """``["P_drop=0", "positional=learned"]`` -> ``{"P_drop": 0.0, "positional": "learned"}``.
-
-    One generic route from text to any ``TransformerConfig`` field, generated from
-    the dataclass: each value is parsed as its field's type (int, float, bool, str).
-    An unknown field, a field the data decides (``DATA_FIELDS``), a malformed
-    assignment or a field given twice is a ValueError naming it. The values are
-    checked again, together, when the config is built (``__post_init__``).
-    """
-    hints = typing.get_type_hints(TransformerConfig)
-    names = [f.name for f in fields(TransformerConfig)]
-    changes: dict = {}
-    for text in assignments:
-        name, sep, value = text.partition("=")
-        name = name.strip()
-        if not sep or not name:
-            raise ValueError(f"expected FIELD=VALUE, got {text!r}")
-        if name not in hints:
-            raise ValueError(f"unknown model field {name!r}; the fields are: {', '.join(names)}")
-        if name in DATA_FIELDS:
-            raise ValueError(f"{name} is set by the data (the vocabulary), not by hand")
-        if name in changes:
-            raise ValueError(f"{name} is given twice")
-        changes[name] = _parse_field_value(name, hints[name], value.strip())
-    return changes
-
-
-def field_help() -> str:
-    """One line naming every settable field with its default, for ``train --help``."""
-    return ", ".join(f"{f.name} ({f.default!r})" for f in fields(TransformerConfig)
-                     if f.name not in DATA_FIELDS and f.default is not MISSING)
 
 
 def describe(cfg: TransformerConfig) -> str:

@@ -1,5 +1,6 @@
 """The optimizer of §5.3: Adam with beta1 = 0.9, beta2 = 0.98, eps = 1e-9, and a
-learning rate that warms up linearly and then decays as 1/sqrt(step).
+learning rate that warms up linearly and then decays as 1/sqrt(step) (the default of the
+schedules a run chooses by name, ``SCHEDULES``).
 
     lrate = d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)      (§5.3)
 
@@ -38,6 +39,28 @@ class NonFiniteGradientError(NonFiniteError):
     """
 
 
+# -- learning-rate schedules: chosen by name (TrainSettings.schedule, train --schedule) ---------------
+
+def _positive_int(owner: str, name: str, value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _step(owner: str, step) -> int:
+    """``step`` as an int ≥ 1 (an int or a NumPy integer; 1.5 and True are refused)."""
+    if isinstance(step, bool):
+        raise ValueError(f"{owner}: step must be an integer, got {step!r}")
+    try:
+        step = operator.index(step)
+    except TypeError:
+        raise ValueError(f"{owner}: step must be an integer, got {type(step).__name__}: {step!r}") from None
+    if step < 1:
+        # step^-0.5 is undefined at 0: steps are counted from 1.
+        raise ValueError(f"{owner}: step must be >= 1 (steps count from 1), got {step}")
+    return step
+
+
 class NoamSchedule:
     """lr(step) = factor * d_model^-0.5 * min(step^-0.5, step * warmup_steps^-1.5)  (§5.3).
 
@@ -47,26 +70,19 @@ class NoamSchedule:
     """
 
     def __init__(self, d_model: int, warmup_steps: int = 4000, factor: float = 1.0):
-        if isinstance(d_model, bool) or not isinstance(d_model, int) or d_model < 1:
-            raise ValueError(f"NoamSchedule: d_model must be a positive integer, got {d_model!r}")
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 1:
-            raise ValueError(f"NoamSchedule: warmup_steps must be a positive integer, got {warmup_steps!r}")
+        self.d_model = _positive_int("NoamSchedule", "d_model", d_model)
+        self.warmup_steps = _positive_int("NoamSchedule", "warmup_steps", warmup_steps)
         if not (isinstance(factor, int | float) and math.isfinite(factor) and factor > 0):
             raise ValueError(f"NoamSchedule: factor must be a positive number, got {factor!r}")
-        self.d_model = d_model
-        self.warmup_steps = warmup_steps
         self.factor = float(factor)
 
+    @classmethod
+    def from_settings(cls, d_model: int, settings) -> NoamSchedule:
+        """The schedule of a run's TrainSettings: its warmup_steps and lr_factor."""
+        return cls(d_model, settings.warmup_steps, settings.lr_factor)
+
     def __call__(self, step: int) -> float:
-        if isinstance(step, bool):
-            raise ValueError(f"NoamSchedule: step must be an integer, got {step!r}")
-        try:
-            step = operator.index(step)  # int or a NumPy integer; refuses 1.5
-        except TypeError:
-            raise ValueError(f"NoamSchedule: step must be an integer, got {type(step).__name__}: {step!r}") from None
-        if step < 1:
-            # step^-0.5 is undefined at 0: steps are counted from 1.
-            raise ValueError(f"NoamSchedule: step must be >= 1 (steps count from 1), got {step}")
+        step = _step("NoamSchedule", step)
         return self.factor * self.d_model ** -0.5 * min(step ** -0.5, step * self.warmup_steps ** -1.5)
 
     @property
@@ -76,6 +92,57 @@ class NoamSchedule:
 
     def __repr__(self) -> str:
         return f"NoamSchedule(d_model={self.d_model}, warmup_steps={self.warmup_steps}, factor={self.factor})"
+
+
+class CosineSchedule:
+    """Linear warm-up to the §5.3 peak, then a cosine decay to zero at the run's last step.
+
+        lr(step) = peak · step / warmup_steps                                   step ≤ warmup_steps
+                 = peak · ½ (1 + cos(π · (step − warmup_steps) / (total_steps − warmup_steps)))
+                                                                                warmup_steps < step
+        peak = factor · (d_model · warmup_steps)^-0.5
+
+    The peak is NoamSchedule's, so ``lr_factor`` and ``warmup_steps`` mean the same under either;
+    after it the rate falls smoothly to 0 at ``total_steps`` (the run's ``steps``) instead of
+    as 1/√step (Loshchilov & Hutter's cosine annealing, with a warm-up). A step past
+    ``total_steps`` (a run resumed with more steps keeps its first length) has rate 0.
+    """
+
+    def __init__(self, d_model: int, warmup_steps: int, factor: float, total_steps: int):
+        self.d_model = _positive_int("CosineSchedule", "d_model", d_model)
+        self.warmup_steps = _positive_int("CosineSchedule", "warmup_steps", warmup_steps)
+        self.total_steps = _positive_int("CosineSchedule", "total_steps", total_steps)
+        if not (isinstance(factor, int | float) and math.isfinite(factor) and factor > 0):
+            raise ValueError(f"CosineSchedule: factor must be a positive number, got {factor!r}")
+        self.factor = float(factor)
+        self.peak_lr = self.factor * (self.d_model * self.warmup_steps) ** -0.5
+
+    @classmethod
+    def from_settings(cls, d_model: int, settings) -> CosineSchedule:
+        """The schedule of a run's TrainSettings: warmup_steps, lr_factor, and its steps as the length."""
+        return cls(d_model, settings.warmup_steps, settings.lr_factor, settings.steps)
+
+    def __call__(self, step: int) -> float:
+        step = _step("CosineSchedule", step)
+        if step <= self.warmup_steps:
+            return self.peak_lr * step / self.warmup_steps
+        done = min(1.0, (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps))
+        return self.peak_lr * 0.5 * (1.0 + math.cos(math.pi * done))
+
+    def __repr__(self) -> str:
+        return (f"CosineSchedule(d_model={self.d_model}, warmup_steps={self.warmup_steps}, factor={self.factor}, "
+                f"total_steps={self.total_steps})")
+
+
+# The schedules a run can name (TrainSettings.schedule; train --schedule NAME): each a class whose
+# from_settings(d_model, settings) makes the callable step -> lr that Adam reads once per step.
+# A new schedule is a class here and its name in this table.
+SCHEDULES = {"noam": NoamSchedule, "cosine": CosineSchedule}
+
+
+def schedule_for(d_model: int, settings):
+    """The learning-rate schedule ``settings.schedule`` names, for a model of width ``d_model``."""
+    return SCHEDULES[settings.schedule].from_settings(d_model, settings)
 
 
 def global_grad_norm(params: Sequence[Parameter]) -> float:

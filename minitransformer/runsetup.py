@@ -75,6 +75,29 @@ def check_resumable(ckpt) -> None:
                          "resume from one of the checkpoints it averages")
     if ckpt.optimizer_state is None:
         raise ValueError(f"{where}: the checkpoint has no optimizer state, so training cannot resume from it")
+    _check_batch_meaning(ckpt.extra, where)
+
+
+def _check_batch_meaning(extra: dict, where: str) -> None:
+    """Refuse a checkpoint written while ``accumulate`` K meant K batches of batch_size each per step.
+
+    Since issue 33 batch_size (and max_tokens) is the step's whole batch, which accumulate cuts into K
+    micro-batches (as mpiexec -n K cuts it into shards); checkpoints written since say so
+    (``extra["global_batch"]``). An older one with accumulate = 1 means the same under both rules and
+    resumes; one with accumulate > 1 drew K batches per step from another batch plan, which no
+    setting of the new rule reproduces, so it is refused rather than continued on other batches.
+    """
+    settings = extra.get("settings") or {}
+    k = settings.get("accumulate", 1)
+    if extra.get("global_batch") or not isinstance(k, int) or k <= 1:
+        return
+    size, tokens = settings.get("batch_size"), settings.get("max_tokens")
+    same = " ".join([*([f"--batch-size {k * size}"] if isinstance(size, int) else []),
+                     *([f"--max-tokens {k * tokens}"] if isinstance(tokens, int) else []), f"--accumulate {k}"])
+    raise ValueError(f"{where} was written when --accumulate {k} meant {k} batches of --batch-size each per step; "
+                     f"--batch-size and --max-tokens now mean the step's whole batch, which --accumulate cuts into "
+                     f"{k}, so this run cannot be continued on the batches it was drawing. Start a new run with "
+                     f"{same} for updates of the same size")
 
 
 def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: str | None = None,

@@ -3,9 +3,10 @@
 The model's own hyperparameters (d_model, h, N, d_ff, P_drop, ε_ls, ...) are a
 ``model.TransformerConfig``; everything else about a run lives here:
 
-    TrainSettings   steps, batch size (and batches accumulated per step), whether a
-                    batch holds sentences of one length, the §5.3 schedule's warm-up
-                    and factor, clipping, seed, how often to validate, log and save,
+    TrainSettings   steps, the global batch (and the micro-batches it is cut into), whether a
+                    batch holds sentences of one length, the learning-rate schedule
+                    (by name: optim.SCHEDULES; §5.3's by default), its warm-up and
+                    factor, clipping, seed, how often to validate, log and save,
                     and whether to stop once the task is solved
     Recipe          a task's defaults: a model preset (a name in model.PRESETS)
                     plus its TrainSettings
@@ -16,77 +17,86 @@ the way it is trained are defined in one place.
 
 from __future__ import annotations
 
-import math
-import numbers
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
-
-def _is_int(v) -> bool:
-    return isinstance(v, numbers.Integral) and not isinstance(v, bool)         # NumPy's integers are Integral
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, numbers.Real) and not isinstance(v, bool) and math.isfinite(v)
+from .optim import SCHEDULES
+from .options import check_fields, setting
 
 
 @dataclass
 class TrainSettings:
-    """How one training run goes (the model's own hyperparameters are in TransformerConfig)."""
+    """How one training run goes (the model's own hyperparameters are in TransformerConfig).
 
-    steps: int = 600
-    batch_size: int | None = 64
-    max_tokens: int | None = None
-    accumulate: int = 1                    # batches per optimizer step (gradient accumulation)
+    Each field declares its check and its help once (``options.setting``): the command line
+    makes ``train --FIELD-NAME`` of it, ``__post_init__`` checks it. The rules between
+    fields follow the fields (``__post_init__``, ``with_given``).
+    """
+
+    steps: int = setting(600, "optimizer steps (default: the task's); exactly this many, even once solved",
+                         at_least=1)
+    # batch_size and max_tokens are the global batch of a step, whatever cuts it: mpiexec -n N into N
+    # shards (in space), accumulate into K micro-batches (in time); the update is the same (distributed.py).
+    batch_size: int | None = setting(64, "sentence pairs per step: the global batch, which --accumulate and "
+                                         "mpiexec -n N cut into parts", at_least=1)
+    max_tokens: int | None = setting(None, "cap on the padded tokens of a step's global batch", at_least=1)
+    accumulate: int = setting(1, "cut each global batch into K micro-batches, run one after another, their "
+                                 "gradients summed into one update (gradient accumulation: the update of the whole "
+                                 "batch in the memory of about 1/K of it; default 1)", at_least=1, metavar="K")
     # §5.1: "Sentence pairs were batched together by approximate sequence length" (little
     # padding). False: every batch is a random draw of the training pairs, of mixed lengths.
     # A copy batch of one length teaches one length at a time, and the model keeps forgetting
     # the others; mixed batches solve copy and reverse in a fraction of the steps
     # (lessons/experiments/copy_recipe_search.json, the candidates named "pool1").
-    batch_by_length: bool = True
-    lr_factor: float = 1.0
-    warmup_steps: int = 4000               # §5.3's value for the base model
-    clip_norm: float | None = None
-    seed: int = 0
-    valid_every: int = 250
-    log_every: int = 10
-    checkpoint_every: int | None = None    # None: only at validations and at the end
-    keep_last: int | None = None           # also keep the last K of those as checkpoint.stepNNNNNN.npz (§6.1)
+    batch_by_length: bool = setting(True, "batch sentences of about one length together (§5.1); "
+                                          "--no-batch-by-length: random batches of mixed lengths")
+    lr_factor: float = setting(1.0, "multiplier on the learning-rate schedule", above=0)
+    schedule: str = setting("noam", "the learning-rate schedule, by name (optim.SCHEDULES): noam, §5.3's warm-up "
+                                    "then 1/√step, is the paper's and the default", choices=SCHEDULES)
+    warmup_steps: int = setting(4000, "warm-up steps of the schedule (§5.3's base model: 4000)", at_least=1)
+    clip_norm: float | None = setting(None, "clip the global gradient norm to this value", above=0)
+    seed: int = setting(0, "seed of the data split, the initial weights and dropout (default 0; when resuming, "
+                           "the checkpoint's)", at_least=0)
+    valid_every: int = setting(250, "validate (and save a checkpoint) every this many steps", at_least=1)
+    log_every: int = setting(10, "log the training loss to metrics.jsonl every this many steps", at_least=1)
+    checkpoint_every: int | None = setting(None, "also save a checkpoint every this many steps (default: only at "
+                                                 "validations and at the end)", at_least=1)
+    keep_last: int | None = setting(None, "keep the last K checkpoints saved at those intervals (and the last "
+                                          "step's) as checkpoint.stepNNNNNN.npz, for `average` (§6.1 averages the "
+                                          "last 5)", at_least=1, metavar="K")
     # §6.1: the base models were "a single model obtained by averaging the last 5 checkpoints".
     # At the last step, also write average.npz, the mean of the last K kept checkpoints (snapshots.py);
     # needs keep_last >= K. The run's checkpoint.npz stays the last step's (what a resume continues).
-    average_last: int | None = None
-    valid_decode: int = 200                # sentences decoded greedily at each validation
+    average_last: int | None = setting(None, "at the last step, also write average.npz, the average of the last K "
+                                             "kept checkpoints (§6.1; needs --keep-last K or more), and score it on "
+                                             "the test set too", at_least=2, metavar="K")
+    valid_decode: int = setting(200, "validation sentences decoded greedily at each validation (their exact match)",
+                                at_least=0)
     # Stop once the validation exact match has been 100% at this many validations in a row
     # ("solved"); 0: always train all ``steps``. One perfect validation can be luck (a
     # sequence or two the model gets right by a hair); two in a row, ``valid_every`` steps
     # apart, is a model that has learned the task.
-    stop_when_solved: int = 0
-    max_consecutive_skips: int = 5         # non-finite steps in a row before the run stops
+    stop_when_solved: int = setting(0, "stop once validation exact match is 100% at K validations in a row (0: "
+                                       "never; default: the task's, 2 for copy and reverse, 0 when --steps is "
+                                       "given)", at_least=0, metavar="K")
+    max_consecutive_skips: int = setting(5, "non-finite steps in a row (each skipped, no update) before the run "
+                                            "stops", at_least=1)
 
     def __post_init__(self):
-        """Every field checked here, so a bad value is named before any work is done."""
-        def check(name, ok, what):
-            value = getattr(self, name)
-            if not ok(value):
-                raise ValueError(f"TrainSettings: {name} must be {what}, got {value!r}")
-
-        for name in ("steps", "accumulate", "warmup_steps", "valid_every", "log_every", "max_consecutive_skips"):
-            check(name, lambda v: _is_int(v) and v >= 1, "an integer ≥ 1")
-        for name in ("batch_size", "max_tokens", "checkpoint_every", "keep_last"):
-            check(name, lambda v: v is None or (_is_int(v) and v >= 1), "an integer ≥ 1 or None")
-        check("seed", lambda v: _is_int(v) and v >= 0, "an integer ≥ 0")
-        check("valid_decode", lambda v: _is_int(v) and v >= 0, "an integer ≥ 0")
-        check("stop_when_solved", lambda v: _is_int(v) and v >= 0, "an integer ≥ 0 (0: never stop early)")
-        check("batch_by_length", lambda v: isinstance(v, bool), "True or False")
-        check("lr_factor", lambda v: _is_number(v) and v > 0, "a finite number > 0")
-        check("clip_norm", lambda v: v is None or (_is_number(v) and v > 0), "a finite number > 0 or None")
-        check("average_last", lambda v: v is None or (_is_int(v) and v >= 2), "an integer ≥ 2 or None")
+        """Every field checked here, so a bad value is named before any work is done; then the rules between them."""
+        check_fields(self)
         if self.batch_size is None and self.max_tokens is None:
             raise ValueError("TrainSettings: give batch_size or max_tokens (or both)")
         if self.average_last is not None and (self.keep_last or 0) < self.average_last:
             raise ValueError(f"TrainSettings: average_last={self.average_last} averages the last "
                              f"{self.average_last} kept checkpoints, so keep_last must be at least "
                              f"{self.average_last}, got {self.keep_last!r}")
+
+    def with_given(self, given: dict) -> TrainSettings:
+        """These settings with the fields a user gave (``train --steps 500``: {"steps": 500}), and the rule
+        between them: steps given without stop_when_solved means exactly that many steps, solved or not."""
+        if "steps" in given and "stop_when_solved" not in given:
+            given = {**given, "stop_when_solved": 0}
+        return replace(self, **given)
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "settings") -> TrainSettings:

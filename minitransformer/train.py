@@ -6,7 +6,7 @@ One training step (§5.3):
     logits = model.forward(src, tgt_in)            # teacher forcing
     loss   = label-smoothed cross-entropy (§5.4)
     model.backward(dloss/dlogits)                    # fills every .grad
-    Adam step with lr = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)
+    Adam step with lr = d_model^-0.5 · min(step^-0.5, step · warmup^-1.5)   (the default schedule)
 
 Resuming is exact: the checkpoint stores the parameters, Adam's moments, the
 step and the position in the epoch; the batches of an epoch are a pure function
@@ -70,7 +70,7 @@ from .errors import NonFiniteError
 from .files import atomic_write_text, check_writable_dir, remove_stale_partials
 from .layers.loss import LabelSmoothedCrossEntropy
 from .model import Transformer
-from .optim import Adam, NoamSchedule, NonFiniteGradientError
+from .optim import Adam, NonFiniteGradientError, schedule_for
 from .plot import plot_loss_curve
 from .progress import Progress
 from .settings import TrainSettings
@@ -113,7 +113,7 @@ class Trainer:
         self.task: str | None = None           # the registered task's name, saved so translate finds its hooks
         self.train_pairs, self.valid_pairs = train_pairs, valid_pairs
         self.criterion = LabelSmoothedCrossEntropy(vocab.pad_id, model.cfg.eps_ls)
-        self.schedule = NoamSchedule(model.cfg.d_model, settings.warmup_steps, settings.lr_factor)
+        self.schedule = schedule_for(model.cfg.d_model, settings)       # settings.schedule, by name (optim.py)
         # Adam skips an update with a non-finite gradient; the trainer counts the skips (a
         # non-finite loss skips a step too), warns, and stops the run (_skipped).
         self.optimizer = Adam(model.parameters(), lr=self.schedule, clip_norm=settings.clip_norm)
@@ -146,7 +146,7 @@ class Trainer:
             raise ValueError("Trainer.save: no path given and the trainer has no out_dir")
         extra = {"epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch, "solved_streak": self.solved_streak,
                  "settings": asdict(self.settings), "levels": self.levels, "preset": self.preset,
-                 "task": self.task}
+                 "task": self.task, "global_batch": True}   # batch_size is the step's whole batch (runsetup)
         if self.data_fingerprint is not None:
             extra["data"] = self.data_fingerprint
         if self.comm.size > 1:               # only a state every rank holds is saved (by rank 0 alone)
@@ -197,19 +197,18 @@ class Trainer:
             self.epoch, self.batch_in_epoch = self.epoch + 1, 0
 
     def batches(self):
-        """Endless steps: the ``accumulate`` global batches of each, as this rank's shards
-        (a ``distributed.StepBatches``). Every rank walks the same plan, so none depends on N."""
-        plans, v = self._plans(), self.vocab
+        """Endless steps: one global batch each, as this rank's shard cut into ``accumulate`` micro-batches
+        (a ``distributed.StepBatches``). Every rank walks the same plan, so none depends on N or K."""
+        plans, v, k = self._plans(), self.vocab, self.settings.accumulate
         while True:
-            step_plans = [next(plans) for _ in range(self.settings.accumulate)]
-            yield step_batches(step_plans, self.train_pairs, self.comm, v.pad_id, v.bos_id, v.eos_id, self.xp)
+            yield step_batches(next(plans), self.train_pairs, self.comm, v.pad_id, v.bos_id, v.eos_id, self.xp, k)
 
     # -- one step ---------------------------------------------------------------------
     def train_step(self, batch: Batch | StepBatches) -> float:
         """Forward, loss, backward and one Adam update; returns the loss.
 
-        batch: a Batch, or this rank's shards of a step's batches (``batches()``): each shard's dlogits
-        is scaled by n_shard / n (n: the step's target tokens on all ranks), so the sums are one batch's.
+        batch: a Batch, or this rank's micro-batches of the step's global batch (``batches()``): each one's
+        dlogits is scaled by n_k / n (n: the step's target tokens on all ranks), so the sums are one batch's.
 
         A non-finite loss skips the backward and the update; a non-finite
         gradient makes Adam skip the update. Either way the step is counted,

@@ -448,7 +448,7 @@ def test_strategies_are_small_frozen_values():
     assert len({Greedy(), Beam(4), Beam(4, 0.6), Sample(seed=1), Sample(seed=1)}) == 3    # hashable values
     with pytest.raises(AttributeError):
         Beam().size = 8                                         # frozen: a strategy never changes under you
-    assert repr(Sample(temperature=0.5, top_k=3)) == "Sample(temperature=0.5, top_k=3, top_p=None, seed=0)"
+    assert repr(Sample(temperature=0.5, top_k=3)) == "Sample(temperature=0.5, top_k=3, top_p=None, seed=0, min_p=None)"
     assert [str(s) for s in (GREEDY, Beam(4), Beam(2, 1.0), Sample(0.7, 10, 0.9, 3))] == [
         "greedy", "beam 4", "beam 2 (α=1)", "sample (T=0.7, top-k 10, top-p 0.9, seed 3)"]
     assert type(Sample(temperature=2, seed=np.int64(4)).temperature) is float       # stored as plain numbers
@@ -498,10 +498,10 @@ def test_parse_strategy(text, want):
     ("beam0", "'beam0': Beam: size must be ≥ 1, got 0"),
     ("beam100000", f"must be at most {MAX_BEAM_SIZE}"),
     ("beam9223372036854775808", f"must be at most {MAX_BEAM_SIZE}"),
-    ("sample:temp=2", "FIELD one of temperature, top_k, top_p, seed, got 'temp=2'"),
+    ("sample:temp=2", "FIELD one of temperature, top_k, top_p, seed, min_p, got 'temp=2'"),
     ("sample:top_k=2.5", "top_k='2.5' is not a whole number"),
     ("sample:temperature=hot", "temperature='hot' is not a number"),
-    ("sample:top_p=nan", "top_p must be a finite number"),
+    ("sample:top_p=nan", "top_p='nan' is not a finite number"),
     ("sample:seed", "got 'seed'"),
 ])
 def test_parse_strategy_names_the_problem(text, message):

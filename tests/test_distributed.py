@@ -61,12 +61,16 @@ def test_fewer_sentences_than_ranks_leave_the_last_ranks_empty():
 def test_step_batches_count_the_whole_global_batch(copy_pairs):
     task, pairs = copy_pairs
     v = task.vocab
-    plans = batch_plan(pairs, 64, None, np.random.default_rng(0))[:3]
-    whole = sum(len(pairs[k][1]) + 1 for plan in plans for k in plan)
+    plan = batch_plan(pairs, 64, None, np.random.default_rng(0))[0]
+    whole = sum(len(pairs[k][1]) + 1 for k in plan)
     for size in (1, 2, 3):
-        per_rank = [step_batches(plans, pairs, FakeRanks(r, size), v.pad_id, v.bos_id, v.eos_id) for r in range(size)]
-        assert all(w.n_tokens == whole for w in per_rank)                # every rank knows n without asking
-        assert sum(b.n_tokens for w in per_rank for b in w.shards if b is not None) == whole
+        for k in (1, 3):
+            per_rank = [step_batches(plan, pairs, FakeRanks(r, size), v.pad_id, v.bos_id, v.eos_id, accumulate=k)
+                        for r in range(size)]
+            assert all(w.n_tokens == whole for w in per_rank)            # every rank knows n without asking
+            assert all(len(w.shards) == k for w in per_rank)
+            assert sum(b.n_tokens for w in per_rank for b in w.shards if b is not None) == whole
+            assert sum(b.src.shape[0] for w in per_rank for b in w.shards) == len(plan) == 64
 
 
 # -- the token-weighted gradient: the whole batch, in pieces ------------------------------------
@@ -124,36 +128,41 @@ def test_token_weighted_shards_give_the_whole_batch_gradient_and_the_plain_avera
 
 # -- gradient accumulation: the same identity in time ---------------------------------------------
 
-def test_accumulating_k_batches_equals_one_batch_k_times_larger(f64, copy_pairs, capsys):
+def test_accumulate_k_on_a_global_batch_equals_the_whole_batch(f64, copy_pairs, capsys):
+    """--accumulate K cuts each global batch into K micro-batches (in time) as mpiexec -n K cuts it into
+    shards (in space): the update is the whole batch's."""
     task, pairs = copy_pairs
     v = task.vocab
     K, steps = 4, 20
-    plan = batch_plan(pairs, 12, None, np.random.default_rng(0))
-    settings = TrainSettings(steps=steps, batch_size=12, accumulate=K, warmup_steps=10, valid_every=10**9)
+    plan = [b for epoch in (0, 1) for b in batch_plan(pairs, 48, None, np.random.default_rng([0, epoch]))]
+    settings = TrainSettings(steps=steps, batch_size=48, accumulate=K, warmup_steps=10, valid_every=10**9)
     trainers = [Trainer(build_model(task, "tiny", seed=0, P_drop=0.0), v, pairs, [], settings) for _ in range(2)]
     one = SingleProcess()
     for step in range(steps):
-        micro = plan[step * K:(step + 1) * K]
-        trainers[0].train_step(step_batches(micro, pairs, one, v.pad_id, v.bos_id, v.eos_id))
-        trainers[1].train_step(step_batches([sum(micro, [])], pairs, one, v.pad_id, v.bos_id, v.eos_id))
+        micro = step_batches(plan[step], pairs, one, v.pad_id, v.bos_id, v.eos_id, accumulate=K)
+        assert len(micro.shards) == K and sum(b.src.shape[0] for b in micro.shards) == len(plan[step])
+        trainers[0].train_step(micro)
+        trainers[1].train_step(step_batches(plan[step], pairs, one, v.pad_id, v.bos_id, v.eos_id))
     d = compare(trainers[1].model.named_parameters(), trainers[0].model.named_parameters())
     with capsys.disabled():
-        print(f"\naccumulate {K} x 12 pairs vs one batch of {K * 12}, {steps} steps, float64: max relative "
+        print(f"\naccumulate {K}: batches of 48 in {K} micro-batches vs whole, {steps} steps, float64: max relative "
               f"difference {d['max_rel']:.1e} ({d['worst']}); key biases b_K (rounding noise) {d['b_K']:.1e}")
     assert d["max_rel"] < 1e-10 and d["b_K"] < 1e-8
     assert trainers[0].optimizer.step_count == steps
 
 
-def test_accumulate_walks_k_batches_of_the_plan_per_step(copy_pairs):
+def test_accumulate_cuts_one_global_batch_of_the_plan_per_step(copy_pairs):
     task, pairs = copy_pairs
     settings = TrainSettings(steps=3, batch_size=16, accumulate=3, warmup_steps=10, valid_every=10**9)
     trainer = Trainer(build_model(task, "tiny", seed=0), task.vocab, pairs, [], settings)
-    batches = trainer.batches()
-    first = next(batches)
-    assert len(first.shards) == 3 and trainer.batch_in_epoch == 3
-    next(batches)
-    assert trainer.batch_in_epoch == 6
-    with pytest.raises(ValueError, match="accumulate must be an integer ≥ 1"):
+    whole = Trainer(build_model(task, "tiny", seed=0), task.vocab, pairs, [], TrainSettings(batch_size=16))
+    batches, plain = trainer.batches(), whole.batches()
+    for step in (1, 2):
+        cut, one = next(batches), next(plain)
+        assert len(cut.shards) == 3 and trainer.batch_in_epoch == whole.batch_in_epoch == step
+        assert (cut.n_tokens, cut.tokens) == (one.n_tokens, one.tokens)              # the same global batch
+        assert sum(b.src.shape[0] for b in cut.shards) == one.shards[0].src.shape[0] == 16
+    with pytest.raises(ValueError, match="TrainSettings: accumulate must be ≥ 1, got 0"):
         TrainSettings(accumulate=0)
 
 
@@ -187,7 +196,7 @@ def test_gradient_sum_adds_every_gradient_and_the_loss(on, request, copy_pairs):
         p.grad[...] = backend.to_backend(g, backend.get_array_module(p.grad))
         expected.append(2 * g)
     v = task.vocab
-    work = step_batches([[0, 1, 2]], pairs, FakeRanks(0, 1), v.pad_id, v.bos_id, v.eos_id)
+    work = step_batches([0, 1, 2], pairs, FakeRanks(0, 1), v.pad_id, v.bos_id, v.eos_id)
     work.n_tokens *= 2                                  # two ranks holding the same shard
     summed = GradientSum(model.parameters())
     assert summed.nbytes == (sum(p.grad.size for p in model.parameters()) + 2) * np.dtype(backend.default_dtype()).itemsize
@@ -227,9 +236,13 @@ def test_the_banner_says_how_the_batch_is_split():
         size, library = 2, "MPICH Version: 5.0.2"
     assert distributed.describe(SingleProcess(), TrainSettings()) is None
     line = distributed.describe(Two(), TrainSettings(batch_size=64, accumulate=4))
-    assert line.startswith("gradient accumulation: 4 batches of up to 64 pairs per optimizer step, one update; "
-                           "data parallel: 2 ranks (MPICH Version: 5.0.2)")
+    assert line.startswith("data parallel: 2 ranks (MPICH Version: 5.0.2): each global batch of up to 64 pairs")
     assert "split between them by tokens" in line and "Adam on every rank" in line
+    assert line.endswith("; gradient accumulation: each rank's shard split into 4 micro-batches by tokens, run one "
+                         "after another, one update")
+    assert distributed.describe(SingleProcess(), TrainSettings(batch_size=64, accumulate=4)) == (
+        "gradient accumulation: each global batch of up to 64 pairs split into 4 micro-batches by tokens, run one "
+        "after another, one update")
 
 
 # -- the launcher's environment, without MPI ----------------------------------------------------------

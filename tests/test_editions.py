@@ -9,6 +9,7 @@ planted tests show each check failing, naming the lesson and the cell.
 
 import json
 import pathlib
+import re
 import shutil
 
 import pytest
@@ -107,8 +108,8 @@ def test_an_english_cell_edited_after_its_translation_fails(copy):
     _edit(copy, "# ## 2. ReLU and its backward", "# ## 2. ReLU and its gradient")
     found = editions.problems(copy, "ko")
     assert len(found) == 1, found
-    assert found[0].startswith("lesson 03 (ko/src/03_feed_forward.toml), cell 8 (markdown, '## 2. ReLU and its gradient'): "
-                               "the English changed after its translation")
+    assert re.match(r"lesson 03 \(ko/src/03_feed_forward.toml\), cell \d+ \(markdown, '## 2. ReLU and its gradient'\): "
+                    "the English changed after its translation", found[0]), found[0]
     with pytest.raises(SystemExit, match="out of step"):
         editions.translated_notebook(copy, "ko")
 
@@ -117,12 +118,14 @@ def test_a_cell_in_one_edition_only_fails(copy):
     _edit(copy, "# %% [markdown]\n# ## 5. Gradient check",
           "# %% [markdown]\n# A new English paragraph.\n\n# %% [markdown]\n# ## 5. Gradient check")
     found = editions.problems(copy, "ko")
-    assert len(found) == 1 and "cell 15 (markdown, 'A new English paragraph.'): in the English edition only" in found[0]
+    assert len(found) == 1 and re.search(r"cell \d+ \(markdown, 'A new English paragraph.'\): in the English edition only",
+                                         found[0]), found   # the cell's number moves as the lesson grows
     translation = editions.translation_path(copy, "ko")
     _edit(copy, "# %% [markdown]\n# A new English paragraph.\n\n", "")
     _edit(translation, '[[cell]]\nen = "8dbc7b5e"', '[[cell]]\nen = "0badc0de"\nko = \'\'\'새 셀\'\'\'\n\n[[cell]]\nen = "8dbc7b5e"')
     found = editions.problems(copy, "ko")
-    assert len(found) == 1 and "[[cell]] number 8 (en = \"0badc0de\", '새 셀'): in the Korean edition only" in found[0]
+    assert len(found) == 1 and re.search(r"\[\[cell\]\] number \d+ \(en = \"0badc0de\", '새 셀'\): in the Korean edition only",
+                                         found[0]), found
 
 
 def test_a_code_cell_that_differs_between_the_editions_fails(copy):
@@ -139,7 +142,8 @@ def test_a_code_cell_that_differs_between_the_editions_fails(copy):
 def test_a_string_the_code_shows_without_its_korean_fails(copy):
     _edit(copy, 'title=tr("ReLU and its derivative")', 'title=tr("ReLU and its slope")')
     found = editions.problems(copy, "ko")
-    assert any("cell 9 (code, line 13): the string 'ReLU and its slope' has no Korean" in p for p in found), found
+    assert any(re.search(r"cell \d+ \(code, line 13\): the string 'ReLU and its slope' has no Korean", p)
+               for p in found), found
     assert any("(en = 'ReLU and its derivative'): the English code no longer shows this string" in p for p in found)
 
 

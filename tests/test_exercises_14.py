@@ -2,7 +2,10 @@
 AssertionError with its hint, the untouched stub (returns None) returns False without raising.
 The right answers here are written independently of the package."""
 
+import time
+
 import numpy as np
+import pytest
 from checker_contract import contract_tests
 
 from lessonkit.exercises import lesson_14 as ex
@@ -115,10 +118,37 @@ def test_a_ring_that_deadlocks_is_named_not_hung():
         comm.Recv(buf, source=(comm.Get_rank() - 1) % comm.Get_size())
         return buf
 
-    ranks = ex.SimulatedRanks(2, timeout=0.5)
+    ranks = ex.SimulatedRanks(2, timeout=30)
+    t0 = time.perf_counter()
     try:
         ranks.run(everyone_receives_first, [np.ones(3), np.ones(3)])
     except AssertionError as exc:
-        assert "never came: a deadlock" in str(exc)
+        assert "deadlock: every rank waits" in str(exc) and "rank 0 in Recv from rank 1" in str(exc)
     else:
         raise AssertionError("the deadlock was not reported")
+    assert time.perf_counter() - t0 < 10             # found when every rank waits, not at the time limit
+
+
+def test_a_blocking_send_then_recv_deadlocks_as_under_mpiexec_and_sendrecv_does_not():
+    """Issue 35: Send blocks until its message is received (MPI past its eager limit), so send-then-receive
+    on every rank is a deadlock the checker names; the same ring with Sendrecv passes."""
+    def send_first(comm, x):
+        buf = np.empty_like(x)
+        N, r = comm.Get_size(), comm.Get_rank()
+        comm.Send(x, dest=(r + 1) % N)
+        comm.Recv(buf, source=(r - 1) % N)
+        return buf
+
+    def sendrecv(comm, x):
+        buf = np.empty_like(x)
+        N, r = comm.Get_size(), comm.Get_rank()
+        comm.Sendrecv(x, dest=(r + 1) % N, recvbuf=buf, source=(r - 1) % N)
+        return buf
+
+    for N in (2, 3, 4):
+        with pytest.raises(AssertionError, match="(?s)deadlock.*Send to rank.*hint: a blocking Send"):
+            ex.SimulatedRanks(N).run(send_first, [np.full(4, float(r)) for r in range(N)])
+        out = ex.SimulatedRanks(N).run(sendrecv, [np.full(4, float(r)) for r in range(N)])
+        assert [o[0] for o in out] == [(r - 1) % N for r in range(N)]
+    with pytest.raises(ex.WrongAnswer, match="(?s)deadlock.*hint: a blocking Send"):
+        ex.check_ring_allreduce(send_first)

@@ -110,6 +110,9 @@ def test_another_spelling_only_in_parentheses():
     assert glossary.problems(TERMS, "레지듀얼 커넥션은 입력을 더합니다.") == \
         ["'레지듀얼 커넥션' for 'residual connection': write '잔차 연결' (레지듀얼 커넥션 only in parentheses)"]
     assert glossary.problems(TERMS, "정규화와 규제는 다릅니다.") == []        # 정규화 is a rendering, not a misspelling
+    assert glossary.problems(TERMS, "나머지 가중치는 내려갑니다.") == []     # 머지 (merge) inside 나머지 is another word
+    assert glossary.problems(TERMS, "머지 규칙을 배웁니다.") == \
+        ["'머지' for 'merge (a BPE merge)': write '병합' (머지 only in parentheses)"]
 
 
 def test_a_term_the_english_uses_must_be_rendered():

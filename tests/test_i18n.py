@@ -117,6 +117,17 @@ def test_a_slow_cells_label_is_translated_as_data(korean):
     assert found == [("show_slow_cell", 1, "the copy run")]
 
 
+def test_a_reveals_label_is_found_by_keyword_and_shown_in_korean():
+    """reveal(..., what="..."): the label is a keyword argument; the scan finds it, and the reveal's sentence
+    shows the Korean the lesson's table gives (lesson 3's first prediction)."""
+    found = i18n.translatable(ast.parse('reveal(p, 0.5, what="share of ReLU outputs that are 0, standard normal inputs")'))
+    assert found == [("reveal", 1, "share of ReLU outputs that are 0, standard normal inputs")]
+    assert i18n.translatable(ast.parse('reveal(p, 0.5)')) == []
+    with i18n.use("ko"):
+        assert i18n.tr_label("share of ReLU outputs that are 0, standard normal inputs") == \
+            "ReLU 출력 가운데 0인 것의 비율, 표준정규분포 입력"
+
+
 def test_the_runtime_sentence_speaks_korean():
     record = runtimes.load(ROOT / "lessons" / runtimes.RECORD_NAME)
     with i18n.use("ko"):
@@ -150,6 +161,21 @@ def test_a_kernel_in_the_korean_folder_speaks_korean_and_runs_in_lessons(tmp_pat
     assert _run_in(lessons, PROBE) == "en lessons"
     assert _run_in(lessons, PROBE, **{i18n.ENV: "ko"}) == "ko lessons"      # the grader's hook
     assert _run_in(lessons / "ko", PROBE, **{i18n.ENV: "en"}) == "en ko"
+
+
+def test_the_first_question_imports_no_numpy_and_plots_get_hangul_later(tmp_path):
+    """A Korean notebook's first cell asks the language; NumPy must not be imported by it (lesson 2 pins BLAS
+    threads with environment variables that work only before NumPy's first import). The Hangul font is set once
+    matplotlib is imported, with matplotlib's own loader underneath (its files are still found)."""
+    lessons = tmp_path / "lessons"
+    (lessons / "ko").mkdir(parents=True)
+    (lessons / "ko" / i18n.MARKER).write_text((ROOT / "lessons" / "ko" / i18n.MARKER).read_text())
+    probe = ("import sys; from lessonkit import i18n; i18n.language(); print('numpy' in sys.modules); "
+             "import matplotlib.pyplot as plt, matplotlib; from minitransformer import plot; "
+             "print(plt.rcParams['font.family'] == plot.label_fonts(), len(plot.label_fonts()) > 1, "
+             "matplotlib.get_data_path() != '')")
+    assert _run_in(lessons / "ko", probe).split() == ["False", "True", "True", "True"]
+    assert _run_in(lessons, probe).split()[:2] == ["False", "False"]       # English: the fonts are left alone
 
 
 def test_the_grader_reads_a_notebooks_language_from_its_metadata():

@@ -1,10 +1,10 @@
 """The package is built in layers, lowest first; a module imports only from its own
 layer or below, and no two modules import each other (directly or in a circle).
 
-    foundation  errors, backend, files, runlock, streams, machine, threads
+    foundation  errors, backend, files, runlock, streams, machine, threads, options
     layers      layers/* (layers/fast.py: the speed variants), gradcheck
-    model       model, settings, data/*, metrics
-    search      decoding, optim, checkpoint, average, snapshots, plot, progress, stops, distributed
+    model       model, settings, optim, data/*, metrics
+    search      decoding, checkpoint, average, snapshots, plot, progress, stops, distributed
     translate   translate
     train       train
     run setup   runsetup
@@ -25,10 +25,11 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[1] / "minitransformer"
 HARNESS = PACKAGE.parent / "lessonkit"
 
 LAYERS = [
-    ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "threads", "__init__"]),
+    ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "threads", "options",
+                    "__init__"]),
     ("layers", ["layers.fast", "layers.*", "gradcheck"]),
-    ("model", ["model", "settings", "data.*", "metrics"]),
-    ("search", ["decoding", "optim", "checkpoint", "average", "snapshots", "plot", "progress", "stops", "distributed"]),
+    ("model", ["model", "settings", "optim", "data.*", "metrics"]),
+    ("search", ["decoding", "checkpoint", "average", "snapshots", "plot", "progress", "stops", "distributed"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("run setup", ["runsetup"]),

@@ -348,7 +348,8 @@ def test_the_loss_of_an_empty_batch_says_so_not_every_target_is_padding(B, T):
 # -- item 10 (the command line's half): options used only after training, checked before the first step
 
 # When each `train` option is used. A new option must be added here; one used only at the end needs a
-# case below that refuses a bad value before the first step.
+# case below that refuses a bad value before the first step. The options made of TrainSettings fields
+# (options.add_options) need no entry: each is checked when the settings are built, before step 1.
 TRAIN_OPTIONS = {
     "setup": {"--task", "--data", "--level", "--bpe-merges", "--header", "--max-length", "--preset", "--set", "--seed",
               "--out", "--parents",
@@ -368,7 +369,10 @@ def test_every_train_option_is_classified():
     parser = build_parser()
     train = next(a for a in parser._subparsers._group_actions[0].choices.values() if a.prog.endswith("train"))
     options = {s for action in train._actions for s in action.option_strings if s.startswith("--")}
-    assert options == set().union(*TRAIN_OPTIONS.values())
+    from_settings = {s for action in train._actions if action.dest in train.get_default("settings_options")
+                     for s in action.option_strings}
+    assert "--accumulate" in from_settings and "--warmup" in from_settings and "--eval" not in from_settings
+    assert options - from_settings == set().union(*TRAIN_OPTIONS.values()) - from_settings
 
 
 def test_an_eval_beam_that_cannot_fit_in_memory_is_refused_before_the_first_step(corpus, tmp_path, monkeypatch,

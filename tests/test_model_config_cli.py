@@ -12,7 +12,8 @@ import pytest
 
 from minitransformer.__main__ import main
 from minitransformer.checkpoint import load_checkpoint
-from minitransformer.model import DATA_FIELDS, TransformerConfig, config_changes
+from minitransformer.cli.resume import config_changes
+from minitransformer.model import DATA_FIELDS, TransformerConfig
 
 WORDS = "one two three four five six seven eight".split()
 
@@ -41,10 +42,10 @@ def test_every_field_but_the_datas_has_a_route():
 
 @pytest.mark.parametrize("text, message", [
     ("nope=1", "unknown model field 'nope'; the fields are: vocab_size, d_model"),
-    ("N=two", "N is a whole number, got 'two'"),
-    ("P_drop=nan", "P_drop must be finite"),
-    ("P_drop=lots", "P_drop is a number, got 'lots'"),
-    ("pre_ln=maybe", "pre_ln is True or False, got 'maybe'"),
+    ("N=two", "N='two' is not a whole number"),
+    ("P_drop=nan", "P_drop='nan' is not a finite number"),
+    ("P_drop=lots", "P_drop='lots' is not a number"),
+    ("pre_ln=maybe", "pre_ln='maybe' is not true or false"),
     ("vocab_size=5", "vocab_size is set by the data"),
     ("pad_id=1", "pad_id is set by the data"),
     ("N", "expected FIELD=VALUE, got 'N'"),

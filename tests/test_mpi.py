@@ -117,6 +117,21 @@ def test_n_ranks_equal_one_process_on_the_same_global_batch(runs, n):
     assert stdout.count(f"data parallel: {n} ranks (MPICH") == 1 and stdout.count("held-out test set") == 1
 
 
+def test_one_global_batch_cut_in_space_or_in_time_gives_the_same_parameters(data, tmp_path):
+    """--batch-size is the global batch everywhere: --batch-size 24, --batch-size 24 --accumulate 2 (cut in
+    time), mpiexec -n 2 ... --batch-size 24 (cut in space) and both at once train the same model."""
+    runs = {"1 process": (1, ()), "--accumulate 2": (1, ("--accumulate", "2")), "2 ranks": (2, ()),
+            "2 ranks, --accumulate 2": (2, ("--accumulate", "2"))}
+    for name, (n, extra) in runs.items():
+        result = train(n, data, tmp_path / str(len(name)), "--batch-size", "24", *extra)
+        assert result.returncode == 0, f"{name}:\n{result.stdout}\n{result.stderr}"
+    whole = _named(tmp_path / str(len("1 process")) / "checkpoint.npz")
+    for name in list(runs)[1:]:
+        d = compare(whole, _named(tmp_path / str(len(name)) / "checkpoint.npz"))
+        _report(f"--batch-size 24, {name} vs 1 process, {STEPS} steps, float64", d)
+        assert d["max_rel"] < 1e-10 and d["b_K"] < 1e-8, name
+
+
 def test_a_rank_with_an_empty_shard_still_sums_and_the_update_is_the_same(data, tmp_path):
     """Batches of 2 sentences on 3 ranks: rank 2's shard is always empty (no forward, a zero gradient)."""
     small = ("--batch-size", "2", "--steps", "4")              # later options win over _command's

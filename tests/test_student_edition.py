@@ -181,7 +181,7 @@ def test_no_untagged_cell_uses_a_solution():
 def test_the_student_edition_runs_clean_and_scores_zero(student):
     """Every student notebook, executed top to bottom by the grader: no cell raises, no cell
     times out, and every exercise is "not attempted" (0 points)."""
-    from minitransformer import grade
+    from lessonkit import grade
     for number in sorted(FOUND):
         report = grade.grade_notebook(student / build.notebook_path(FOUND[number]).name, lessons=LESSONS)
         assert report.notes == [], f"lesson {number}: {report.notes}"

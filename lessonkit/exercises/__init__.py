@@ -4,7 +4,8 @@
 lessons 4-7, and ``lesson_NN`` those of lesson NN from lesson 8 on; ``_common``
 holds what they share (one contract, one tolerance), ``_verdict`` what a checker
 returns and how its verdict reaches the grader, and ``catalogue`` the table of every
-exercise with its points. Every checker takes the learner's function and runs it on
+exercise with its points, and ``_cases`` which inputs a checker builds (the visible case, or a
+hidden one the grader draws). Every checker takes the learner's function and runs it on
 fixed random inputs. It prints "not attempted yet" and returns a false Verdict when
 the function still returns None, raises WrongAnswer (an AssertionError) naming what
 is wrong, with a hint at the likely mistake, when the answer is wrong, and prints
@@ -13,7 +14,7 @@ is wrong, with a hint at the likely mistake, when the answer is wrong, and print
 
 from __future__ import annotations
 
-__all__ = ["arm", "registered", "seal"]
+__all__ = ["registered"]
 
 
 def registered() -> dict:
@@ -33,18 +34,3 @@ def registered() -> dict:
         lessons_4_7,
     )
     return dict(_verdict._CHECKERS)
-
-
-def arm(key_path: str, log_path: str, nonce: str) -> None:
-    """The grader's first step in a kernel: import every checker, then arm the verdict channel."""
-    from . import _verdict  # noqa: PLC0415
-
-    registered()
-    _verdict.arm(key_path, log_path, nonce)
-
-
-def seal() -> None:
-    """The grader's last step in a kernel (see ``_verdict.seal``)."""
-    from . import _verdict  # noqa: PLC0415
-
-    _verdict.seal()

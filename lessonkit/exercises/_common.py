@@ -16,38 +16,58 @@ The contract (the lesson notebooks and tests/test_exercises_*.py rely on it):
 
 A checker's body returns True (right) or False (not attempted) and raises WrongAnswer;
 its ``@exercise("L.n")`` decorator (``_verdict``) turns that into the Verdict, which a
-notebook does not display, and reports it to the grader when one runs the notebook.
+notebook does not display. A checker builds its inputs with ``_cases`` (the visible case in
+a notebook; hidden ones too when the grader runs it) and prints with ``say``, which the
+grader collects instead of printing.
 Exercises are numbered "Exercise L.n" (lesson L, n-th exercise) in every lesson, and
 listed with their points in ``catalogue``.
 """
 
 from __future__ import annotations
 
+import contextvars
+
 import numpy as np
 
 from minitransformer import backend
 from minitransformer.gradcheck import DEFAULT_TOL, rel_error
 
+from ..wire import Built, Opaque
+from ._cases import case_rng, edge, visible
 from ._verdict import Verdict, WrongAnswer, exercise
 
-__all__ = ["NOT_ATTEMPTED", "TOL", "Verdict", "WrongAnswer", "exercise"]
+__all__ = ["NOT_ATTEMPTED", "TOL", "Verdict", "WrongAnswer", "built", "case_rng", "drive", "edge", "exercise", "say",
+           "sizes", "visible"]
 
 NOT_ATTEMPTED = "not attempted yet: fill in the cell above and run this cell again"
 # One tolerance for every checker, against the reference and against the numerical
 # gradient alike: gradcheck's (a right float64 backward is near 1e-9 or below).
 TOL = DEFAULT_TOL
+# Where say() writes: None prints (a notebook); the grader sets a list and reads it afterwards.
+SINK: contextvars.ContextVar[list | None] = contextvars.ContextVar("lessonkit_sink", default=None)
+
+
+def say(*parts, sep: str = " ", end: str = "\n") -> None:
+    """print(), or, while the grader judges, a line it collects (it decides what a student sees)."""
+    sink = SINK.get()
+    if sink is None:
+        print(*parts, sep=sep, end=end)
+    else:
+        sink.append(sep.join(str(p) for p in parts) + end)
 
 
 def not_attempted(result) -> bool:
     """True (after printing NOT_ATTEMPTED) if the learner's function returned None."""
     if result is None:
-        print(NOT_ATTEMPTED)
+        say(NOT_ATTEMPTED)
         return True
     return False
 
 
 def describe(value) -> str:
     """A short description of what arrived, for error messages."""
+    if isinstance(value, Opaque):
+        return f"{value!r} (not plain data: return arrays, numbers, strings, lists, tuples or dicts)"
     if hasattr(value, "shape"):
         return f"an array of shape {tuple(value.shape)}"
     if isinstance(value, (tuple, list)):
@@ -66,6 +86,8 @@ def as_array(name, value):
     """The learner's answer as a host NumPy array, or a WrongAnswer saying why not."""
     if value is None:
         raise WrongAnswer(f"{name} is None: return an array for it")
+    if isinstance(value, Opaque):
+        raise WrongAnswer(f"{name}: expected an array, got {describe(value)}")
     try:
         return np.asarray(backend.to_numpy(value))
     except Exception as exc:
@@ -119,7 +141,7 @@ def report_correct(errors: dict) -> bool:
         if err_num is not None:
             line += f", {err_num:.1e} vs the numerical gradient"
         lines.append(line)
-    print("\n".join(lines))
+    say("\n".join(lines))
     return True
 
 
@@ -138,3 +160,28 @@ def check_count(what, got, expected, hints=()) -> None:
 
 def copy_all(*arrays):
     return tuple(a.copy() for a in arrays)
+
+
+def sizes(rng, visible_sizes: tuple, low: int = 2, high: int = 5) -> tuple:
+    """The visible case's sizes, or (a hidden case) as many sizes drawn from [low, high]."""
+    if visible():
+        return visible_sizes
+    return tuple(int(n) for n in rng.integers(low, high + 1, size=len(visible_sizes)))
+
+
+def built(fn, builder, state, local=None):
+    """An input that must live where the learner's function runs: here (a notebook) ``local``, or
+    ``builder(state)``; when ``fn`` is the grader's stand-in for a function in a student's kernel, the
+    recipe to build it there (``lessonkit.wire.Built``; arrays in ``state`` keep their identity with the
+    other inputs, and what the function writes into them comes back)."""
+    if getattr(fn, "remote", False):
+        return Built(f"{builder.__module__}:{builder.__qualname__}", state)
+    return builder(state) if local is None else local
+
+
+def drive(fn, driver, *args):
+    """``driver(fn, *args)``, run where ``fn`` lives: here, or in the student's kernel (lesson 14's
+    simulated ranks, lesson 12's planted model), whose result comes back as plain data."""
+    if getattr(fn, "remote", False):
+        return fn.drive(driver, *args)
+    return driver(fn, *args)

@@ -30,12 +30,17 @@ from minitransformer.layers.attention import MultiHeadAttention, attention_forwa
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
+    built,
+    case_rng,
     check_array,
     describe,
     exercise,
     not_attempted,
     report_correct,
+    say,
+    sizes,
     unpack,
+    visible,
 )
 
 __all__ = [
@@ -92,8 +97,8 @@ def check_additive_attention_backward(fn) -> bool:
     e_ij = v · tanh(q_i W_q + k_j W_k), A = softmax_rows(e), out = A V;
     dout = dL/dout: (B, n_q, d_v).
     """
-    rng = np.random.default_rng(80)
-    B, n_q, n_k, d_k, d_a, d_v = 2, 3, 5, 4, 6, 2
+    rng = case_rng(80)
+    B, n_q, n_k, d_k, d_a, d_v = sizes(rng, (2, 3, 5, 4, 6, 2), 1, 5)
     Q = rng.standard_normal((B, n_q, d_k))
     K = rng.standard_normal((B, n_k, d_k))
     V = rng.standard_normal((B, n_k, d_v))
@@ -203,6 +208,13 @@ def check_layers_needed(fn) -> bool:
              ("restricted_attention", 2, 1), ("restricted_attention", 20, 2), ("restricted_attention", 9, 4),
              ("restricted_attention", 10, 4), ("restricted_attention", 64, 8),
              ("restricted_attention", 100, 7)]
+    if not visible():
+        rng = case_rng(82)
+        k, L = int(rng.integers(2, 7)), int(rng.integers(2, 5))
+        cases = [(kind, int(rng.integers(2, 300)), int(rng.integers(2 if kind != "restricted_attention" else 1, 9)))
+                 for kind in KINDS for _ in range(2)]
+        cases += [("dilated_conv", k ** L, k), ("dilated_conv", k ** L + 1, k), ("conv", 2, 2),
+                  ("restricted_attention", int(rng.integers(2, 9)) * 2 + 1, 2)]        # powers: where float log slips
     first = fn(*cases[0])
     if not_attempted(first):
         return False
@@ -238,8 +250,8 @@ def check_layers_needed(fn) -> bool:
                 msg += (f"\n  hint: after L layers the stack covers k^L positions (t − k^L + 1 .. t); "
                         f"it needs k^L ≥ n = {n}")
         raise WrongAnswer(msg)
-    print("correct")
-    print(f"  all {len(cases)} cases match the layer counts found by propagating the dependence "
+    say("correct")
+    say(f"  all {len(cases)} cases match the layer counts found by propagating the dependence "
           f"on x_0 up a stack, one layer at a time")
     return True
 
@@ -293,6 +305,11 @@ def check_layer_flops(fn) -> bool:
     cases = [("recurrent", 16, 64, 0), ("recurrent", 100, 8, 0), ("attention", 16, 64, 0),
              ("attention", 100, 8, 0), ("attention", 7, 12, 0), ("restricted_attention", 64, 32, 4),
              ("restricted_attention", 50, 16, 3)]
+    if not visible():
+        rng = case_rng(83)
+        cases = [(kind, int(rng.integers(2, 80)), 4 * int(rng.integers(1, 17)), int(rng.integers(1, 6)))
+                 for kind in FLOP_KINDS for _ in range(2)]
+        cases = [(kind, n, d, r if kind == "restricted_attention" else 0) for kind, n, d, r in cases]
     first = fn(*cases[0])
     if not_attempted(first):
         return False
@@ -338,8 +355,8 @@ def check_layer_flops(fn) -> bool:
                 msg += f"\n  hint: {text}"
                 break
         raise WrongAnswer(msg)
-    print("correct")
-    print(f"  all {len(cases)} cases match (attention: FLOPs counted on the package's "
+    say("correct")
+    say(f"  all {len(cases)} cases match (attention: FLOPs counted on the package's "
           f"MultiHeadAttention by wrapping backend.matmul)")
     return True
 
@@ -363,27 +380,40 @@ def _ablated_by_rows(mha, x, head):
     return concat @ W_o + mha.b_o.data
 
 
+def _mha(state) -> MultiHeadAttention:
+    """A float64 MultiHeadAttention of ``state["d_model"]``, ``state["h"]``, with ``state["params"]`` (in the
+    order of parameters()) as its parameters' arrays, the very arrays, or fresh ones from ``state["seed"]``."""
+    old_dtype = backend.default_dtype()
+    backend.set_default_dtype("float64")
+    try:
+        mha = MultiHeadAttention(state["d_model"], state["h"], np.random.default_rng(state["seed"]))
+    finally:
+        backend.set_default_dtype(old_dtype)
+    for p, data in zip(mha.parameters(), state["params"] or ()):
+        p.data = data
+    return mha
+
+
 @exercise("8.4")
 def check_head_ablation(fn) -> bool:
     """fn(mha, x, head) -> the self-attention output of the MultiHeadAttention ``mha`` on x (B, n, d_model)
     with head ``head`` (0-based) removed: its output set to zero before W^O, so
     y = Concat(head_1, ..., 0, ..., head_h) W^O + b_o. ``mha`` must be left as it was."""
-    rng = np.random.default_rng(84)
-    old_dtype = backend.default_dtype()
-    backend.set_default_dtype("float64")
-    try:
-        mha = MultiHeadAttention(12, 4, rng)
-    finally:
-        backend.set_default_dtype(old_dtype)
-    mha.b_o.data[:] = rng.standard_normal(12)               # a bias, so that dropping it shows
-    x = rng.standard_normal((2, 5, 12))
+    rng = case_rng(84)
+    d_k, h, B, n = sizes(rng, (3, 4, 2, 5), 2, 6)
+    mha = _mha({"d_model": h * d_k, "h": h, "seed": int(rng.integers(1000)), "params": None})
+    mha.b_o.data[:] = rng.standard_normal(h * d_k)          # a bias, so that dropping it shows
+    x = rng.standard_normal((B, n, h * d_k))
     before = [p.data.copy() for p in mha.parameters()]
-    first = fn(mha, x.copy(), 1)
+    answer_mha = built(fn, _mha, {"d_model": mha.d_model, "h": mha.h, "seed": 0,
+                                  "params": [p.data for p in mha.parameters()]})
+    heads_asked = (1, 0, 3) if visible() else (int(rng.integers(h)), 0, h - 1)
+    first = fn(answer_mha, x.copy(), heads_asked[0])
     if not_attempted(first):
         return False
     errors = {}
-    for head in (1, 0, 3):
-        got = first if head == 1 else fn(mha, x.copy(), head)
+    for head in heads_asked:
+        got = first if head == heads_asked[0] else fn(answer_mha, x.copy(), head)
         changed = [p.name for p, old in zip(mha.parameters(), before) if not np.array_equal(p.data, old)]
         if changed:
             raise WrongAnswer(f"head {head}: the layer's parameters changed ({', '.join(changed)}): compute the "

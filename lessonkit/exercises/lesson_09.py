@@ -23,13 +23,17 @@ from minitransformer.optim import Adam, NoamSchedule
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
+    case_rng,
     check_array,
     copy_all,
     describe,
+    edge,
     exercise,
     not_attempted,
     report_correct,
+    sizes,
     unpack,
+    visible,
 )
 
 __all__ = ["NOT_ATTEMPTED", "check_noam_lr", "check_adam_step", "check_dlogits"]
@@ -41,7 +45,19 @@ PAPER_BETAS, PAPER_EPS = (0.9, 0.98), 1e-9
 
 
 def _rng(seed):
-    return numpy.random.default_rng(seed)
+    """The generator of a checker's inputs: fixed for the visible case, the grader's for a hidden one."""
+    return case_rng(seed)
+
+
+def _noam_cases():
+    """NOAM_CASES and NOAM_STEPS, or (a hidden case) others, with the steps around warm-up's end."""
+    if visible():
+        return NOAM_CASES, NOAM_STEPS
+    r = _rng(91)
+    cases = tuple((int(r.choice([16, 32, 64, 128, 256, 512, 1024])), int(r.integers(2, 5000))) for _ in range(2))
+    steps = sorted({1, 2, *(int(s) for s in r.integers(3, 30000, size=6)),
+                    *(w + dw for _, w in cases for dw in (-1, 0, 1))})
+    return cases, tuple(steps)
 
 
 # -- Exercise 9.1: the learning-rate schedule ------------------------------------------------
@@ -57,8 +73,9 @@ def check_noam_lr(fn) -> bool:
     lrate = d_model^-0.5 · min(step^-0.5, step · warmup_steps^-1.5)  (§5.3).
     Compared with ``optim.NoamSchedule`` at the steps of NOAM_STEPS for each case of NOAM_CASES."""
     got = []
-    for d_model, warmup in NOAM_CASES:
-        for step in NOAM_STEPS:
+    noam_cases, noam_steps = _noam_cases()
+    for d_model, warmup in noam_cases:
+        for step in noam_steps:
             value = fn(step, d_model, warmup)
             if not got and not_attempted(value):
                 return False
@@ -70,9 +87,9 @@ def check_noam_lr(fn) -> bool:
     got = numpy.array(got)
 
     def table(**slip):
-        return numpy.array([_noam(s, d, w, **slip) for d, w in NOAM_CASES for s in NOAM_STEPS])
+        return numpy.array([_noam(s, d, w, **slip) for d, w in noam_cases for s in noam_steps])
 
-    reference = numpy.array([NoamSchedule(d, w)(s) for d, w in NOAM_CASES for s in NOAM_STEPS])
+    reference = numpy.array([NoamSchedule(d, w)(s) for d, w in noam_cases for s in noam_steps])
     hints = [
         (table(pick=max), "min and max swapped: the rate is the *smaller* of the two terms (it rises, peaks at "
                           "warmup_steps, then decays)"),
@@ -82,7 +99,7 @@ def check_noam_lr(fn) -> bool:
                                    "terms meet at step = warmup_steps"),
         (table(pick=lambda decay, warm: decay),
          "the warm-up is missing: before warmup_steps the rate grows linearly, step · warmup_steps^-1.5"),
-        (numpy.array([_noam(s + 1, d, w) for d, w in NOAM_CASES for s in NOAM_STEPS]),
+        (numpy.array([_noam(s + 1, d, w) for d, w in noam_cases for s in noam_steps]),
          "off by one: steps count from 1 (the first update is step 1), use step as given"),
     ]
     errors = {"lrate": check_array("lrate", got, reference, hints=hints)}
@@ -95,14 +112,17 @@ def _adam_inputs():
     """p, g, m, v of shape (3, 4) at step t = 3 (so m and v have a history). Row 2 has
     gradients of size ~1e-8, where sqrt(v_hat) is comparable to ε and ε matters."""
     r = _rng(92)
-    p = r.standard_normal((3, 4))
-    g = r.standard_normal((3, 4))
-    m = 0.2 * r.standard_normal((3, 4))
-    v = 0.5 * r.random((3, 4)) + 0.05
+    shape = sizes(r, (3, 4), 3, 6)
+    p = r.standard_normal(shape)
+    g = r.standard_normal(shape)
+    m = 0.2 * r.standard_normal(shape)
+    v = 0.5 * r.random(shape) + 0.05
     g[2] *= 1e-8
     m[2] *= 1e-8
     v[2] *= 1e-16
-    return p, g, m, v, 3, 0.01
+    t = 3 if visible() else edge([1, int(r.integers(2, 40)), 1000])
+    lr = 0.01 if visible() else float(10 ** r.uniform(-4, -1))
+    return p, g, m, v, t, lr
 
 
 def _adam_variant(p, g, m, v, t, lr, beta1=0.9, beta2=0.98, eps=1e-9, correct=(True, True), t_shift=0,
@@ -175,9 +195,17 @@ def check_adam_step(fn) -> bool:
 def _loss_inputs():
     """logits (B, T, V) = (2, 4, 7), targets with padding (pad_id 0) in both rows, ε_ls = 0.1."""
     r = _rng(93)
-    logits = 2.0 * r.standard_normal((2, 4, 7))
-    targets = numpy.array([[3, 5, 2, 0], [6, 2, 0, 0]])
-    return logits, targets, 0, 0.1
+    if visible():
+        logits = 2.0 * r.standard_normal((2, 4, 7))
+        targets = numpy.array([[3, 5, 2, 0], [6, 2, 0, 0]])
+        return logits, targets, 0, 0.1
+    B, T, V = sizes(r, (2, 4, 7), 2, 9)
+    pad_id = int(r.integers(V))
+    logits = 2.0 * r.standard_normal((B, T, V))
+    targets = r.integers(0, V, size=(B, T))
+    targets[targets == pad_id] = (pad_id + 1) % V
+    targets[0, -1] = pad_id                                 # padding in some row, never every position
+    return logits, targets, pad_id, float(edge([0.1, 0.2, 0.0, 0.3]))
 
 
 def _softmax(z, axis=-1):

@@ -15,6 +15,7 @@ check_greedy_decode   greedy decoding of one sentence, one position at a time wi
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 from collections import Counter
@@ -34,12 +35,18 @@ from minitransformer.train import Trainer, TrainSettings, encode_pairs
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
+    built,
+    case_rng,
     check_array,
     describe,
+    drive,
+    edge,
     exercise,
     not_attempted,
     report_correct,
+    say,
     unpack,
+    visible,
 )
 
 __all__ = [
@@ -74,7 +81,21 @@ def _log_softmax_rows(x):
 
 
 def _beam_cases():
-    rng = np.random.default_rng(100)
+    rng = case_rng(100)
+    if not visible():
+        cases = []
+        for kind in ("all live", edge(["one live", "ties", "all live"])):
+            k = int(rng.integers(2, 7))
+            V = int(rng.integers(k, 30))                    # at least k candidates for one live slot
+            live = np.sort(-rng.uniform(0.1, 6.0, size=k))[::-1].copy()
+            if kind == "one live":
+                live[1:] = -np.inf
+            nxt = _log_softmax_rows(rng.standard_normal((k, V)) * 2.0)
+            if kind == "ties":                          # equal candidates: the lower flat index first
+                nxt[1] = nxt[0]
+                live[1] = live[0]
+            cases.append((live, nxt, k))
+        return cases
     cases = []
     # A beam in mid-search: four live hypotheses, one much better than the others, so
     # that it supplies several of the k best extensions (the best extension of each
@@ -132,7 +153,8 @@ def check_beam_step(fn) -> bool:
                 raise WrongAnswer(
                     f"{where}: logp holds the k largest next-token log-probabilities alone\n  hint: a "
                     "candidate's score is its parent's log P plus the new token's: live_logp[j] + next_logp[j, y]")
-            if np.allclose(np.sort(got_logp)[::-1], np.sort(per_row)[::-1]) and not np.allclose(per_row, ref_logp):
+            if np.allclose(np.sort(got_logp)[::-1], np.sort(per_row)[::-1]) \
+                    and not np.allclose(np.sort(per_row), np.sort(ref_logp)):
                 raise WrongAnswer(
                     f"{where}: you kept the best extension of each hypothesis\n  hint: choose the k best of "
                     "all k·V candidates together (flatten them): one strong hypothesis may supply several, "
@@ -198,17 +220,43 @@ _BLEU_CORPORA = [
 ]
 
 
+def _random_corpus(rng):
+    """A hidden case: references from a small vocabulary (repeated words, so clipping matters) and
+    hypotheses made from them by the slips a model makes; one hypothesis copies its reference's first
+    four words, so every n-gram order has a match."""
+    words = [f"w{i}" for i in range(int(rng.integers(4, 9)))]
+    refs = [[str(w) for w in rng.choice(words, size=int(rng.integers(5, 11)))] for _ in range(int(rng.integers(2, 5)))]
+    hyps = []
+    for ref in refs:
+        h = list(ref)
+        for _ in range(int(rng.integers(1, 4))):
+            i = int(rng.integers(len(h)))
+            slip = rng.integers(3)
+            if slip == 0 and len(h) > 4:
+                del h[i]                                   # shorter: the brevity penalty
+            elif slip == 1:
+                h[i] = str(rng.choice(words))
+            else:
+                h.insert(i, h[i])                          # a repeated word: clipping
+        hyps.append(h)
+    hyps[0] = refs[0][:4] + hyps[0][4:]
+    if sum(map(len, hyps)) >= sum(map(len, refs)):         # shorter in total, as a model's often are
+        hyps[-1] = hyps[-1][:max(1, len(hyps[-1]) - 3)]
+    return hyps, refs
+
+
 @exercise("10.2")
 def check_corpus_bleu(fn) -> bool:
     """fn(hyps, refs) -> corpus BLEU in [0, 100]; hyps/refs: lists of token lists."""
     def copy(corpus):
         return [list(s) for s in corpus]
 
-    first = fn(copy(_BLEU_CORPORA[0][0]), copy(_BLEU_CORPORA[0][1]))
+    corpora = _BLEU_CORPORA if visible() else [_random_corpus(case_rng(102)) for _ in range(2)]
+    first = fn(copy(corpora[0][0]), copy(corpora[0][1]))
     if not_attempted(first):
         return False
     errors = {}
-    for n, (hyps, refs) in enumerate(_BLEU_CORPORA):
+    for n, (hyps, refs) in enumerate(corpora):
         got = first if n == 0 else fn(copy(hyps), copy(refs))
         if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.integer, np.floating)):
             raise WrongAnswer(f"corpus {n + 1}: expected one number (BLEU in 0..100), got {describe(got)}")
@@ -278,13 +326,25 @@ def _tiny_reverse_model():
 
 
 @functools.lru_cache(maxsize=1)
+def _trained():
+    return _tiny_reverse_model()
+
+
 def _greedy_cases():
     """(model, src (1, S), max_len) triples: from the tiny trained model, a source whose
     output stops at <eos> and one whose output runs to max_len; from an untrained model,
-    a source where an argmax that may choose <pad> or <bos> goes wrong."""
-    max_len = 8
-    model, vocab = _tiny_reverse_model()
-    rng = np.random.default_rng(1)
+    a source where an argmax that may choose <pad> or <bos> goes wrong. A hidden case: other
+    sources, another untrained model, another max_len."""
+    if visible():
+        return _greedy_cases_of(1, 8, 1)
+    rng = case_rng(103)
+    return _greedy_cases_of(int(rng.integers(2, 10**6)), int(rng.integers(5, 12)), int(rng.integers(2, 100)))
+
+
+@functools.lru_cache(maxsize=16)
+def _greedy_cases_of(seed: int, max_len: int, untrained_seed: int):
+    model, vocab = _trained()
+    rng = np.random.default_rng(seed)
     found = {}
     for _ in range(100):
         tokens = [str(x) for x in rng.integers(0, 6, size=int(rng.integers(2, 7)))]
@@ -295,13 +355,42 @@ def _greedy_cases():
             found[key] = (model, src, max_len)
         if len(found) == 2:
             break
-    untrained = Transformer(model.cfg, seed=1)
+    untrained = Transformer(model.cfg, seed=untrained_seed)
     for _ in range(100):
         src = np.array([vocab.encode([str(x) for x in rng.integers(0, 6, size=4)], add_eos=True)])
         if _unbanned_greedy(untrained, src, max_len) != greedy_decode(untrained, src, BOS, EOS, max_len=max_len)[0]:
             found["banned"] = (untrained, src, max_len)
             break
     return [found[key] for key in ("eos", "length", "banned") if key in found]
+
+
+def _transformer(state) -> Transformer:
+    """A Transformer of ``state["config"]`` (TransformerConfig's fields) whose parameters are the arrays of
+    ``state["params"]`` ({name: array}), the very arrays."""
+    model = Transformer(TransformerConfig(**state["config"]), seed=0)
+    for name, p in model.named_parameters():
+        p.data = state["params"][name]
+    return model
+
+
+def _model_state(model) -> dict:
+    return {"config": dataclasses.asdict(model.cfg), "params": {name: p.data for name, p in model.named_parameters()}}
+
+
+def _greedy_run(fn, model, src, bos_id, eos_id, max_len) -> dict:
+    """The learner's greedy decoding, run where it lives, with the model guarded (``_guard``) and in
+    training mode as a model is after training: {"got", "dropout_on", "refused"} as plain data."""
+    seen = _guard(model)
+    model.train()
+    try:
+        got = fn(model, src, bos_id, eos_id, max_len)
+    except WrongAnswer as exc:                   # the guard's: decode or forward was called
+        return {"got": None, "dropout_on": seen["dropout_on"], "refused": str(exc)}
+    finally:
+        _unguard(model)
+    if isinstance(got, np.ndarray):
+        got = got.tolist()
+    return {"got": got, "dropout_on": seen["dropout_on"], "refused": None}
 
 
 def _guard(model):
@@ -338,17 +427,21 @@ def check_greedy_decode(fn) -> bool:
         weights = {name: p.data.copy() for name, p in model.named_parameters()}
         ref = greedy_decode(model, src, BOS, EOS, max_len=max_len)[0]
         no_stop = greedy_decode(model, src, BOS, None, max_len=max_len)[0]
-        seen = _guard(model)
-        model.train()                     # as a model is after training: the answer must switch dropout off
         try:
-            got = fn(model, src.copy(), BOS, EOS, max_len)
+            run = drive(fn, _greedy_run, built(fn, _transformer, _model_state(model), local=model), src.copy(), BOS,
+                        EOS, max_len)
         finally:
-            _unguard(model)
+            model.eval()
             for name, p in model.named_parameters():
                 p.data[...] = weights[name]             # an answer that wrote into the weights spoils nothing
+        if not isinstance(run, dict) or set(run) != {"got", "dropout_on", "refused"}:
+            raise WrongAnswer(f"case {n + 1}: the decoding did not report back (got {describe(run)})")
+        if run["refused"]:
+            raise WrongAnswer(run["refused"])
+        got = run["got"]
         if n == 0 and not_attempted(got):
             return False
-        if seen["dropout_on"]:
+        if run["dropout_on"]:
             raise WrongAnswer(f"case {n + 1}: dropout was on while you decoded (the model came in training "
                                  "mode)\n  hint: wrap the loop in `with eval_mode(model):` "
                                  "(minitransformer.layers.parameter.eval_mode)")
@@ -377,6 +470,6 @@ def check_greedy_decode(fn) -> bool:
         elif got == no_stop:
             msg += "\n  hint: <eos> was never checked: stop as soon as the argmax is eos_id"
         raise WrongAnswer(msg)
-    print("\n".join(["correct"] + lines))
+    say("\n".join(["correct"] + lines))
     return True
 

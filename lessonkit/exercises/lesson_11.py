@@ -24,20 +24,26 @@ from minitransformer.model import TransformerConfig, count_parameters
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
+    case_rng,
     check_array,
     check_count,
     copy_all,
+    edge,
     exercise,
     not_attempted,
     report_correct,
+    say,
+    sizes,
     unpack,
+    visible,
 )
 
 __all__ = ["NOT_ATTEMPTED", "check_learned_pe_backward", "check_perplexity", "check_variation_params"]
 
 
 def _rng(seed):
-    return numpy.random.default_rng(seed)
+    """The generator of a checker's inputs: fixed for the visible case, the grader's for a hidden one."""
+    return case_rng(seed)
 
 
 # -- Exercise 11.1: the learned positional embedding's backward ----------------------------
@@ -52,7 +58,12 @@ def check_learned_pe_backward(fn) -> bool:
     """
     r = _rng(110)
     errors = {}
-    for B, S, d, max_len, offset in ((3, 4, 5, 9, 0), (2, 3, 4, 8, 4)):
+    cases = ((3, 4, 5, 9, 0), (2, 3, 4, 8, 4))
+    if not visible():
+        B, S, d = sizes(r, (3, 4, 5), 1, 6)
+        extra = int(r.integers(0, 6))
+        cases = ((B, S, d, S + extra, int(r.integers(0, extra + 1))), (2, 3, 4, 8, edge([4, 5, 0, 2])))
+    for B, S, d, max_len, offset in cases:
         x = r.standard_normal((B, S, d))
         P = r.standard_normal((max_len, d))
         dout = r.standard_normal((B, S, d))
@@ -99,6 +110,12 @@ def _log_softmax(logits):
     return z - numpy.log(numpy.exp(z).sum(axis=-1, keepdims=True))
 
 
+def _perplexity_reference(logits, targets, pad_id) -> float:
+    """exp of the mean NLL per non-pad target token: the package's loss without smoothing."""
+    nll_mean, _ = cross_entropy_forward(logits, targets, pad_id, 0.0)
+    return math.exp(nll_mean)
+
+
 @exercise("11.2")
 def check_perplexity(fn) -> bool:
     """fn(logits, targets, pad_id) -> float: exp of the mean negative log-likelihood per
@@ -108,7 +125,10 @@ def check_perplexity(fn) -> bool:
     """
     r = _rng(111)
     errors = {}
-    for B, T, V, pad_id in ((3, 5, 7, 0), (2, 6, 9, 3)):
+    cases = ((3, 5, 7, 0), (2, 6, 9, 3))
+    if not visible():
+        cases = tuple((*sizes(r, (3, 5, 7), 3, 9), int(r.integers(0, 2))) for _ in range(2))
+    for B, T, V, pad_id in cases:
         logits = r.standard_normal((B, T, V)) * 2.0
         targets = r.integers(0, V, size=(B, T))
         targets[targets == pad_id] = (pad_id + 1) % V
@@ -122,8 +142,7 @@ def check_perplexity(fn) -> bool:
         if isinstance(got, bool) or not isinstance(got, (int, float, numpy.floating)):
             raise WrongAnswer(f"perplexity: expected one number, got {type(got).__name__}: {got!r}"[:120])
         got = float(got)
-        nll_mean, _ = cross_entropy_forward(logits, targets, pad_id, 0.0)
-        want = math.exp(nll_mean)
+        want = _perplexity_reference(logits, targets, pad_id)
         logp = numpy.take_along_axis(_log_softmax(logits), targets[..., None], axis=-1)[..., 0]
         real = targets != pad_id
         smoothed, _ = cross_entropy_forward(logits, targets, pad_id, 0.1)
@@ -177,6 +196,14 @@ def check_variation_params(fn) -> bool:
         (37000, 512, 1, 512, 512, 2048, 6, 0),  # row A: one head
         (37000, 512, 8, 64, 64, 2048, 6, 512),  # row E with a 512-row table
     ]
+    if not visible():
+        r = _rng(113)
+        h = int(r.choice([1, 2, 4, 8]))
+        d_k, d_v = (int(x) for x in r.choice([4, 8, 16, 32, 64], size=2))
+        d = h * int(r.choice([d_k, d_v]))
+        cases = [(int(r.integers(10, 40000)), d, h, d_k, d_v, int(r.integers(8, 4096)), int(r.integers(1, 7)),
+                  int(edge([0, 64, 0, 512]))),
+                 (12, 2 * h, h, 2, 2, 24, 2, int(r.integers(0, 30)))]
     counted = []
     for case in cases:
         V, d, h, d_k, d_v, d_ff, N, L = case
@@ -208,6 +235,6 @@ def check_variation_params(fn) -> bool:
                                                              "h·d_k, h·d_k, h·d_v; b^O: d_model)"),
         ])
         counted.append(f"{expected:,}")
-    print("correct")
-    print("  counts: " + ", ".join(counted) + " (base, row B d_k=16, row A h=1, row E among them)")
+    say("correct")
+    say("  counts: " + ", ".join(counted) + " (base, row B d_k=16, row A h=1, row E among them)")
     return True

@@ -23,6 +23,7 @@ The checkers follow the contract of ``_common``: an answer of None prints
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable
 from contextlib import ExitStack, contextmanager
@@ -39,9 +40,13 @@ from minitransformer.optim import Adam
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
+    case_rng,
     describe,
+    drive,
     exercise,
     not_attempted,
+    say,
+    visible,
 )
 
 __all__ = [
@@ -233,10 +238,18 @@ def _pe_swaps():
                  if hasattr(m, "sinusoidal_table"))
 
 
+def _digest(answer: str) -> str:
+    """What the checker compares: a hash of the answer, so that the answer key is not written here
+    (the package is no answer key); the lesson's solutions, in the teacher's edition, name the keys."""
+    return hashlib.sha256(f"lesson 12, mystery: {answer}".encode()).hexdigest()[:16]
+
+
+# number: (the digest of the right key, the component it lives in, the swaps that plant it)
 _MYSTERIES = {
-    1: ("pe-sin-cos-swapped", _pe_swaps),
-    2: ("layernorm-unbiased-variance", lambda: ((layernorm, "layernorm_forward", _layernorm_forward_unbiased),)),
-    3: ("gradients-never-zeroed", lambda: ((Adam, "zero_grad", _zero_grad_does_nothing),)),
+    1: ("ae48380c8ef936f3", "positional encoding", _pe_swaps),
+    2: ("47102104588d1422", "layer norm",
+        lambda: ((layernorm, "layernorm_forward", _layernorm_forward_unbiased),)),
+    3: ("6d7f24b3cf92da2c", "optimizer", lambda: ((Adam, "zero_grad", _zero_grad_does_nothing),)),
 }
 
 
@@ -244,7 +257,7 @@ def mystery(number: int) -> Plant:
     """Mystery bug ``number`` (1, 2 or 3), as a Plant whose name does not give it away."""
     if number not in _MYSTERIES:
         raise ValueError(f"mystery: there are mystery bugs {sorted(_MYSTERIES)}, got {number!r}")
-    _, make_swaps = _MYSTERIES[number]
+    _, _, make_swaps = _MYSTERIES[number]
     return Plant(name=f"mystery {number}", where="?", swaps=make_swaps())
 
 
@@ -278,9 +291,8 @@ _GENERIC_HINTS = {
 
 def _hint(number: int, answer: str) -> str:
     """What the mystery's checks rule out about a wrong answer, then a pointer towards the bug."""
-    truth = CATALOGUE[_MYSTERIES[number][0]]
     guess = CATALOGUE[answer]
-    if guess.component == truth.component:
+    if guess.component == _MYSTERIES[number][1]:
         return _SAME_COMPONENT_HINTS[number]
     caught = MYSTERY_SIGNATURES[number]
     reasons = []
@@ -307,23 +319,38 @@ def check_mystery(number: int, answer) -> bool:
     if not isinstance(answer, str) or answer not in CATALOGUE:
         raise WrongAnswer(f"mystery {number}: answer with one key of CATALOGUE (show_catalogue() lists "
                              f"them), got {describe(answer)}")
-    truth = _MYSTERIES[number][0]
-    if answer != truth:
+    if _digest(answer) != _MYSTERIES[number][0]:
         raise WrongAnswer(f"mystery {number}: not {answer!r} ({CATALOGUE[answer].description})\n"
                              f"  hint: {_hint(number, answer)}")
     caught = [name for name, hit in MYSTERY_SIGNATURES[number].items() if hit]
-    print("correct")
-    print(f"  mystery {number} is {truth!r}: {CATALOGUE[truth].description}")
-    print(f"  caught by: {', '.join(caught)}; missed by the others")
+    say("correct")
+    say(f"  mystery {number} is {answer!r}: {CATALOGUE[answer].description}")
+    say(f"  caught by: {', '.join(caught)}; missed by the others")
     return True
 
 
 # -- Exercise 12.4: a property that closes parity's gap -------------------------------------------
 
-def _small_model():
-    cfg = model_module.TransformerConfig(vocab_size=8, d_model=6, h=2, N=1, d_ff=8, P_drop=0.0,
-                                         eps_ls=0.0, max_len=12)
+def _small_model(d_model: int = 6, max_len: int = 12):
+    cfg = model_module.TransformerConfig(vocab_size=8, d_model=d_model, h=2, N=1, d_ff=8, P_drop=0.0,
+                                         eps_ls=0.0, max_len=max_len)
     return model_module.Transformer(cfg, seed=0)
+
+
+def _property_run(fn, d_model: int, max_len: int) -> dict:
+    """The learner's property on a float64 model of the package as it is, and on one built and checked
+    with mystery 1 planted, run where the property lives: {"clean", "buggy"} as plain data."""
+    old = backend.default_dtype()
+    backend.set_default_dtype("float64")
+    try:
+        clean = fn(_small_model(d_model, max_len))
+        if clean is None:
+            return {"clean": None, "buggy": None}
+        with mystery(1).planted():            # the property runs where the bug is, as property tests do
+            buggy = fn(_small_model(d_model, max_len))
+    finally:
+        backend.set_default_dtype(old)
+    return {"clean": clean, "buggy": buggy}
 
 
 @exercise("12.4")
@@ -335,18 +362,14 @@ def check_pe_property(fn) -> bool:
     with ``model.src_pos.table`` (max_len, d_model), or run ``model.src_pos.forward`` on
     zeros; compare with values you compute from §3.5 yourself.
     """
-    old = backend.default_dtype()
-    backend.set_default_dtype("float64")
-    try:
-        clean = _small_model()
-        verdict_clean = fn(clean)
-        if not_attempted(verdict_clean):
-            return False
-        plant = mystery(1)
-        with plant.planted():                 # the property runs where the bug is, as property tests do
-            verdict_buggy = fn(_small_model())
-    finally:
-        backend.set_default_dtype(old)
+    d_model, max_len = (6, 12) if visible() else (2 * int(case_rng(124).integers(1, 9)),
+                                                   int(case_rng(125).integers(2, 40)))
+    run = drive(fn, _property_run, d_model, max_len)
+    if not isinstance(run, dict) or set(run) != {"clean", "buggy"}:
+        raise WrongAnswer(f"the property did not report back (got {describe(run)})")
+    verdict_clean, verdict_buggy = run["clean"], run["buggy"]
+    if not_attempted(verdict_clean):
+        return False
     for label, verdict in (("the package's model", verdict_clean), ("mystery 1's model", verdict_buggy)):
         if not isinstance(verdict, (bool, np.bool_)):
             raise WrongAnswer(f"{label}: expected True or False, got {describe(verdict)}")
@@ -358,8 +381,8 @@ def check_pe_property(fn) -> bool:
         raise WrongAnswer("your property passes on mystery 1's model, so it cannot catch it\n  hint: compute "
                              "the expected values yourself; comparing with minitransformer's sinusoidal_table "
                              "compares the bug with itself (mystery 1 swaps that very function)")
-    print("correct")
-    print("  True on the package's model, False on mystery 1's: this property catches the bug without PyTorch")
+    say("correct")
+    say("  True on the package's model, False on mystery 1's: this property catches the bug without PyTorch")
     return True
 
 

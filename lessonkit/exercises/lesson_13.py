@@ -23,7 +23,18 @@ import numpy as np
 from minitransformer.data.bpe import BPE, END, learn_bpe_by_recounting
 from minitransformer.model import PRESETS, Transformer
 
-from ._common import NOT_ATTEMPTED, WrongAnswer, check_array, describe, exercise, not_attempted
+from ._common import (
+    NOT_ATTEMPTED,
+    WrongAnswer,
+    case_rng,
+    check_array,
+    describe,
+    edge,
+    exercise,
+    not_attempted,
+    say,
+    visible,
+)
 
 __all__ = ["NOT_ATTEMPTED", "check_merge_step", "check_segment", "check_average_two", "reference_merge_step"]
 
@@ -45,10 +56,13 @@ def _merge(symbols: tuple, pair: tuple, left_to_right: bool = True) -> tuple:
     return tuple(out if left_to_right else reversed(out))
 
 
-def _pair_counts(vocab: dict, weighted: bool = True) -> Counter:
+def _pair_counts(vocab: dict, weighted: bool = True, as_set: bool = False) -> Counter:
+    """Each adjacent pair's frequency (weighted: times its words' counts). ``as_set``: the slip of
+    counting a pair once per word, however often it occurs in it."""
     counts: Counter = Counter()
     for symbols, count in vocab.items():
-        for pair in zip(symbols, symbols[1:]):
+        pairs = zip(symbols, symbols[1:])
+        for pair in set(pairs) if as_set else pairs:
             counts[pair] += count if weighted else 1
     return counts
 
@@ -78,13 +92,39 @@ _MERGE_CASES = [
 ]
 
 
+# Edge cases of the hidden cases: a pair twice in one word decides the winner (a set counts it once);
+# a tie between a pair and its reverse; a word of one symbol (no pair) among the others.
+_MERGE_EDGES = [
+    {("a", "b", "a", "b", "c</w>"): 3, ("d", "e</w>"): 5},
+    {("x", "y", "x", "y", "x", "y</w>"): 1, ("q", "r</w>"): 2, ("r", "q</w>"): 2},
+    {("o</w>",): 9, ("n", "o</w>"): 2, ("n", "a</w>"): 1},
+]
+
+
+def _random_vocab(rng) -> dict:
+    letters = [chr(ord("a") + i) for i in range(int(rng.integers(2, 6)))]
+    vocab = {}
+    for _ in range(int(rng.integers(2, 7))):
+        word = "".join(rng.choice(letters, size=int(rng.integers(1, 7))))
+        vocab[_symbols(word)] = vocab.get(_symbols(word), 0) + int(rng.integers(1, 9))
+    return vocab
+
+
+def _merge_cases() -> list:
+    if visible():
+        return _MERGE_CASES
+    rng = case_rng(131)
+    return [edge(_MERGE_EDGES), _random_vocab(rng), _random_vocab(rng)]
+
+
 @exercise("13.1")
 def check_merge_step(fn) -> bool:
     """fn(vocab) -> (pair, new_vocab); vocab: {tuple of symbols: count}, e.g. {("l", "o", "w</w>"): 5}."""
-    first = fn(dict(_MERGE_CASES[0]))
+    cases = _merge_cases()
+    first = fn(dict(cases[0]))
     if not_attempted(first):
         return False
-    for n, vocab in enumerate(_MERGE_CASES):
+    for n, vocab in enumerate(cases):
         got = first if n == 0 else fn(dict(vocab))
         where = f"case {n + 1} ({len(vocab)} words)"
         if not (isinstance(got, (tuple, list)) and len(got) == 2) or all(isinstance(x, str) for x in got):
@@ -94,7 +134,7 @@ def check_merge_step(fn) -> bool:
                                     else ""))
         pair, new_vocab = got
         ref_pair, ref_vocab = reference_merge_step(vocab)
-        if n == 0:           # the reference is the package's: learn_bpe_by_recounting's first merge
+        if n == 0 and visible():    # the reference is the package's: learn_bpe_by_recounting's first merge
             words = {"".join(s).replace(END, ""): c for s, c in vocab.items()}
             if learn_bpe_by_recounting(words, 1) != [ref_pair]:
                 raise RuntimeError("internal: the reference merge step disagrees with learn_bpe_by_recounting")
@@ -105,7 +145,11 @@ def check_merge_step(fn) -> bool:
             unweighted = _pair_counts(vocab, weighted=False)
             counts = _pair_counts(vocab)
             msg = f"{where}: merged {pair}, expected {ref_pair} (it occurs {counts[ref_pair]} times)"
-            if pair == max(unweighted, key=lambda p: (unweighted[p], p)):
+            once = _pair_counts(vocab, as_set=True)
+            if pair == max(once, key=lambda p: (once[p], p)):
+                msg += ("\n  hint: a pair that occurs twice in a word counts twice (times the word's count): count "
+                        "every adjacent position, not the set of pairs a word contains")
+            elif pair == max(unweighted, key=lambda p: (unweighted[p], p)):
                 msg += ("\n  hint: a pair's frequency is the sum of its words' counts (a word seen 5 times "
                         "adds 5 for each occurrence), not the number of words it is in")
             elif counts[pair] == counts[ref_pair]:
@@ -130,7 +174,7 @@ def check_merge_step(fn) -> bool:
             elif sum(new_vocab.values()) != sum(vocab.values()):
                 msg += "\n  hint: every word keeps its count; only its symbols change"
             raise WrongAnswer(msg)
-    print(f"correct: {len(_MERGE_CASES)} vocabularies, the pair and the merged words as learn_bpe chooses them")
+    say(f"correct: {len(cases)} vocabularies, the pair and the merged words as learn_bpe chooses them")
     return True
 
 
@@ -166,15 +210,30 @@ def _without_end(word: str, merges) -> list:
     return symbols
 
 
+def _segment_case():
+    """(merges, words): the visible ones, or merges learned from a random corpus and words made of its
+    letters (and one letter never seen)."""
+    if visible():
+        return _MERGES, _WORDS
+    rng = case_rng(132)
+    letters = [chr(ord("a") + i) for i in range(int(rng.integers(3, 7)))]
+    words = ["".join(rng.choice(letters, size=int(rng.integers(2, 8)))) for _ in range(12)]
+    corpus = [" ".join(rng.choice(words, size=8)) for _ in range(6)]
+    merges = BPE.learn(corpus, int(rng.integers(5, 30))).merges
+    asked = [str(w) for w in rng.choice(words, size=4)] + ["".join(rng.choice(letters, size=9)), letters[0] + "ß"]
+    return merges, asked
+
+
 @exercise("13.2")
 def check_segment(fn) -> bool:
     """fn(word, merges) -> the word's pieces, a list of strings without markers; merges: [(first, second), ...]."""
-    bpe = BPE(_MERGES)
-    first = fn(_WORDS[0], list(_MERGES))
+    merges, words = _segment_case()
+    bpe = BPE(merges)
+    first = fn(words[0], [tuple(m) for m in merges])
     if not_attempted(first):
         return False
-    for n, word in enumerate(_WORDS):
-        got = first if n == 0 else fn(word, list(_MERGES))
+    for n, word in enumerate(words):
+        got = first if n == 0 else fn(word, [tuple(m) for m in merges])
         expected = list(bpe.segment(word))
         if not isinstance(got, (list, tuple)) or not all(isinstance(p, str) for p in got):
             raise WrongAnswer(f"{word!r}: expected a list of pieces (strings), got {describe(got)}")
@@ -184,16 +243,16 @@ def check_segment(fn) -> bool:
         msg = f"{word!r}: pieces {got}, expected {expected}"
         if "".join(got) == word + END or (got and got[-1].endswith(END)):
             msg += f"\n  hint: the end-of-word marker {END!r} belongs to the symbols, not to the pieces: drop it"
-        elif got == _without_end(word, _MERGES):
+        elif got == _without_end(word, merges):
             msg += (f"\n  hint: start from the characters with the last one joined to {END!r} "
                     f"('w', 'o', 'r', 'd{END}'): merges that end a word (like ('s', 't{END}')) need it")
-        elif got == _leftmost_first(word, _MERGES):
+        elif got == _leftmost_first(word, merges):
             msg += ("\n  hint: merge the pair that was learned earliest (lowest position in merges), "
                     "wherever it is in the word, not the leftmost pair that is a merge")
         elif "".join(got) != word:
             msg += "\n  hint: the pieces, joined, must give the word back"
         raise WrongAnswer(msg)
-    print(f"correct: {len(_WORDS)} words, the pieces BPE.segment gives (a character never seen stays alone)")
+    say(f"correct: {len(words)} words, the pieces BPE.segment gives (a character never seen stays alone)")
     return True
 
 
@@ -203,11 +262,66 @@ def _parameters(cfg, seed: int) -> dict:
     return {name: p.data.copy() for name, p in Transformer(cfg, seed=seed).named_parameters()}
 
 
+def _average_reference(a: dict, b: dict) -> dict:
+    """The element-wise mean of two checkpoints' parameters (summed in float64, cast back), after checking
+    that they hold the same names and shapes (ValueError naming the first that differs)."""
+    if set(a) != set(b):
+        raise ValueError(f"the checkpoints hold different parameters: {sorted(set(a) ^ set(b))[:3]}")
+    for name in sorted(a):
+        if np.shape(a[name]) != np.shape(b[name]):
+            raise ValueError(f"{name}: shape {np.shape(a[name])} in one checkpoint, {np.shape(b[name])} in the other")
+    return {name: ((a[name].astype(np.float64) + b[name]) / 2).astype(a[name].dtype) for name in a}
+
+
+def _mismatches(cfg, a: dict) -> list:
+    """Checkpoints that must be refused: (what differs, the other checkpoint, the hint if it was averaged).
+    The visible case: a vocabulary one larger. A hidden one adds one of: an embedding of one row (it
+    broadcasts against any other: NumPy averages it without a word), the same shapes under another name,
+    a parameter missing."""
+    larger = (f"a vocabulary of {cfg.vocab_size} and one of {cfg.vocab_size + 1} tokens",
+              _parameters(cfg.with_(vocab_size=cfg.vocab_size + 1), 2),
+              f"a vocabulary of {cfg.vocab_size} and one of {cfg.vocab_size + 1} tokens give embeddings of different "
+              "shapes; refuse them with ValueError, as average.py does")
+    if visible():
+        return [larger]
+    one_row = {k: (v[:1].copy() if k == "E" else v.copy()) for k, v in a.items()}
+    first = sorted(a)[0]
+    renamed = {(k + "_renamed" if k == first else k): v.copy() for k, v in a.items()}
+    missing = {k: v.copy() for k, v in a.items() if k != first}
+    return [larger, edge([
+        ("an embedding of 1 row against one of several", one_row,
+         "an embedding of shape (1, d_model) broadcasts against (V, d_model): NumPy averages them without a word, "
+         "so compare the shapes yourself (not only the names) before averaging"),
+        (f"the same shapes, {first!r} under another name", renamed,
+         "the names differ: compare the two checkpoints' names before averaging"),
+        (f"{first!r} missing from one", missing, "a parameter is missing from one checkpoint: compare the names"),
+    ])]
+
+
+def _expect_refusal(fn, a: dict, other: dict, label: str, hint: str) -> None:
+    try:
+        result = fn({k: v.copy() for k, v in a.items()}, {k: v.copy() for k, v in other.items()})
+    except ValueError as exc:
+        if getattr(exc, "numpy_broadcast", False) or "could not be broadcast" in str(exc):
+            raise WrongAnswer(f"two checkpoints of different models ({label}): the ValueError came from NumPy "
+                              f"({str(exc)[:80]}), not from a check of yours\n  hint: check the names and the shapes "
+                              "first and raise ValueError saying which parameter differs: shapes that broadcast "
+                              "would be averaged silently") from None
+    except Exception as exc:  # noqa: BLE001 - any other failure is the learner's to see, named
+        raise WrongAnswer(f"two checkpoints of different models ({label}) raised {type(exc).__name__}: {exc}"
+                          "\n  hint: check the names and shapes first and raise ValueError saying which parameter "
+                          "differs") from None
+    else:
+        raise WrongAnswer(f"two checkpoints of different models ({label}) were averaged (you returned "
+                          f"{describe(result)})\n  hint: {hint}")
+
+
 @exercise("13.3")
 def check_average_two(fn) -> bool:
     """fn(a, b) -> {name: (a[name] + b[name]) / 2}; a, b: {parameter name: float32 array} of one model.
     For two checkpoints of different models (other names or shapes) it raises ValueError."""
-    cfg = PRESETS["tiny"].with_(vocab_size=12)
+    vocab = 12 if visible() else int(case_rng(133).integers(4, 30))
+    cfg = PRESETS["tiny"].with_(vocab_size=vocab)
     a, b = _parameters(cfg, 0), _parameters(cfg, 1)
     copies = ({k: v.copy() for k, v in a.items()}, {k: v.copy() for k, v in b.items()})
     got = fn(*copies)
@@ -224,8 +338,9 @@ def check_average_two(fn) -> bool:
             raise WrongAnswer(f"{k}: the inputs were changed\n  hint: compute a new array; a checkpoint you "
                                  "average must stay as it was (+= writes into it)")
     errors = {}
+    reference = _average_reference(a, b)
     for name in sorted(a):
-        mean = ((a[name].astype(np.float64) + b[name]) / 2).astype(a[name].dtype)
+        mean = reference[name]
         hints = [(a[name] + b[name], "no division: the mean of two is their sum / 2"),
                  (a[name] + b[name] / 2, "a + b / 2 divides only b: write (a + b) / 2"),
                  (np.full_like(a[name], (a[name].mean() + b[name].mean()) / 2),
@@ -234,20 +349,9 @@ def check_average_two(fn) -> bool:
         if np.asarray(got[name]).dtype != a[name].dtype:
             raise WrongAnswer(f"{name}: dtype {np.asarray(got[name]).dtype}, the checkpoints' is {a[name].dtype}"
                                  "\n  hint: cast the mean back to the parameters' dtype")
-    other = _parameters(PRESETS["tiny"].with_(vocab_size=13), 2)
-    try:
-        result = fn({k: v.copy() for k, v in a.items()}, other)
-    except ValueError:
-        pass
-    except Exception as exc:  # noqa: BLE001 - any other failure is the learner's to see, named
-        raise WrongAnswer(f"two checkpoints of different models (embedding {a['E'].shape if 'E' in a else ''} vs "
-                             f"{other.get('E', np.zeros(0)).shape}) raised {type(exc).__name__}: {exc}\n  hint: check "
-                             "the names and shapes first and raise ValueError saying which parameter differs") from None
-    else:
-        raise WrongAnswer(f"two checkpoints of different models were averaged (you returned "
-                             f"{describe(result)})\n  hint: a vocabulary of 12 and one of 13 tokens give embeddings "
-                             "of different shapes; refuse them with ValueError, as average.py does")
+    for label, other, hint in _mismatches(cfg, a):
+        _expect_refusal(fn, a, other, label, hint)
     worst = max(errors, key=lambda k: errors[k][0])
-    print(f"correct: all {len(errors)} parameters are the mean (largest relative error {errors[worst][0]:.1e}, "
+    say(f"correct: all {len(errors)} parameters are the mean (largest relative error {errors[worst][0]:.1e}, "
           f"{worst}), and two different models are refused")
     return True

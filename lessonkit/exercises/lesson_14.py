@@ -23,7 +23,6 @@ for the usual slips, and so does a simulated rank left waiting (a deadlock); a r
 from __future__ import annotations
 
 import json
-import queue
 import sys
 import threading
 import time
@@ -34,10 +33,23 @@ from minitransformer.data.batching import make_batch
 from minitransformer.gradcheck import rel_error
 from minitransformer.layers.loss import cross_entropy_backward, cross_entropy_forward
 
-from ._common import NOT_ATTEMPTED, TOL, WrongAnswer, as_array, describe, exercise, not_attempted, report_correct
+from ._common import (
+    NOT_ATTEMPTED,
+    TOL,
+    WrongAnswer,
+    as_array,
+    case_rng,
+    describe,
+    drive,
+    edge,
+    exercise,
+    not_attempted,
+    report_correct,
+    visible,
+)
 
 __all__ = ["NOT_ATTEMPTED", "RING_RANKS", "SimulatedRanks", "check_ring_allreduce", "check_token_weighted",
-           "ring_allreduce", "ring_bytes", "ring_trace", "shards_for_exercise"]
+           "ring_allreduce", "ring_bytes", "ring_trace", "run_ring", "shards_for_exercise"]
 
 RING_RANKS = (2, 3, 4)                   # the rank counts Exercise 14.1 is checked on
 RING_SIZES = (12, 10, 1)                 # vector lengths: divisible by N, not divisible, shorter than N
@@ -101,15 +113,56 @@ class SimulatedRanks:
     of mpi4py's buffer interface: ``Get_rank``, ``Get_size``, ``Send(buf, dest)``, ``Recv(buf, source)``
     and ``Sendrecv(sendbuf, dest, sendtag=0, recvbuf=None, source=..., recvtag=0)``.
 
-    Messages are copied (as MPI does); a rank that waits ``timeout`` seconds for a message that never
-    comes raises a WrongAnswer (a deadlock, or ranks that disagree on how many messages to send).
-    ``bytes_sent[r]``: what rank r sent.
+    Messages are copied (as MPI does). ``Send`` blocks until the matching ``Recv`` has taken the message,
+    as MPI's does for a message past its eager limit (tens of KB: a real gradient): a ring in which every
+    rank sends before it receives deadlocks, here as under ``mpiexec``. ``Sendrecv`` posts its send and
+    its receive together, so it does not. When every rank waits and nothing moves, that is a deadlock, and
+    the waiting calls raise a WrongAnswer that names it; a rank that waits ``timeout`` seconds raises one
+    too. ``bytes_sent[r]``: what rank r sent.
     """
 
-    def __init__(self, N: int, timeout: float = 10.0):
-        self.N, self.timeout = N, timeout
-        self.boxes = {(a, b): queue.Queue() for a in range(N) for b in range(N)}
+    def __init__(self, N: int, timeout: float = 10.0, blocking: bool = True):
+        self.N, self.timeout, self.blocking = N, timeout, blocking
+        self.boxes = {(a, b): [] for a in range(N) for b in range(N)}     # [message, taken]
         self.bytes_sent = [0] * N
+        self.cv = threading.Condition()
+        self.version = 0                      # bumped by every send, receive and finished rank
+        self.waiting: dict[int, str] = {}     # rank -> what it waits for
+        self.finished = 0
+        self.deadlock: str | None = None
+
+    def _changed(self) -> None:
+        self.version += 1
+        self.cv.notify_all()
+
+    def _wait(self, rank: int, ready, what: str) -> None:
+        """Wait (holding cv) until ``ready()``; a deadlock or the time limit raises a WrongAnswer."""
+        deadline = time.monotonic() + self.timeout
+        self.waiting[rank] = what
+        try:
+            while not ready():
+                if self.deadlock:
+                    raise WrongAnswer(self.deadlock)
+                version = self.version
+                self.cv.wait(0.05)
+                if ready():
+                    break
+                if self.version == version and len(self.waiting) + self.finished == self.N:
+                    stuck = "; ".join(f"rank {r} in {w}" for r, w in sorted(self.waiting.items()))
+                    sends = any(w.startswith("Send") for w in self.waiting.values())
+                    self.deadlock = (f"deadlock: every rank waits and none can go on ({stuck})" + (
+                        "\n  hint: a blocking Send waits until its message is received; when every rank sends "
+                        "first and receives after, no rank ever receives (MPI does this past its eager limit, "
+                        "so the ring hangs under mpiexec on real gradients): use Sendrecv, which sends and "
+                        "receives at once, or let even ranks send first and odd ranks receive first"
+                        if sends else "\n  hint: the ranks disagree on how many messages to send"))
+                    self.cv.notify_all()
+                    raise WrongAnswer(self.deadlock)
+                if time.monotonic() > deadline:
+                    raise WrongAnswer(f"rank {rank} waited {self.timeout:g} s in {what}: a deadlock, or the ranks "
+                                      "disagree on how many messages to send")
+        finally:
+            del self.waiting[rank]
 
     class Comm:
         def __init__(self, ranks: SimulatedRanks, rank: int):
@@ -121,28 +174,45 @@ class SimulatedRanks:
         def Get_size(self) -> int:
             return self._ranks.N
 
-        def Send(self, buf, dest: int, tag: int = 0) -> None:
+        def _post(self, buf, dest: int) -> list:
+            ranks = self._ranks
             buf = numpy.asarray(buf)
-            self._ranks.bytes_sent[self._rank] += buf.nbytes
-            self._ranks.boxes[(self._rank, int(dest))].put(buf.copy())
+            entry = [buf.copy(), False]
+            with ranks.cv:
+                ranks.bytes_sent[self._rank] += buf.nbytes
+                ranks.boxes[(self._rank, int(dest))].append(entry)
+                ranks._changed()
+            return entry
+
+        def _until_taken(self, entry: list, dest: int) -> None:
+            ranks = self._ranks
+            if ranks.blocking:
+                with ranks.cv:
+                    ranks._wait(self._rank, lambda: entry[1], f"Send to rank {dest}")
+
+        def Send(self, buf, dest: int, tag: int = 0) -> None:
+            self._until_taken(self._post(buf, dest), int(dest))
 
         def Recv(self, buf, source: int, tag: int = 0) -> None:
-            try:
-                message = self._ranks.boxes[(int(source), self._rank)].get(timeout=self._ranks.timeout)
-            except queue.Empty:
-                raise WrongAnswer(f"rank {self._rank} waited {self._ranks.timeout:g} s for a message from rank "
-                                     f"{source} that never came: a deadlock, or the ranks disagree on how many "
-                                     "messages to send") from None
+            ranks = self._ranks
+            box = ranks.boxes[(int(source), self._rank)]
+            with ranks.cv:
+                ranks._wait(self._rank, lambda: bool(box), f"Recv from rank {source}")
+                entry = box.pop(0)
+                entry[1] = True
+                ranks._changed()
+            message = entry[0]
             if not isinstance(buf, numpy.ndarray) or buf.shape != message.shape:
                 raise WrongAnswer(f"rank {self._rank}: the receive buffer is {describe(buf)}, but rank {source} "
-                                     f"sent {message.shape[0] if message.ndim else 1} elements: make it an array of "
-                                     "the size of the chunk that arrives")
+                                  f"sent {message.shape[0] if message.ndim else 1} elements: make it an array of "
+                                  "the size of the chunk that arrives")
             buf[...] = message
 
         def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = 0,
                      recvtag: int = 0) -> None:
-            self.Send(sendbuf, dest)
+            entry = self._post(sendbuf, dest)
             self.Recv(recvbuf, source)
+            self._until_taken(entry, int(dest))
 
     def run(self, fn, inputs: list) -> list:
         """fn(comm_r, inputs[r]) on every rank at once; the N results (an exception re-raised)."""
@@ -153,16 +223,31 @@ class SimulatedRanks:
                 results[r] = fn(self.Comm(self, r), inputs[r])
             except BaseException as exc:  # noqa: BLE001 - handed to the caller
                 errors[r] = exc
+            finally:
+                with self.cv:
+                    self.finished += 1
+                    self._changed()
 
         threads = [threading.Thread(target=one, args=(r,), daemon=True) for r in range(self.N)]
         for t in threads:
             t.start()
         for t in threads:
             t.join(self.timeout + 5)
-        for exc in errors:
-            if exc is not None:
-                raise exc
+        for exc in sorted((e for e in errors if e is not None), key=lambda e: not isinstance(e, WrongAnswer)):
+            raise exc
         return results
+
+
+def run_ring(fn, N: int, inputs: list) -> dict:
+    """The learner's ring on N simulated ranks, run where it lives: {"results", "bytes_sent", "refused"}
+    as plain data ("refused": the simulator's finding, a deadlock or a wrong receive buffer)."""
+    ranks = SimulatedRanks(N)
+    try:
+        results = ranks.run(fn, inputs)
+    except WrongAnswer as exc:
+        return {"results": None, "bytes_sent": ranks.bytes_sent, "refused": str(exc)}
+    results = [r.tolist() if isinstance(r, numpy.ndarray) and r.dtype == object else r for r in results]
+    return {"results": results, "bytes_sent": ranks.bytes_sent, "refused": None}
 
 
 # -- Exercise 14.1: a ring allreduce -------------------------------------------------------------
@@ -171,70 +256,78 @@ class SimulatedRanks:
 def check_ring_allreduce(fn) -> bool:
     """fn(comm, x) -> the sum of x over the ranks, on every rank, through comm.Sendrecv (or Send/Recv).
 
-    Run on 2, 3 and 4 simulated ranks (threads; ``SimulatedRanks``) with vectors of 12, 10 and 1
-    float64 entries; checked: every rank's result against the sum, and the bytes each rank sent
-    against a ring's 2(N - 1)/N of the vector.
+    Run on 2, 3 and 4 simulated ranks (threads; ``SimulatedRanks``: a Send blocks until it is received)
+    with vectors of 12, 10 and 1 float64 entries; checked: every rank's result against the sum, and the
+    bytes each rank sent against a ring's 2(N - 1)/N of the vector.
     """
-    rng = numpy.random.default_rng(14)
+    rng = case_rng(14)
     worst, first = 0.0, True
-    for N in RING_RANKS:
-        for n in RING_SIZES:
-            inputs = [rng.standard_normal(n) for _ in range(N)]
-            ranks = SimulatedRanks(N)
-            results = ranks.run(fn, [x.copy() for x in inputs])
-            if first and not_attempted(results[0]):
-                return False
-            first = False
-            total = numpy.sum(inputs, axis=0)
-            where = f"{N} ranks, a vector of {n}"
-            got = [as_array(f"rank {r}'s result ({where})", res).astype(numpy.float64) for r, res in enumerate(results)]
-            for r, g in enumerate(got):
-                if g.shape != total.shape:
-                    raise WrongAnswer(f"{where}: rank {r} returned shape {g.shape}, expected {total.shape}")
-            errors = [rel_error(g, total) for g in got]
-            if max(errors) > TOL:
-                msg = (f"{where}: wrong sums: max relative error {max(errors):.2e} (rank {int(numpy.argmax(errors))}) "
-                       f"vs the sum over the ranks (tolerance {TOL:.0e})")
-                chunks = numpy.array_split(numpy.arange(n), N)
-                only_own = all(rel_error(g[chunks[(r + 1) % N]], total[chunks[(r + 1) % N]]) <= TOL
-                               for r, g in enumerate(got) if len(chunks[(r + 1) % N]))
-                if all(rel_error(g, x) <= TOL for g, x in zip(got, inputs)):
-                    msg += "\n  hint: each rank returned its own vector: add what arrives from the left neighbour"
-                elif all(rel_error(g, total / N) <= TOL for g in got):
-                    msg += ("\n  hint: the result is the mean, sum / N: an allreduce sums (the trainer's weights "
-                            "n_r / n turn the sum into the mean)")
-                elif only_own:
-                    msg += ("\n  hint: only the reduce-scatter half: rank r holds the finished sum of chunk (r + 1) "
-                            "mod N alone; the all-gather passes the finished chunks around the ring")
+    cases = [(N, n) for N in RING_RANKS for n in RING_SIZES]
+    if not visible():
+        cases = [(int(rng.integers(2, 6)), int(rng.integers(1, 40))),
+                 (int(rng.integers(3, 6)), edge([64, 1, 2, 97]))]
+    for N, n in cases:
+        inputs = [rng.standard_normal(n) for _ in range(N)]
+        run = drive(fn, run_ring, N, [x.copy() for x in inputs])
+        if not isinstance(run, dict) or set(run) != {"results", "bytes_sent", "refused"}:
+            raise WrongAnswer(f"the simulated ranks did not report back (got {describe(run)})")
+        if run["refused"]:
+            raise WrongAnswer(f"{N} ranks, a vector of {n}: {run['refused']}")
+        results = run["results"]
+        if first and not_attempted(results[0]):
+            return False
+        first = False
+        total = numpy.sum(inputs, axis=0)
+        where = f"{N} ranks, a vector of {n}"
+        got = [as_array(f"rank {r}'s result ({where})", res).astype(numpy.float64) for r, res in enumerate(results)]
+        for r, g in enumerate(got):
+            if g.shape != total.shape:
+                raise WrongAnswer(f"{where}: rank {r} returned shape {g.shape}, expected {total.shape}")
+        errors = [rel_error(g, total) for g in got]
+        if max(errors) > TOL:
+            msg = (f"{where}: wrong sums: max relative error {max(errors):.2e} (rank {int(numpy.argmax(errors))}) "
+                   f"vs the sum over the ranks (tolerance {TOL:.0e})")
+            chunks = numpy.array_split(numpy.arange(n), N)
+            only_own = all(rel_error(g[chunks[(r + 1) % N]], total[chunks[(r + 1) % N]]) <= TOL
+                           for r, g in enumerate(got) if len(chunks[(r + 1) % N]))
+            if all(rel_error(g, x) <= TOL for g, x in zip(got, inputs)):
+                msg += "\n  hint: each rank returned its own vector: add what arrives from the left neighbour"
+            elif all(rel_error(g, total / N) <= TOL for g in got):
+                msg += ("\n  hint: the result is the mean, sum / N: an allreduce sums (the trainer's weights "
+                        "n_r / n turn the sum into the mean)")
+            elif only_own:
+                msg += ("\n  hint: only the reduce-scatter half: rank r holds the finished sum of chunk (r + 1) "
+                        "mod N alone; the all-gather passes the finished chunks around the ring")
+            raise WrongAnswer(msg)
+        worst = max(worst, *errors)
+        ring = ring_bytes(n * 8, N)
+        slack = 2 * (N - 1) * 8                           # chunks of unequal size (n not divisible by N)
+        for r, sent in enumerate(run["bytes_sent"]):
+            if sent > ring + slack:
+                msg = (f"{where}: rank {r} sent {sent} bytes; a ring sends 2(N-1)/N of the vector, "
+                       f"{ring:.0f} bytes ({8 * n} bytes in all)")
+                if sent >= 2 * (N - 1) * 8 * n:
+                    msg += "\n  hint: every message carries the whole vector: send one chunk, 1/N of it"
+                elif N >= 3 and sent >= (N - 1) * 8 * n:   # at N = 2 a ring and an all-to-all send as much
+                    msg += ("\n  hint: (N-1) whole vectors: sending every rank its own copy is an all-to-all, not "
+                            "a ring; pass one chunk per step to the right neighbour")
                 raise WrongAnswer(msg)
-            worst = max(worst, *errors)
-            ring = ring_bytes(n * 8, N)
-            slack = 2 * (N - 1) * 8                           # chunks of unequal size (n not divisible by N)
-            for r, sent in enumerate(ranks.bytes_sent):
-                if sent > ring + slack:
-                    msg = (f"{where}: rank {r} sent {sent} bytes; a ring sends 2(N-1)/N of the vector, "
-                           f"{ring:.0f} bytes ({8 * n} bytes in all)")
-                    if sent >= 2 * (N - 1) * 8 * n:
-                        msg += "\n  hint: every message carries the whole vector: send one chunk, 1/N of it"
-                    elif sent >= (N - 1) * 8 * n:
-                        msg += ("\n  hint: (N-1) whole vectors: sending every rank its own copy is an all-to-all, not "
-                                "a ring; pass one chunk per step to the right neighbour")
-                    raise WrongAnswer(msg)
     return report_correct({"sum on every rank": (worst, None)})
 
 
 # -- Exercise 14.2: the token-weighted gradient ----------------------------------------------------
 
-def shards_for_exercise(seed: int = 0):
+def shards_for_exercise(seed: int = 0, ranks: int = 3, sentences: int = 12):
     """A batch of 12 target sequences of lengths 1 to 9 (padded), split between 3 ranks by
-    sentence count, as a naive split would: (logits (B, T, V), targets (B, T), pad_id, rank_rows)."""
-    rng = numpy.random.default_rng(seed)
+    sentence count, as a naive split would: (logits (B, T, V), targets (B, T), pad_id, rank_rows).
+    ``seed`` may be a generator (a hidden case's)."""
+    rng = seed if isinstance(seed, numpy.random.Generator) else numpy.random.default_rng(seed)
     pad, V = 0, 7
-    lengths = numpy.sort(rng.integers(1, 10, 12))
+    lengths = numpy.sort(rng.integers(1, 10, sentences))
     tgt = [list(rng.integers(4, V, L)) for L in lengths]
     batch = make_batch([[5]] * len(tgt), tgt, pad_id=pad, bos_id=1, eos_id=2, xp=numpy)
     logits = rng.standard_normal((*batch.tgt_out.shape, V))
-    return logits, batch.tgt_out, pad, numpy.array_split(numpy.arange(len(tgt)), 3)
+    return logits, batch.tgt_out, pad, numpy.array_split(numpy.arange(len(tgt)), ranks)
 
 
 def _bias_gradient(logits, targets, pad, eps_ls=0.1):
@@ -242,6 +335,11 @@ def _bias_gradient(logits, targets, pad, eps_ls=0.1):
     sum over positions of dL/dlogits, shape (V,)."""
     _, cache = cross_entropy_forward(logits, targets, pad, eps_ls)
     return cross_entropy_backward(cache).reshape(-1, logits.shape[-1]).sum(axis=0)
+
+
+def _token_weighted_reference(grads, n_tokens):
+    """The whole batch's gradient: each rank's mean-loss gradient weighted by its share of the tokens."""
+    return sum(n * g for n, g in zip(n_tokens, grads)) / sum(n_tokens)
 
 
 @exercise("14.2")
@@ -253,10 +351,16 @@ def check_token_weighted(fn) -> bool:
     on the logits, for 3 ranks holding 4 sentences each of one batch (shards_for_exercise), so
     they hold different numbers of tokens and of padding. Checked against the whole batch's.
     """
-    logits, targets, pad, rows = shards_for_exercise()
+    if visible():
+        logits, targets, pad, rows = shards_for_exercise()
+    else:
+        rng = case_rng(142)
+        n_ranks = int(rng.integers(2, 6))
+        logits, targets, pad, rows = shards_for_exercise(rng, n_ranks, n_ranks * int(rng.integers(1, 5)))
     whole = _bias_gradient(logits, targets, pad)
     grads = [_bias_gradient(logits[r], targets[r], pad) for r in rows]
     counts = [int((targets[r] != pad).sum()) for r in rows]
+    assert abs(rel_error(_token_weighted_reference(grads, counts), whole)) <= TOL, "internal: the reference"
     got = fn([g.copy() for g in grads], list(counts))
     if not_attempted(got):
         return False

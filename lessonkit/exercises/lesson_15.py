@@ -16,19 +16,55 @@ and ``data.trees.read_linearized``.
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 from minitransformer.data.trees import XX, Tree, evalb_label, linearize, parse_tree, read_linearized
 from minitransformer.metrics import bracket_f1
 
-from ._common import NOT_ATTEMPTED, WrongAnswer, describe, exercise, not_attempted
+from ._common import NOT_ATTEMPTED, WrongAnswer, case_rng, describe, edge, exercise, not_attempted, say, visible
 
 __all__ = ["NOT_ATTEMPTED", "check_linearize", "check_bracket_f1", "check_repair", "LINEARIZE_CASES",
            "F1_CASES", "REPAIR_CASES"]
 
 
+# -- hidden cases: random trees -------------------------------------------------------------------
+
+_PHRASES = ("S", "NP", "VP", "PP", "SBAR-REL", "ADJP", "NP-SBJ")
+_TAGS = ("DT", "NN", "VT", "VI", "IN", "JJ", "WP")
+
+
+def _grow(rng, n_words: int, label: str, word: list) -> Tree:
+    """A random phrase over ``n_words`` words (numbered from ``word[0]``), with unary chains now and then."""
+    if n_words == 1 and rng.random() < 0.6:
+        word[0] += 1
+        return Tree(str(rng.choice(_TAGS)), (f"w{word[0] - 1}",))
+    if n_words > 1 and rng.random() < 0.15:                       # a unary chain: NP over NP, say
+        return Tree(label, (_grow(rng, n_words, label, word),))
+    parts = int(rng.integers(1, min(n_words, 3) + 1))
+    cuts = sorted(rng.choice(range(1, n_words), size=parts - 1, replace=False)) if parts > 1 else []
+    sizes = [b - a for a, b in zip([0, *cuts], [*cuts, n_words])]
+    children = []
+    for size in sizes:
+        if size == 1 and rng.random() < 0.7:
+            word[0] += 1
+            children.append(Tree(str(rng.choice(_TAGS)), (f"w{word[0] - 1}",)))
+        else:
+            children.append(_grow(rng, size, str(rng.choice(_PHRASES[1:])), word))
+    return Tree(label, tuple(children))
+
+
+def random_tree(rng, n_words: int | None = None, tags: bool = True) -> Tree:
+    """A random tree of 1 to 7 words (a hidden case's), rooted in S; ``tags=False``: no function tags
+    (NP-SBJ), as the trees a model writes have none."""
+    n = int(rng.integers(1, 8)) if n_words is None else n_words
+    tree = _grow(rng, n, "S", [0])
+    tree = tree if not tree.is_preterminal() else Tree("S", (tree,))
+    return tree if tags else parse_tree(re.sub(r"\((\S+?)-\S+", r"(\1", str(tree)))
+
+
 def _report(lines: list[str]) -> bool:
-    print("\n".join(["correct", *lines]))
+    say("\n".join(["correct", *lines]))
     return True
 
 
@@ -65,7 +101,11 @@ def _linearize_wrong(tree: Tree, *, words=False, tags=False, close_label=True, c
 def check_linearize(fn) -> bool:
     """fn(tree: Tree) -> list of target tokens, e.g. ['(S', '(NP', 'XX', ')NP', '(VP', 'XX', ')VP', ')S']."""
     lines = []
-    for n, text in enumerate(LINEARIZE_CASES):
+    cases = LINEARIZE_CASES
+    if not visible():
+        rng = case_rng(151)
+        cases = [str(random_tree(rng)) for _ in range(3)]
+    for n, text in enumerate(cases):
         tree = parse_tree(text)
         got = fn(parse_tree(text))
         if n == 0 and not_attempted(got):
@@ -115,8 +155,17 @@ F1_CASES = [
 ]
 
 
-def _wrong_f1(gold: Tree, test: Tree, *, preterminals=False, labels=True):
-    """Precision, recall, F1 with a common mistake: the preterminals counted, or the labels ignored."""
+# Edge cases of the hidden cases: a unary chain repeats a bracket (brackets are a multiset: a set counts
+# (NP 0 1) once and gives recall 100 here, where evalb gives 75); no bracket matches (P + R = 0: F1 is 0).
+F1_EDGES = [
+    ("(S (NP (NP (XX a))) (VP (XX b)))", "(S (NP (XX a)) (VP (XX b)))"),
+    ("(S (NP (XX a)) (VP (XX b)))", "(X (Y (XX a)) (Z (XX b)))"),
+]
+
+
+def _wrong_f1(gold: Tree, test: Tree, *, preterminals=False, labels=True, as_set=False):
+    """Precision, recall, F1 with a common mistake: the preterminals counted, the labels ignored, or the
+    brackets counted as a set."""
     def spans(tree, start=0):
         out, i = Counter(), start
         for child in tree.children:
@@ -131,9 +180,46 @@ def _wrong_f1(gold: Tree, test: Tree, *, preterminals=False, labels=True):
         return out, i
 
     g, t = spans(gold)[0], spans(test)[0]
+    if as_set:
+        g, t = Counter(set(g)), Counter(set(t))
     m = sum((g & t).values())
     p, r = 100 * m / sum(t.values()), 100 * m / sum(g.values())
     return p, r, (2 * p * r / (p + r) if p + r else 0.0)
+
+
+def _xx(tree: Tree) -> str:
+    """The tree with every part-of-speech tag written XX, as the model's outputs are read back."""
+    def walk(node):
+        if node.is_preterminal():
+            return Tree(XX, node.children)
+        return Tree(node.label, tuple(walk(c) for c in node.children))
+    return str(walk(tree))
+
+
+def _perturb(rng, tree: Tree) -> Tree:
+    """Another tree over the same words: one phrase relabelled, or flattened into its parent."""
+    def walk(node, target, counter):
+        if isinstance(node, str) or node.is_preterminal():
+            return node
+        counter[0] += 1
+        children = tuple(walk(c, target, counter) for c in node.children)
+        if counter[0] - 1 == target:
+            if rng.random() < 0.5 or node.label == "S":
+                return Tree(str(rng.choice(("NP", "VP", "PP", "ADJP"))), children)
+            return Tree(node.label, sum(((c,) if isinstance(c, str) or c.is_preterminal() else c.children
+                                         for c in children), ()))
+        return Tree(node.label, children)
+
+    phrases = sum(1 for _ in _phrases(tree))
+    return walk(tree, int(rng.integers(phrases)), [0])
+
+
+def _phrases(tree: Tree):
+    if not tree.is_preterminal():
+        yield tree
+        for c in tree.children:
+            if isinstance(c, Tree):
+                yield from _phrases(c)
 
 
 @exercise("15.2")
@@ -141,9 +227,21 @@ def check_bracket_f1(fn) -> bool:
     """fn(gold: Tree, test: Tree) -> (precision, recall, f1), in percent, for one sentence
     (labelled brackets, preterminals excluded, as evalb's COLLINS.prm)."""
     lines = []
-    for n, (g_text, t_text) in enumerate(F1_CASES):
+    cases = F1_CASES
+    if not visible():
+        rng = case_rng(152)
+        gold = random_tree(rng, int(rng.integers(2, 8)), tags=False)
+        cases = [edge(F1_EDGES), (_xx(gold), _xx(_perturb(rng, gold)))]
+    for n, (g_text, t_text) in enumerate(cases):
         gold, test = parse_tree(g_text), parse_tree(t_text)
-        got = fn(parse_tree(g_text), parse_tree(t_text))
+        try:
+            got = fn(parse_tree(g_text), parse_tree(t_text))
+        except ZeroDivisionError:
+            if bracket_f1([gold], [test]).matched:
+                raise
+            raise WrongAnswer(f"pair {n + 1}:\n  gold {g_text}\n  test {t_text}\n  your function divided by zero"
+                              "\n  hint: no bracket matches here, so P = R = 0 and P + R = 0: F1 is 0 then (guard "
+                              "the division)") from None
         if n == 0 and not_attempted(got):
             return False
         if not isinstance(got, (tuple, list)) or len(got) != 3 or \
@@ -161,10 +259,16 @@ def check_bracket_f1(fn) -> bool:
 
         def same(x, got=got):
             return all(abs(a - b) <= 1e-9 for a, b in zip(got, x))
+        if any(g != g for g in got) and ref[2] == 0.0:
+            msg += "\n  hint: no bracket matches here, so P + R = 0: F1 is 0 then, not nan (guard the division)"
+            raise WrongAnswer(msg)
         hints = [
             (tuple(v / 100 for v in ref), "the answer is a fraction: evalb reports percentages (0..100)"),
             ((ref[1], ref[0], ref[2]), "precision and recall are swapped: precision = matched / test brackets, "
                                        "recall = matched / gold brackets"),
+            (_wrong_f1(gold, test, as_set=True), "the brackets were counted as a set: a unary chain such as "
+                                                  "(NP (NP a)) gives the bracket (NP, 0, 1) twice, and evalb counts "
+                                                  "both (a multiset, e.g. collections.Counter)"),
             (_wrong_f1(gold, test, preterminals=True), "the preterminals (XX word) are counted: evalb leaves "
                                                        "part-of-speech nodes out"),
             (_wrong_f1(gold, test, labels=False), "the labels are ignored: a bracket matches only with the same "
@@ -192,12 +296,53 @@ REPAIR_CASES = [
 ]
 
 
+def _broken(rng) -> tuple[str, int]:
+    """A random tree's target tokens with the slips a model makes: a bracket left open, a closing bracket
+    too many or mislabelled, an XX missing or too many; and its number of words. Only slips the exercise's
+    steps (2, 3, 4, 7) repair: a slip that would need another step is drawn again."""
+    while True:
+        text, n_words = _slipped(rng)
+        tokens = text.split()
+        repairs = read_linearized(tokens, [f"w{i}" for i in range(n_words)]).repairs
+        if not all(r.split(":")[0] in ("step 2", "step 3", "step 4", "step 7") for r in repairs):
+            continue
+        surplus = sum(t == XX for t in tokens) - n_words          # step 7 must not empty a constituent either
+        if surplus > 0:
+            keep = [i for i, t in enumerate(tokens) if t == XX][:n_words]
+            trimmed = [t for i, t in enumerate(tokens) if t != XX or i in keep]
+            if any(r.startswith("step 5") for r in read_linearized(trimmed, [""] * n_words).repairs):
+                continue
+        return text, n_words
+
+
+def _slipped(rng) -> tuple[str, int]:
+    tree = random_tree(rng, int(rng.integers(2, 8)), tags=False)
+    tokens = linearize(tree)
+    n_words = len(tree.words())
+    for _ in range(int(rng.integers(1, 3))):
+        slip = int(rng.integers(5))
+        closers = [i for i, t in enumerate(tokens) if t.startswith(")")]
+        if slip == 0 and closers:
+            del tokens[int(rng.choice(closers))]                      # left open
+        elif slip == 1:
+            tokens.append(")S")                                       # closes nothing
+        elif slip == 2 and closers:
+            i = int(rng.choice(closers))
+            tokens[i] = ")" + str(rng.choice(("S", "NP", "VP", "PP")))  # the wrong label
+        elif slip == 3:
+            n_words += 1                                              # an XX missing
+        else:
+            n_words = max(1, n_words - 1)                             # an XX too many
+    return " ".join(tokens), n_words
+
+
 @exercise("15.3")
 def check_repair(fn) -> bool:
     """fn(tokens: list of str, n_words: int) -> the tokens of a well-formed linearized tree over
     n_words words, repaired by the rule of data/trees.py (steps 2, 3, 4 and 7)."""
     lines = []
-    for n, (text, n_words) in enumerate(REPAIR_CASES):
+    cases = REPAIR_CASES if visible() else [_broken(case_rng(153)) for _ in range(3)]
+    for n, (text, n_words) in enumerate(cases):
         tokens = text.split()
         words = [f"w{i}" for i in range(n_words)]
         got = fn(list(tokens), n_words)

@@ -34,13 +34,19 @@ from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
     as_array,
+    built,
+    case_rng,
     check_array,
     copy_all,
     describe,
+    edge,
     exercise,
     not_attempted,
     report_correct,
+    say,
+    sizes,
     unpack,
+    visible,
 )
 
 __all__ = [
@@ -61,22 +67,30 @@ __all__ = [
 
 # -- lesson 0: how to use ------------------------------------------------------------
 
+def _sin_cube(state):
+    """f() = sum(sin(x) c + x³/3), reading ``state["x"]`` (the array the learner's function perturbs)."""
+    x, c = state["x"], state["c"]
+
+    def f():
+        return float(np.sum(np.sin(x) * c + x ** 3 / 3))
+
+    return f
+
+
 @exercise("0.1")
 def check_numerical_gradient(fn) -> bool:
     """fn(f, x, h) -> the central-difference gradient of the scalar f() w.r.t. x.
 
     f takes no argument and reads x, so fn must perturb x in place (and restore it).
     """
-    rng = np.random.default_rng(0)
-    x = rng.standard_normal((3, 4))
-    c = rng.standard_normal((3, 4))
-
-    def f():
-        return float(np.sum(np.sin(x) * c + x ** 3 / 3))
-
+    rng = case_rng(0)
+    shape = sizes(rng, (3, 4))
+    x = rng.standard_normal(shape)
+    c = rng.standard_normal(shape)
+    f = _sin_cube({"x": x, "c": c})
     exact = np.cos(x) * c + x ** 2             # the derivative, worked out by hand
     x_before = x.copy()
-    got = fn(f, x, 1e-5)
+    got = fn(built(fn, _sin_cube, {"x": x, "c": c}), x, 1e-5)
     if not_attempted(got):
         return False
     if not np.array_equal(x, x_before):
@@ -105,11 +119,12 @@ def check_numerical_gradient(fn) -> bool:
 @exercise("0.2")
 def check_linear_backward(fn) -> bool:
     """fn(dy, x, W, b) -> (dx, dW, db) for y = x W + b with x: (B, S, d_in)."""
-    rng = np.random.default_rng(1)
-    x = rng.standard_normal((2, 3, 4))
-    W = rng.standard_normal((4, 5))
-    b = rng.standard_normal(5)
-    dy = rng.standard_normal((2, 3, 5))
+    rng = case_rng(1)
+    B, S, d_in, d_out = sizes(rng, (2, 3, 4, 5), 2, 5)
+    x = rng.standard_normal((B, S, d_in))
+    W = rng.standard_normal((d_in, d_out))
+    b = rng.standard_normal(d_out)
+    dy = rng.standard_normal((B, S, d_out))
     got = fn(*copy_all(dy, x, W, b))
     if not_attempted(got):
         return False
@@ -135,17 +150,22 @@ def check_linear_backward(fn) -> bool:
 
 # -- lesson 1: scaled dot-product attention (§3.2.1) -------------------------------
 
+def _softmax_backward_reference(dA, A):
+    """dS for A = softmax(S) over the last axis: A ⊙ (dA − Σ_j dA_j A_j)."""
+    return A * (dA - (dA * A).sum(axis=-1, keepdims=True))
+
+
 @exercise("1.1")
 def check_softmax_backward(fn) -> bool:
     """fn(dA, A) -> dS, where A = softmax(S) over the last axis and dA = dL/dA."""
-    rng = np.random.default_rng(2)
-    S = 2.0 * rng.standard_normal((2, 2, 3, 4))
+    rng = case_rng(2)
+    S = 2.0 * rng.standard_normal(sizes(rng, (2, 2, 3, 4), 2, 5))
     A = softmax_lastaxis(S.copy())
     dA = rng.standard_normal(A.shape)
     got = fn(*copy_all(dA, A))
     if not_attempted(got):
         return False
-    reference = A * (dA - (dA * A).sum(axis=-1, keepdims=True))
+    reference = _softmax_backward_reference(dA, A)
 
     def f():
         return float(np.sum(softmax_lastaxis(S.copy()) * dA))
@@ -177,7 +197,8 @@ def _explain_mask_difference(got, expected, key_is_pad=None) -> str:
 def check_causal_mask(fn) -> bool:
     """fn(T) -> bool array (1, 1, T, T), True where query i may attend to key j (j <= i)."""
     first = True
-    for T in (1, 5):
+    sizes = (1, 5) if visible() else (int(case_rng(3).integers(2, 10)), edge([1, 7, 2, 9]))
+    for T in sizes:
         got = fn(T)
         if first and not_attempted(got):
             return False
@@ -205,14 +226,16 @@ def check_causal_mask(fn) -> bool:
             raise WrongAnswer(msg)
     # What the mask buys: changing the last token cannot change any earlier output.
     rng = np.random.default_rng(3)
-    Q, K, V = (rng.standard_normal((1, 1, 5, 4)) for _ in range(3))
+    T = max(sizes)
+    got = as_array("mask", fn(T)) if T != sizes[-1] else got
+    Q, K, V = (rng.standard_normal((1, 1, T, 4)) for _ in range(3))
     out1, _ = attention_forward(Q, K, V, got)
     K[..., -1, :] += 10.0
     V[..., -1, :] -= 10.0
     out2, _ = attention_forward(Q, K, V, got)
     change = float(np.abs(out2[..., :-1, :] - out1[..., :-1, :]).max())
-    print("correct")
-    print(f"  all entries match for T=1 and T=5; changing the last key and value moved the "
+    say("correct")
+    say(f"  all entries match for T={sizes[0]} and T={sizes[1]}; changing the last key and value moved the "
           f"earlier outputs by {change:.1e}")
     return True
 
@@ -220,8 +243,8 @@ def check_causal_mask(fn) -> bool:
 @exercise("1.3")
 def check_attention_backward(fn) -> bool:
     """fn(dout, cache) -> (dQ, dK, dV); cache is the AttentionCache of attention_forward."""
-    rng = np.random.default_rng(4)
-    B, h, S_q, S_k, d_k, d_v = 2, 2, 3, 4, 5, 3
+    rng = case_rng(4)
+    B, h, S_q, S_k, d_k, d_v = sizes(rng, (2, 2, 3, 4, 5, 3), 2, 5)
     Q = rng.standard_normal((B, h, S_q, d_k))
     K = rng.standard_normal((B, h, S_k, d_k))
     V = rng.standard_normal((B, h, S_k, d_v))
@@ -266,8 +289,8 @@ def check_attention_backward(fn) -> bool:
 @exercise("2.1")
 def check_merge_heads_backward(fn) -> bool:
     """fn(dconcat, h) -> dheads, the backward of merge_heads: (B, S, d_model) -> (B, h, S, d_k)."""
-    rng = np.random.default_rng(5)
-    B, h, S, d_k = 2, 3, 4, 2
+    rng = case_rng(5)
+    B, h, S, d_k = sizes(rng, (2, 3, 4, 2), 2, 5)
     heads = rng.standard_normal((B, h, S, d_k))
     dconcat = rng.standard_normal((B, S, h * d_k))
     got = fn(dconcat.copy(), h)
@@ -302,6 +325,13 @@ def _mha_flops(B, S_q, S_k, d_model, h):
 def check_attention_flops(fn) -> bool:
     """fn(B, S_q, S_k, d_model, h) -> matmul FLOPs of one multi-head attention forward."""
     cases = [(1, 10, 10, 512, 8), (1, 10, 10, 512, 1), (2, 7, 13, 64, 4), (3, 5, 9, 96, 12), (4, 16, 16, 32, 32)]
+    if not visible():
+        rng = case_rng(6)
+        cases = []
+        for _ in range(4):
+            h = int(rng.choice([2, 3, 4, 6, 8]))
+            S_q, S_k = (int(n) for n in rng.choice(np.arange(2, 40), size=2, replace=False))   # S_q != S_k
+            cases.append((int(rng.integers(1, 5)), S_q, S_k, h * int(rng.integers(2, 17)), h))
     got0 = fn(*cases[0])
     if not_attempted(got0):
         return False
@@ -332,8 +362,8 @@ def check_attention_flops(fn) -> bool:
                 msg += "\n  hint: the K and V projections act on the S_k key positions, not S_q"
             raise WrongAnswer(msg)
         worst = max(worst, err)
-    print("correct")
-    print(f"  {len(cases)} settings, max relative error {worst:.1e} vs the reference count "
+    say("correct")
+    say(f"  {len(cases)} settings, max relative error {worst:.1e} vs the reference count "
           f"(a count has no gradient, so there is no numerical check)")
     return True
 
@@ -345,6 +375,12 @@ def check_decoder_mask(fn) -> bool:
     tgt_ids = np.array([[1, 5, 6, 7, 0, 0],
                         [1, 3, 4, 5, 6, 7],
                         [1, 9, 0, 0, 0, 0]])
+    if not visible():
+        rng = case_rng(7)
+        B, T = (int(n) for n in rng.integers(2, 7, size=2))
+        lengths = rng.integers(1, T + 1, size=B)
+        lengths[0] = T                                        # one full row, the others padded
+        tgt_ids = np.where(np.arange(T)[None, :] < lengths[:, None], rng.integers(1, 20, size=(B, T)), pad_id)
     got = fn(tgt_ids.copy(), pad_id)
     if not_attempted(got):
         return False
@@ -372,9 +408,16 @@ def check_decoder_mask(fn) -> bool:
         elif np.array_equal(got, np.broadcast_to(padding_mask(tgt_ids, pad_id), expected.shape)):
             msg += "\n  hint: only padding: a decoder position must not see later positions either"
         raise WrongAnswer(msg)
-    print("correct")
-    print(f"  all {expected.size} entries match causal_mask(T) & padding_mask(ids, pad_id)")
+    say("correct")
+    say(f"  all {expected.size} entries match causal_mask(T) & padding_mask(ids, pad_id)")
     return True
+
+
+def _qkv_reference(dQ, dK, dV, x, W_qkv):
+    """(dx, dW_qkv, db_qkv) of [Q | K | V] = x W_qkv + b_qkv split into heads."""
+    B, S, d_model = x.shape
+    dqkv = np.concatenate([merge_heads(g) for g in (dQ, dK, dV)], axis=-1).reshape(-1, 3 * d_model)
+    return (dqkv @ W_qkv.T).reshape(B, S, d_model), x.reshape(-1, d_model).T @ dqkv, dqkv.sum(axis=0)
 
 
 @exercise("2.4")
@@ -385,9 +428,9 @@ def check_qkv_projection_backward(fn) -> bool:
     dQ, dK, dV: (B, h, S, d_k) as attention_backward returns them; x: (B, S, d_model);
     W_qkv: (d_model, 3·d_model), columns [0, d) for W^Q, [d, 2d) for W^K, [2d, 3d) for W^V.
     """
-    rng = np.random.default_rng(8)
-    B, S, d_model, h = 2, 3, 8, 2
-    d_k = d_model // h
+    rng = case_rng(8)
+    B, S, h, d_k = sizes(rng, (2, 3, 2, 4), 2, 4)
+    d_model = h * d_k
     x = rng.standard_normal((B, S, d_model))
     W_qkv = rng.standard_normal((d_model, 3 * d_model)) / np.sqrt(d_model)
     b_qkv = 0.1 * rng.standard_normal(3 * d_model)
@@ -404,7 +447,7 @@ def check_qkv_projection_backward(fn) -> bool:
     def grads(dqkv):                                   # the linear layer's backward (lesson 0)
         return (dqkv @ W_qkv.T).reshape(B, S, d_model), x.reshape(-1, d_model).T @ dqkv, dqkv.sum(axis=0)
 
-    ref = grads(fold((dQ, dK, dV)))
+    ref = _qkv_reference(dQ, dK, dV, x, W_qkv)
     # The package's forward, so the numerical gradient does not trust the formula above.
     mha = MultiHeadAttention(d_model, h, rng)
     mha.W_qkv.data, mha.b_qkv.data = W_qkv, b_qkv      # the same arrays: perturbing W_qkv moves the layer
@@ -451,8 +494,8 @@ def check_qkv_projection_backward(fn) -> bool:
 @exercise("3.1")
 def check_relu_backward(fn) -> bool:
     """fn(dh, z) -> dz for h = max(0, z)."""
-    rng = np.random.default_rng(6)
-    z = rng.standard_normal((2, 3, 6))
+    rng = case_rng(6)
+    z = rng.standard_normal(sizes(rng, (2, 3, 6), 1, 6))
     z[np.abs(z) < 1e-3] = 0.5                 # keep the kink at 0 away from the finite differences
     dh = rng.standard_normal(z.shape)
     got = fn(*copy_all(dh, z))
@@ -485,8 +528,8 @@ def _ffn_reference(dy, x, W1, b1, W2, b2):
 @exercise("3.2")
 def check_ffn_backward(fn) -> bool:
     """fn(dy, x, W1, b1, W2, b2) -> (dx, dW1, db1, dW2, db2) for Eq. (2)."""
-    rng = np.random.default_rng(7)
-    B, S, d_model, d_ff = 2, 3, 4, 6
+    rng = case_rng(7)
+    B, S, d_model, d_ff = sizes(rng, (2, 3, 4, 6), 2, 7)
     x = rng.standard_normal((B, S, d_model))
     W1 = rng.standard_normal((d_model, d_ff)) / 2
     b1 = 0.1 * rng.standard_normal(d_ff)

@@ -31,13 +31,18 @@ from minitransformer.layers.positional import sinusoidal_table
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
+    case_rng,
     check_array,
     check_count,
     copy_all,
+    edge,
     exercise,
     not_attempted,
     report_correct,
+    say,
+    sizes,
     unpack,
+    visible,
 )
 
 __all__ = [
@@ -56,7 +61,8 @@ __all__ = [
 
 
 def _rng(seed):
-    return numpy.random.default_rng(seed)
+    """The generator of a checker's inputs: fixed for the visible case, the grader's for a hidden one."""
+    return case_rng(seed)
 
 
 # -- lesson 4: residuals and LayerNorm ---------------------------------------------
@@ -86,7 +92,7 @@ def check_layernorm_backward(fn, eps: float = 1e-5) -> bool:
     ``layernorm_backward`` and with numerical gradients of sum(y ⊙ dy).
     """
     r = _rng(40)
-    B, S, d = 2, 3, 6
+    B, S, d = sizes(r, (2, 3, 6), 3, 7)
     x = r.standard_normal((B, S, d)) * 2.0 + 0.5
     gamma = 1.0 + 0.3 * r.standard_normal(d)
     beta = 0.1 * r.standard_normal(d)
@@ -144,9 +150,20 @@ def _pre_ln(x, W, eps):
     return x + h, (lin_cache, ln_cache)
 
 
+def _residual_reference(dy, x, W, eps, pre_ln: bool):
+    """(dx, dW) of the pre-LN (or post-LN) block with a linear sub-layer, from the package's layers."""
+    _, (lin_cache, ln_cache) = (_pre_ln if pre_ln else _post_ln)(x, W, eps)
+    if pre_ln:
+        dn, dW, _ = linear_backward(dy, lin_cache)
+        return dy + layernorm_backward(dn, ln_cache)[0], dW
+    dz = layernorm_backward(dy, ln_cache)[0]
+    dxl, dW, _ = linear_backward(dz, lin_cache)
+    return dz + dxl, dW
+
+
 def _residual_check(fn, name, pre_ln: bool, eps: float) -> bool:
     r = _rng(42 if pre_ln else 41)
-    B, S, d = 2, 3, 5
+    B, S, d = sizes(r, (2, 3, 5), 3, 6)
     x = r.standard_normal((B, S, d))
     W = r.standard_normal((d, d)) / math.sqrt(d)
     dy = r.standard_normal((B, S, d))
@@ -158,10 +175,10 @@ def _residual_check(fn, name, pre_ln: bool, eps: float) -> bool:
     forward = _pre_ln if pre_ln else _post_ln
     _, (lin_cache, ln_cache) = forward(x, W, eps)
     fold = x.reshape(-1, d)
+    ref_dx, ref_dW = _residual_reference(dy, x, W, eps, pre_ln)
     if pre_ln:
         n = lin_cache.x                                        # LN(x), the branch's input
-        dn, ref_dW, _ = linear_backward(dy, lin_cache)
-        ref_dx = dy + layernorm_backward(dn, ln_cache)[0]
+        dn, _, _ = linear_backward(dy, lin_cache)
         hints = {
             "dx": [(ref_dx - dy, "the skip connection's term is missing: y = x + ..., so dx = dy + (the branch's dx)"),
                    (dy + dn, "the branch's gradient must also go back through the LayerNorm (layernorm_backward)")],
@@ -170,8 +187,7 @@ def _residual_check(fn, name, pre_ln: bool, eps: float) -> bool:
         }
     else:
         dz = layernorm_backward(dy, ln_cache)[0]
-        dxl, ref_dW, _ = linear_backward(dz, lin_cache)
-        ref_dx = dz + dxl
+        dxl, _, _ = linear_backward(dz, lin_cache)
         hints = {
             "dx": [(dxl, "the skip connection's term is missing: z = x + x W, so dx = dz + dz Wᵀ"),
                    (dy + dxl, "the skip term carries dz (the gradient after the LayerNorm backward), not dy"),
@@ -226,6 +242,10 @@ def check_embedding_backward(fn) -> bool:
     r = _rng(50)
     V, d, B, S = 7, 4, 2, 6
     ids = numpy.array([[1, 3, 3, 0, 5, 3], [5, 1, 6, 6, 2, 1]])      # repeats on purpose; row 4 unused
+    if not visible():
+        V, d, B, S = sizes(r, (7, 4, 2, 6), 3, 8)
+        ids = r.integers(0, V - 1, size=(B, S))                      # the last row unused
+        ids[0, -1] = ids[0, 0]                                       # a repeated token, always
     E = r.standard_normal((V, d))
     dout = r.standard_normal((B, S, d))
     got = fn(dout.copy(), ids.copy(), V)
@@ -245,6 +265,17 @@ def check_embedding_backward(fn) -> bool:
     return report_correct({"dE": check_array("dE", got, ref, numerical_gradient(f, E), hints=hints)})
 
 
+def _tied_reference(src_ids, d_src, tgt_ids, d_tgt, x_dec, dlogits, E):
+    """dE of the three uses of E, and its three parts (source, target, output projection)."""
+    V, d = E.shape
+    scale = math.sqrt(d)
+    g_src, g_tgt = numpy.zeros((V, d)), numpy.zeros((V, d))
+    embedding_backward(d_src, embedding_forward(src_ids, E, scale)[1], g_src)
+    embedding_backward(d_tgt, embedding_forward(tgt_ids, E, scale)[1], g_tgt)
+    g_out = dlogits.reshape(-1, V).T @ x_dec.reshape(-1, d)
+    return g_src + g_tgt + g_out, (g_src, g_tgt, g_out)
+
+
 @exercise("5.2")
 def check_tied_embedding_grad(fn) -> bool:
     """fn(src_ids, d_src, tgt_ids, d_tgt, x_dec, dlogits) -> dE: (V, d_model).
@@ -256,10 +287,10 @@ def check_tied_embedding_grad(fn) -> bool:
     dE is the gradient of L = Σ d_src⊙src_emb + Σ d_tgt⊙tgt_emb + Σ dlogits⊙logits.
     """
     r = _rng(51)
-    V, d, B, S, T = 9, 4, 2, 5, 4
+    V, d, B, S, T = sizes(r, (9, 4, 2, 5, 4), 3, 9)
     src_ids = r.integers(0, V, size=(B, S))
     tgt_ids = r.integers(0, V, size=(B, T))
-    src_ids[0, :2] = 3                                  # a repeated token
+    src_ids[0, :2] = 3 if visible() else src_ids[0, 0]   # a repeated token
     E = r.standard_normal((V, d))
     d_src = r.standard_normal((B, S, d))
     d_tgt = r.standard_normal((B, T, d))
@@ -270,11 +301,7 @@ def check_tied_embedding_grad(fn) -> bool:
         return False
 
     scale = math.sqrt(d)
-    g_src, g_tgt = numpy.zeros((V, d)), numpy.zeros((V, d))
-    embedding_backward(d_src, embedding_forward(src_ids, E, scale)[1], g_src)
-    embedding_backward(d_tgt, embedding_forward(tgt_ids, E, scale)[1], g_tgt)
-    g_out = dlogits.reshape(-1, V).T @ x_dec.reshape(-1, d)
-    ref = g_src + g_tgt + g_out
+    ref, (g_src, g_tgt, g_out) = _tied_reference(src_ids, d_src, tgt_ids, d_tgt, x_dec, dlogits, E)
 
     def f():
         return float((embedding_forward(src_ids, E, scale)[0] * d_src).sum()
@@ -323,7 +350,11 @@ def _pe_variants(max_len, d):
 def check_sinusoidal_pe(fn) -> bool:
     """fn(max_len, d_model) -> PE: (max_len, d_model), the table of §3.5 (even d_model)."""
     errors = {}
-    for max_len, d in ((50, 16), (9, 6)):
+    cases = ((50, 16), (9, 6))
+    if not visible():
+        r = _rng(60)
+        cases = ((int(r.integers(2, 60)), 2 * int(r.integers(1, 33))), (1, edge([2, 4, 8, 64])))
+    for max_len, d in cases:
         got = fn(max_len, d)
         if not_attempted(got):
             return False
@@ -333,6 +364,12 @@ def check_sinusoidal_pe(fn) -> bool:
     return report_correct(errors)
 
 
+def _pe_similarity_reference(k, d):
+    """PE(pos) · PE(pos + k) = Σ_i cos(k ω_i), the closed form (any pos)."""
+    omega = 10000.0 ** (-numpy.arange(0, d, 2) / d)
+    return numpy.cos(numpy.asarray(k)[:, None] * omega).sum(axis=1)
+
+
 @exercise("6.2")
 def check_pe_similarity(fn) -> bool:
     """fn(k, d_model) -> PE(pos) · PE(pos + k) in closed form, for an array of offsets k.
@@ -340,14 +377,17 @@ def check_pe_similarity(fn) -> bool:
     The answer must not depend on pos; it is compared with dot products of
     rows of the table at two different starting positions."""
     errors = {}
-    for d in (16, 64):
-        k = numpy.arange(0, 300)
+    r = _rng(61)
+    dims = (16, 64) if visible() else (2 * int(r.integers(1, 17)), 2 * int(r.integers(17, 65)))
+    for d in dims:
+        k = numpy.arange(0, 300) if visible() else numpy.sort(r.choice(700, size=int(r.integers(1, 200)),
+                                                                       replace=False))
         got = fn(k.copy(), d)
         if not_attempted(got):
             return False
         table = sinusoidal_table(2000, d, numpy, numpy.float64)
         omega = 10000.0 ** (-numpy.arange(0, d, 2) / d)
-        closed = numpy.cos(k[:, None] * omega).sum(axis=1)
+        closed = _pe_similarity_reference(k, d)
         hints = [
             (closed / (d / 2), "divided by d_model/2: that is the cosine similarity; the dot product is not "
                                "normalized (each row has squared norm d_model/2)"),
@@ -381,13 +421,21 @@ def check_shift_right(fn) -> bool:
     pad_id: the decoder reads tgt_in[:, i] and must predict tgt_out[:, i] (§3.1)."""
     cases = (([[7, 6, 5, 4, 3], [3, 9, 8], [], [5]], 0, 1, 2),
              ([[2, 3], [4, 5, 6, 7]], 9, 0, 1))
+    if not visible():
+        r = _rng(70)
+        pad_id, bos_id, eos_id = (int(i) for i in r.permutation(12)[:3])
+        words = [i for i in range(3, 40) if i not in (pad_id, bos_id, eos_id)]
+        seqs = [[int(w) for w in r.choice(words, size=int(r.integers(0, 8)))] for _ in range(int(r.integers(2, 6)))]
+        seqs[0] = [int(w) for w in r.choice(words, size=7)]          # one long sentence: the others padded
+        cases = ((seqs, pad_id, bos_id, eos_id),)
     for tgt_seqs, pad_id, bos_id, eos_id in cases:
         got = fn([list(t) for t in tgt_seqs], pad_id, bos_id, eos_id)
         if not_attempted(got):
             return False
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             raise WrongAnswer(f"shift_right must return a tuple (tgt_in, tgt_out), got {type(got).__name__}")
-        ref = make_batch([[3]] * len(tgt_seqs), tgt_seqs, pad_id, bos_id, eos_id, xp=numpy)
+        source = next(i for i in range(3, 50) if i not in (pad_id, bos_id, eos_id))   # a source token, any
+        ref = make_batch([[source]] * len(tgt_seqs), tgt_seqs, pad_id, bos_id, eos_id, xp=numpy)
         where = f"(pad_id={pad_id}, bos_id={bos_id}, eos_id={eos_id})"
         arrays = {name: _token_array(name, g) for name, g in zip(("tgt_in", "tgt_out"), got)}
         for name, r in (("tgt_in", ref.tgt_in), ("tgt_out", ref.tgt_out)):
@@ -408,23 +456,32 @@ def check_shift_right(fn) -> bool:
                 elif name == "tgt_out" and numpy.array_equal(arr[:, :-1], ref.tgt_in[:, 1:]):
                     msg += "\n  hint: <eos> is missing: tgt_out ends every sentence with eos_id"
                 raise WrongAnswer(msg)
-    print("correct")
-    print("  tgt_in = <bos> + sentence and tgt_out = sentence + <eos>, padded, match make_batch's for 2 batches")
+    say("correct")
+    say("  tgt_in = <bos> + sentence and tgt_out = sentence + <eos>, padded, match make_batch's for 2 batches")
     return True
+
+
+def _encoder_layer_reference(d_model: int, h: int, d_ff: int) -> int:
+    """The parameters of the package's EncoderLayer, counted on one built."""
+    from minitransformer.model import EncoderLayer, TransformerConfig  # noqa: PLC0415  (model imports are heavier)
+
+    cfg = TransformerConfig(vocab_size=10, d_model=d_model, h=h, d_ff=d_ff, N=1)
+    return EncoderLayer(cfg, backend.host_rng(0), None).num_parameters()
 
 
 @exercise("7.2")
 def check_encoder_layer_params(fn) -> bool:
     """fn(d_model, d_ff) -> int, the number of learnable scalars in one EncoderLayer."""
-    from minitransformer.model import EncoderLayer, TransformerConfig  # noqa: PLC0415  (model imports are heavier)
-
     counted = []
-    for d_model, h, d_ff in ((8, 2, 16), (24, 4, 40), (512, 8, 2048)):
+    cases = ((8, 2, 16), (24, 4, 40), (512, 8, 2048))
+    if not visible():
+        r = _rng(72)
+        cases = tuple((h * int(r.integers(1, 9)), h, int(r.integers(1, 80))) for h in (1, 2, 4))
+    for d_model, h, d_ff in cases:
         got = fn(d_model, d_ff)
         if not_attempted(got):
             return False
-        cfg = TransformerConfig(vocab_size=10, d_model=d_model, h=h, d_ff=d_ff, N=1)
-        expected = EncoderLayer(cfg, backend.host_rng(0), None).num_parameters()
+        expected = _encoder_layer_reference(d_model, h, d_ff)
         d = d_model
         check_count(f"encoder layer parameters for d_model={d_model}, d_ff={d_ff}", got, expected, hints=[
             (expected - 4 * d, "4·d_model short: the four attention biases (b^Q, b^K, b^V, b^O), or the two "
@@ -436,8 +493,8 @@ def check_encoder_layer_params(fn) -> bool:
             (expected + 8 * d, "too many LayerNorms: an encoder layer has two (2 · 2 · d_model scalars)"),
         ])
         counted.append(f"{expected:,} for (d_model={d_model}, d_ff={d_ff})")
-    print("correct")
-    print("  " + "; ".join(counted))
+    say("correct")
+    say("  " + "; ".join(counted))
     return True
 
 
@@ -448,8 +505,13 @@ def check_transformer_params(fn) -> bool:
     from minitransformer.model import Transformer, TransformerConfig, count_parameters  # noqa: PLC0415
 
     counted = []
-    for V, d_model, h, d_ff, N in ((10, 8, 2, 16, 1), (13, 8, 2, 12, 2), (37000, 512, 8, 2048, 6),
-                                   (37000, 1024, 16, 4096, 6)):
+    cases = ((10, 8, 2, 16, 1), (13, 8, 2, 12, 2), (37000, 512, 8, 2048, 6), (37000, 1024, 16, 4096, 6))
+    if not visible():
+        r = _rng(73)
+        cases = tuple((int(r.integers(5, 60)), 2 * h, h, int(r.integers(1, 30)), N)
+                      for h, N in ((1, 1), (2, int(r.integers(2, 4))))) + \
+            ((int(r.integers(1000, 40000)), 64 * int(r.integers(1, 9)), 4, int(r.integers(100, 3000)), 6),)
+    for V, d_model, h, d_ff, N in cases:
         got = fn(V, d_model, d_ff, N)
         if not_attempted(got):
             return False
@@ -466,6 +528,6 @@ def check_transformer_params(fn) -> bool:
                                              "with its own weights, biases and LayerNorm"),
         ])
         counted.append(f"{expected:,}")
-    print("correct")
-    print("  " + ", ".join(counted) + " (two tiny models built and counted, then base and big)")
+    say("correct")
+    say("  " + ", ".join(counted) + " (two tiny models built and counted, then base and big)")
     return True

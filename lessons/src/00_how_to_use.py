@@ -182,6 +182,31 @@ print(tr(f"CuPy with a usable GPU here: {backend.cupy_available()}"))
 # curve shows) — too coarse to tell a right backward from a slightly wrong one.
 # The picture shows both effects for $f = \sin$ at $x = 1$:
 
+# %% [markdown]
+# **Predict**, before the picture below: the relative error of the one-sided difference $(\sin(1 + h) - \sin 1)/h$ in float64, with $h = 10^{-5}$. A number, such as `1e-10`.
+
+# %% tags=["predict"]
+my_prediction_0_1 = None   # a number: the one-sided difference's relative error
+
+
+# %% [markdown]
+# **Predict**: and the central difference $(\sin(1 + h) - \sin(1 - h))/2h$ computed in **float32**, with the same $h = 10^{-5}$?
+
+# %% tags=["predict"]
+my_prediction_0_2 = None   # a number: the float32 central difference's relative error
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+x1, h1 = 1.0, 1e-5
+one_sided_err = abs((np.sin(x1 + h1) - np.sin(x1)) / h1 - np.cos(x1)) / np.cos(x1)
+x32, h32 = np.float32(1.0), np.float32(1e-5)
+central32 = abs(float((np.sin(x32 + h32) - np.sin(x32 - h32)) / (np.float32(2) * h32)) - np.cos(1.0)) / np.cos(1.0)
+reveal(my_prediction_0_1, one_sided_err, what="relative error of the one-sided difference, float64, h = 1e-5")
+reveal(my_prediction_0_2, central32, what="relative error of the central difference, float32, h = 1e-5")
+
+
 # %%
 hs = np.logspace(-12, -0.5, 60)
 fig, ax = plt.subplots(figsize=(7, 3.6))

@@ -61,6 +61,7 @@ np.set_printoptions(precision=4, suppress=True, linewidth=100)
 plt.rcParams.update({"figure.dpi": 80, "axes.grid": True, "grid.alpha": 0.3})
 
 # %%
+from lessonkit.i18n import tr        # printed prose in the notebook's language (lessons/ko/)
 from minitransformer.layers.masks import causal_mask, padding_mask
 from minitransformer.gradcheck import gradcheck, numerical_gradient, rel_error
 from minitransformer.layers.attention import (attention_backward, attention_forward,
@@ -95,13 +96,13 @@ K = np.array([[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 1, 1]], dtype=float)
 V = np.array([[1, 0], [0, 1], [1, 1]], dtype=float)
 
 out, cache = attention_forward(Q[None, None], K[None, None], V[None, None])   # (1, 1, S, d) each
-print("scores / sqrt(d_k):\n", Q @ K.T / 2)
-print("A = softmax(rows):\n", cache.A[0, 0])
-print("output A V:\n", out[0, 0])
+print(tr("scores / sqrt(d_k):\n"), Q @ K.T / 2)
+print(tr("A = softmax(rows):\n"), cache.A[0, 0])
+print(tr("output A V:\n"), out[0, 0])
 
 by_hand = np.array([[0.8446, 0.5777], [0.5777, 0.8446]])    # the four-digit numbers of the text above
 assert np.allclose(out[0, 0], by_hand, atol=1e-4), "the package no longer gives the hand computation"
-print("matches the hand computation to the 4 digits written above")
+print(tr("matches the hand computation to the 4 digits written above"))
 
 # %% [markdown]
 # The softmax subtracts each row's maximum before exponentiating: it changes nothing
@@ -136,26 +137,43 @@ print("matches the hand computation to the 4 digits written above")
 # `torch.nn.functional.scaled_dot_product_attention` reads a boolean mask as this package does,
 # True = may attend. (Both checked with torch 2.13.)
 
+# %% [markdown]
+# **Predict.** With the causal mask over $S = 6$ positions, how many of the $6 \times 6$ attention weights come out exactly 0?
+
+# %% tags=["predict"]
+my_prediction_1_1 = None   # a whole number
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.layers.attention import attention_forward
+from minitransformer.layers.masks import causal_mask
+
+_, causal_weights = attention_forward(*np.random.default_rng(1).standard_normal((3, 1, 1, 6, 4)), causal_mask(6, np))
+reveal(my_prediction_1_1, int((causal_weights.A == 0).sum()), what="attention weights that are exactly 0 under the causal mask, S = 6")
+
+
 # %%
 rng = np.random.default_rng(0)
 S, d_k = 6, 4
 Q, K, V = (rng.standard_normal((1, 1, S, d_k)) for _ in range(3))
 ids = np.array([[7, 3, 9, 4, 0, 0]])                  # one sentence of 4 tokens, then 2 pads (pad id 0)
-masks = {"no mask": None,
-         "padding mask (1, 1, 1, S)": padding_mask(ids, pad_id=0),
-         "causal mask (1, 1, S, S)": causal_mask(S, np)}
+masks = {tr("no mask"): None,
+         tr("padding mask (1, 1, 1, S)"): padding_mask(ids, pad_id=0),
+         tr("causal mask (1, 1, S, S)"): causal_mask(S, np)}
 
 fig, axes = plt.subplots(1, 3, figsize=(11, 3.4), layout="constrained")
 for ax, (title, mask) in zip(axes, masks.items()):
     _, c = attention_forward(Q, K, V, mask)
     im = ax.imshow(c.A[0, 0], vmin=0, vmax=1, cmap="viridis")
-    ax.set(title=title, xlabel="key position j")
+    ax.set(title=title, xlabel=tr("key position j"))
     ax.grid(False)
-axes[0].set_ylabel("query position i")
-fig.colorbar(im, ax=axes, shrink=0.8, label="weight $A_{ij}$")
+axes[0].set_ylabel(tr("query position i"))
+fig.colorbar(im, ax=axes, shrink=0.8, label=tr("weight $A_{ij}$"))
 plt.show()
 
-print("causal mask:\n", causal_mask(S, np)[0, 0].astype(int))
+print(tr("causal mask:\n"), causal_mask(S, np)[0, 0].astype(int))
 
 # %% [markdown]
 # A mask must really cut the dependence: with the causal mask, changing the **last** key and
@@ -168,15 +186,15 @@ K2, V2 = K.copy(), V.copy()
 K2[..., -1, :] += 5.0
 V2[..., -1, :] += 5.0
 out2, _ = attention_forward(Q, K2, V2, mask)
-print("largest change of outputs 0..4:", np.abs(out2[..., :-1, :] - out1[..., :-1, :]).max())
-print("change of the last output:     ", np.abs(out2[..., -1, :] - out1[..., -1, :]).max().round(3))
+print(tr("largest change of outputs 0..4:"), np.abs(out2[..., :-1, :] - out1[..., :-1, :]).max())
+print(tr("change of the last output:     "), np.abs(out2[..., -1, :] - out1[..., -1, :]).max().round(3))
 
 with np.errstate(invalid="ignore"):                   # the naive softmax of an all -inf row
     s = np.full(3, -np.inf)
-    print("naive softmax of [-inf, -inf, -inf]:", np.exp(s - s.max()) / np.exp(s - s.max()).sum())
+    print(tr("naive softmax of [-inf, -inf, -inf]:"), np.exp(s - s.max()) / np.exp(s - s.max()).sum())
 nothing = np.zeros((1, 1, S, S), dtype=bool)          # every key masked for every query
 out, c = attention_forward(Q, K, V, nothing)
-print("package, every key masked: finite =", np.isfinite(out).all(), "| row sums of A:", c.A[0, 0].sum(-1))
+print(tr("package, every key masked: finite ="), np.isfinite(out).all(), tr("| row sums of A:"), c.A[0, 0].sum(-1))
 
 # %% [markdown]
 # ## 3. The softmax Jacobian
@@ -211,7 +229,7 @@ a = softmax_lastaxis(s.copy())                        # in place, so give it a c
 J = np.diag(a) - np.outer(a, a)
 J_numeric = np.stack([numerical_gradient(lambda: softmax_lastaxis(s.copy())[i], s) for i in range(4)])
 print("J =\n", J)
-print(f"rel error J vs numerical: {rel_error(J, J_numeric):.1e} | largest |row sum|: {np.abs(J.sum(axis=1)).max():.0e}")
+print(tr(f"rel error J vs numerical: {rel_error(J, J_numeric):.1e} | largest |row sum|: {np.abs(J.sum(axis=1)).max():.0e}"))
 
 da = np.random.default_rng(1).standard_normal(4)
 print("J^T da                :", J.T @ da)
@@ -228,7 +246,7 @@ fig, axes = plt.subplots(1, 3, figsize=(10, 3.4), layout="constrained")
 for ax, k in zip(axes, (1, 4, 16)):
     a_k = softmax_lastaxis(k * s)
     im = ax.imshow(np.diag(a_k) - np.outer(a_k, a_k), vmin=-0.25, vmax=0.25, cmap="RdBu_r")
-    ax.set(title=f"scores x {k}\nlargest weight {a_k.max():.3f}", xticks=range(4), yticks=range(4), xlabel="j")
+    ax.set(title=tr(f"scores x {k}\nlargest weight {a_k.max():.3f}"), xticks=range(4), yticks=range(4), xlabel="j")
     ax.grid(False)
 axes[0].set_ylabel("i")
 fig.colorbar(im, ax=axes, shrink=0.8, label="$J_{ij}$")
@@ -254,17 +272,24 @@ plt.show()
 #    scores, $\|\delta S\| / \|\delta A\|$ per row (median over rows), with
 #    $\delta S = J^\top \delta A$ from the Jacobian of §3, built explicitly.
 
+# %% [markdown]
+# **Predict.** *Without* the $1/\sqrt{d_k}$ (the raw $QK^\top$), at $d_k = 1024$: what fraction of an upstream gradient reaches the scores, $\|\delta S\| / \|\delta A\|$ (the median over rows)? A number, such as `0.1`.
+
+# %% tags=["predict"]
+my_prediction_1_2 = None   # a number: the fraction of the gradient that gets through, unscaled, d_k = 1024
+
+
 # %%
 rng = np.random.default_rng(0)
 n_sent, S, d_v = 64, 16, 8
 d_ks = 2 ** np.arange(1, 11)
-stats = {name: {"std": [], "max_w": [], "gain": []} for name in ("scaled (Eq. 1)", "unscaled")}
+stats = {name: {"std": [], "max_w": [], "gain": []} for name in (tr("scaled (Eq. 1)"), tr("unscaled"))}
 for d_k in d_ks:
     Q = rng.standard_normal((n_sent, 1, S, d_k))
     K = rng.standard_normal((n_sent, 1, S, d_k))
     V = rng.standard_normal((n_sent, 1, S, d_v))
     dA = rng.standard_normal((n_sent, 1, S, S))
-    for name, q_factor in (("scaled (Eq. 1)", 1.0), ("unscaled", np.sqrt(d_k))):
+    for name, q_factor in ((tr("scaled (Eq. 1)"), 1.0), (tr("unscaled"), np.sqrt(d_k))):
         _, c = attention_forward(Q * q_factor, K, V)
         scores = (Q * q_factor) @ K.swapaxes(-1, -2) * c.scale
         A = c.A
@@ -280,21 +305,21 @@ for name, st in stats.items():
     axes[1].semilogx(d_ks, st["max_w"], "o-", label=name)
     axes[2].loglog(d_ks, st["gain"], "o-", label=name)
 axes[0].loglog(d_ks, np.sqrt(d_ks), "k:", label=r"$\sqrt{d_k}$")
-axes[0].set(title="spread of the scores", ylabel="std of scores")
-axes[1].set(title="saturation", ylabel="mean of the largest weight per row", ylim=(0, 1.02))
-axes[2].set(title="gradient reaching the scores", ylabel=r"median $\|\delta S\| / \|\delta A\|$")
+axes[0].set(title=tr("spread of the scores"), ylabel=tr("std of scores"))
+axes[1].set(title=tr("saturation"), ylabel=tr("mean of the largest weight per row"), ylim=(0, 1.02))
+axes[2].set(title=tr("gradient reaching the scores"), ylabel=tr(r"median $\|\delta S\| / \|\delta A\|$"))
 for ax in axes:
     ax.set_xlabel("$d_k$")
     ax.legend(fontsize=8)
 fig.tight_layout()
 plt.show()
 for name, st in stats.items():
-    print(f"{name:15s} d_k = 64: std {st['std'][5]:5.2f}, max weight {st['max_w'][5]:.2f}, gradient fraction {st['gain'][5]:.1e}"
-          f" | d_k = 1024: {st['gain'][-1]:.1e}")
+    print(tr(f"{name:15s} d_k = 64: std {st['std'][5]:5.2f}, max weight {st['max_w'][5]:.2f}, gradient fraction {st['gain'][5]:.1e}"
+             f" | d_k = 1024: {st['gain'][-1]:.1e}"))
 
 from lessonkit.prose import claim, claim_true
 
-scaled, unscaled = stats["scaled (Eq. 1)"], stats["unscaled"]
+scaled, unscaled = stats[tr("scaled (Eq. 1)")], stats[tr("unscaled")]
 for std in scaled["std"]:
     claim("with the scale the scores keep unit spread", std, 1.0, tol=0.1)
 claim_true("with the scale a steady fraction of the gradient reaches the scores",
@@ -307,6 +332,13 @@ claim("without it the softmax becomes nearly one-hot at the largest d_k (largest
       low=0.8)
 claim_true("without it the gradient collapses by orders of magnitude",
            unscaled["gain"][-1] < scaled["gain"][-1] / 100, f"{unscaled['gain'][-1]:.1e} against {scaled['gain'][-1]:.1e}")
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_1_2, float(unscaled["gain"][-1]),
+       what="median fraction of the gradient reaching the scores without the scale, d_k = 1024")
+
 
 # %% [markdown]
 # With the scale, nothing depends on $d_k$: the scores keep unit spread, the weights stay
@@ -373,16 +405,16 @@ V = rng.standard_normal((B, h, S_k, d_v))
 pad = np.ones((B, 1, 1, S_k), dtype=bool)
 pad[1, ..., -1] = False                                   # sentence 1: last key is padding
 report, (dQ, dK, dV) = check_attention(Q, K, V, pad)
-print("padding mask:\n" + str(report))
+print(tr("padding mask:\n") + str(report))
 report.assert_ok()
-print("gradient reaching the padded key: dK", np.abs(dK[1, :, -1]).max(), " dV", np.abs(dV[1, :, -1]).max())
+print(tr("gradient reaching the padded key: dK"), np.abs(dK[1, :, -1]).max(), " dV", np.abs(dV[1, :, -1]).max())
 
 S = 4
 Qc, Kc, Vc = (rng.standard_normal((1, 2, S, d_k)) for _ in range(3))
 causal = causal_mask(S, np).copy()
 causal[..., 0, :] = False                                 # query 0 may see nothing at all
 report, _ = check_attention(Qc, Kc, Vc, causal)
-print("\ncausal mask, one row fully masked:\n" + str(report))
+print(tr("\ncausal mask, one row fully masked:\n") + str(report))
 report.assert_ok()
 
 

@@ -73,6 +73,7 @@ plt.rcParams.update({"figure.dpi": 80, "axes.grid": True, "grid.alpha": 0.3})
 # %%
 import time
 
+from lessonkit.i18n import tr        # printed prose in the notebook's language (lessons/ko/)
 from minitransformer.gradcheck import check_layer, gradcheck
 from minitransformer.layers.masks import causal_mask, padding_mask
 from minitransformer.layers.attention import (MultiHeadAttention, attention_backward, attention_forward,
@@ -97,10 +98,10 @@ from minitransformer.layers.attention import (MultiHeadAttention, attention_back
 x = np.tile(np.arange(8), (1, 3, 1))                 # (B=1, S=3, d_model=8): entry = column index
 heads = split_heads(x, h=2)                          # (1, 2, 3, 4)
 print("x[0]:\n", x[0])
-print("head 0:\n", heads[0, 0], "\nhead 1:\n", heads[0, 1])
-print("split_heads is a view (no copy):", np.shares_memory(x, heads))
+print(tr("head 0:\n"), heads[0, 0], tr("\nhead 1:\n"), heads[0, 1])
+print(tr("split_heads is a view (no copy):"), np.shares_memory(x, heads))
 back = merge_heads(heads)
-print("merge_heads(split_heads(x)) == x:", np.array_equal(back, x), "| a copy:", not np.shares_memory(back, x))
+print("merge_heads(split_heads(x)) == x:", np.array_equal(back, x), tr("| a copy:"), not np.shares_memory(back, x))
 
 # %% [markdown]
 # The package stores $W^Q, W^K, W^V$ side by side in one matrix `W_qkv` of shape
@@ -129,7 +130,7 @@ for i in range(h):
     head_outputs.append(o[:, 0])
 literal = np.concatenate(head_outputs, axis=-1) @ mha.W_o.data + mha.b_o.data
 
-print("max |layer - literal Eq.|:", np.abs(mha.forward(x) - literal).max())
+print(tr("max |layer - literal Eq.|:"), np.abs(mha.forward(x) - literal).max())
 
 # %% [markdown]
 # ## 2. The backward of split and concat
@@ -161,6 +162,36 @@ report = gradcheck(lambda: float((merge_heads(heads) * G).sum()),
                    {"heads": heads}, {"heads": split_heads(G, 3)})
 print(report)
 report.assert_ok()
+
+# %% [markdown]
+# **Predict**, before section 3. A multi-head attention layer with $d_\text{model} = 512$: (1) with $h = 8$ heads, how many times the parameters of the same layer with one head does it hold? (2) For $B = 2$ sentences of $S = 128$ positions, how many times the memory of its attention weights at $h = 8$ does it need at $h = 128$?
+
+# %% tags=["predict"]
+my_prediction_2_1 = None   # a number: parameters at h = 8 over h = 1
+
+
+# %% tags=["predict"]
+my_prediction_2_2 = None   # a number: memory of the weights at h = 128 over h = 8
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.layers.attention import MultiHeadAttention, attention_forward
+
+
+def n_parameters(h):
+    return sum(p.data.size for p in MultiHeadAttention(512, h, np.random.default_rng(0)).parameters())
+
+
+def weights_bytes(h):
+    Q = np.zeros((2, h, 128, 512 // h), dtype=np.float32)
+    return attention_forward(Q, Q, Q)[1].A.nbytes
+
+
+reveal(my_prediction_2_1, n_parameters(8) / n_parameters(1), what="parameters with h = 8 over h = 1, d_model = 512")
+reveal(my_prediction_2_2, weights_bytes(128) / weights_bytes(8), what="bytes of attention weights at h = 128 over h = 8")
+
 
 # %% [markdown]
 # ## 3. $h$ heads of size $d_\text{model}/h$ cost what one head of size $d_\text{model}$ costs
@@ -204,19 +235,19 @@ for _ in range(7):
 
 matmul_flops = {h: 3 * 4 * B * S * S * d_model for h in hs}   # forward 2 products, backward 4: 3x the forward's
 score_ops = {h: 10 * B * h * S * S for h in hs}                # ~10 elementwise ops per score, forward + backward
-print(" h   d_k   matmul GFLOP   per-score Mops   scores (MB)   time (ms)")
+print(tr(" h   d_k   matmul GFLOP   per-score Mops   scores (MB)   time (ms)"))
 for h in hs:
     print(f"{h:3d} {d_model // h:5d}   {matmul_flops[h] / 1e9:9.3f}   {score_ops[h] / 1e6:11.1f}   "
           f"{B * h * S * S * 4 / 2**20:10.1f}   {best[h] * 1e3:9.2f}")
 
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.6))
-axes[0].loglog(hs, [matmul_flops[h] for h in hs], "o-", label="matrix products (counted)")
-axes[0].loglog(hs, [score_ops[h] for h in hs], "s--", label="per-score work (estimated)")
-axes[0].set(xlabel="heads h  (d_k = 512 / h)", ylabel="operations, forward + backward",
-            title="What is counted")
+axes[0].loglog(hs, [matmul_flops[h] for h in hs], "o-", label=tr("matrix products (counted)"))
+axes[0].loglog(hs, [score_ops[h] for h in hs], "s--", label=tr("per-score work (estimated)"))
+axes[0].set(xlabel=tr("heads h  (d_k = 512 / h)"), ylabel=tr("operations, forward + backward"),
+            title=tr("What is counted"))
 axes[1].semilogx(hs, [best[h] * 1e3 for h in hs], "o-", color="tab:green")
-axes[1].set(xlabel="heads h  (d_k = 512 / h)", ylabel="ms (fastest of 7)", ylim=(0, None),
-            title="Measured: attention_forward + backward")
+axes[1].set(xlabel=tr("heads h  (d_k = 512 / h)"), ylabel=tr("ms (fastest of 7)"), ylim=(0, None),
+            title=tr("Measured: attention_forward + backward"))
 for ax in axes:
     ax.set_xticks(hs, [str(h) for h in hs])
 axes[0].legend(fontsize=8)
@@ -280,37 +311,37 @@ d_model, h = 8, 2
 enc_x = rng.standard_normal((2, S_len, d_model))       # stand-ins for the embedded sentences
 dec_x = rng.standard_normal((2, T_len, d_model))
 uses = {
-    "encoder self-attention": (MultiHeadAttention(d_model, h, rng), (enc_x,), enc_mask),
-    "decoder masked self-attention": (MultiHeadAttention(d_model, h, rng), (dec_x,), dec_mask),
-    "encoder-decoder attention": (MultiHeadAttention(d_model, h, rng), (dec_x, enc_x), cross_mask),
+    tr("encoder self-attention"): (MultiHeadAttention(d_model, h, rng), (enc_x,), enc_mask),
+    tr("decoder masked self-attention"): (MultiHeadAttention(d_model, h, rng), (dec_x,), dec_mask),
+    tr("encoder-decoder attention"): (MultiHeadAttention(d_model, h, rng), (dec_x, enc_x), cross_mask),
 }
 weights = {}
 for name, (layer, args, mask) in uses.items():
     y = layer.forward(*args, mask=mask)
     weights[name] = layer.attention_weights           # (B, h, S_q, S_k): public after every forward
-    print(f"{name:31s} mask {str(mask.shape):14s} -> output {y.shape}, weights {weights[name].shape}")
+    print(tr(f"{name:31s} mask {str(mask.shape):14s} -> output {y.shape}, weights {weights[name].shape}"))
 
 def tokens(ids):
     return ["pad" if t == pad else str(t) for t in ids]
 
 b = 1                                                  # sentence 1, the padded one; head 0
-axis_tokens = {"encoder self-attention": (tokens(src[b]), tokens(src[b])),
-               "decoder masked self-attention": (tokens(tgt[b]), tokens(tgt[b])),
-               "encoder-decoder attention": (tokens(tgt[b]), tokens(src[b]))}
+axis_tokens = {tr("encoder self-attention"): (tokens(src[b]), tokens(src[b])),
+               tr("decoder masked self-attention"): (tokens(tgt[b]), tokens(tgt[b])),
+               tr("encoder-decoder attention"): (tokens(tgt[b]), tokens(src[b]))}
 fig, axes = plt.subplots(2, 3, figsize=(12, 6.6), layout="constrained")
 for col, (name, (_, _, mask)) in enumerate(uses.items()):
     A = weights[name][b, 0]
     q_tok, k_tok = axis_tokens[name]
     axes[0, col].imshow(np.broadcast_to(mask[b, 0], A.shape), cmap="gray", vmin=0, vmax=1)
     im = axes[1, col].imshow(A, cmap="viridis", vmin=0, vmax=1)
-    axes[0, col].set_title(f"{name}\nmask (white = may attend)")
-    axes[1, col].set_title("weights A, head 0")
+    axes[0, col].set_title(tr(f"{name}\nmask (white = may attend)"))
+    axes[1, col].set_title(tr("weights A, head 0"))
     for ax in axes[:, col]:
         ax.set_xticks(range(len(k_tok)), k_tok)
         ax.set_yticks(range(len(q_tok)), q_tok)
-        ax.set(xlabel="key token", ylabel="query token")
+        ax.set(xlabel=tr("key token"), ylabel=tr("query token"))
         ax.grid(False)
-fig.colorbar(im, ax=axes[1, :], shrink=0.8, label="weight")
+fig.colorbar(im, ax=axes[1, :], shrink=0.8, label=tr("weight"))
 plt.show()
 
 # %% [markdown]
@@ -337,12 +368,12 @@ src_pad[1, ..., -1] = False
 
 mha = MultiHeadAttention(d_model, h, rng)
 report = check_layer(mha, x, None, causal_mask(T, np), names=["x", "x_kv", "mask"])
-print("masked self-attention\n" + str(report))
+print(tr("masked self-attention\n") + str(report))
 report.assert_ok()
 
 mha = MultiHeadAttention(d_model, h, rng)
 report = check_layer(mha, x, memory, src_pad, names=["x_q", "memory", "mask"])
-print("\nencoder-decoder attention\n" + str(report))
+print(tr("\nencoder-decoder attention\n") + str(report))
 report.assert_ok()
 
 
@@ -378,7 +409,7 @@ for alpha in (0.5, 0.7, 0.9, 1.0):
     m = alpha * c_a + (1 - alpha) * c_b                                # all that one average hands on
     coef, *_ = np.linalg.lstsq(m, targets, rcond=None)                # the best linear readout of the pair
     rel = ((m @ coef - targets) ** 2).mean() / (targets ** 2).mean()
-    print(f"weights {alpha:.1f} / {1 - alpha:.1f}: relative error of the best readout {rel:.4f}")
+    print(tr(f"weights {alpha:.1f} / {1 - alpha:.1f}: relative error of the best readout {rel:.4f}"))
     assert abs(rel - 0.5) < 0.01                                      # one half, whatever the weights
 
 # %% [markdown]
@@ -443,30 +474,30 @@ show_markdown(f"$n = {N_POS}$ positions, contents of {D_C} numbers, positions $a
               "sequences each.")
 t0 = time.perf_counter()
 results = {(h, blind): [train_resolution(h, s, blind) for s in seeds] for h, blind in variants}
-print(f"{len(variants) * len(seeds)} models trained in {time.perf_counter() - t0:.0f} s")
-print(" h   queries/keys      relative test error, seeds 0 1 2     weights of the last query on (a, b), seed 0")
+print(tr(f"{len(variants) * len(seeds)} models trained in {time.perf_counter() - t0:.0f} s"))
+print(tr(" h   queries/keys      relative test error, seeds 0 1 2     weights of the last query on (a, b), seed 0"))
 for (h, blind), runs in results.items():
     errs = "  ".join(f"{r:.4f}" for r, _ in runs)
     w = "  ".join(f"({wa:.2f}, {wb:.2f})" for wa, wb in runs[0][1])
-    print(f"{h:2d}   {'blind to c_j' if blind else 'see everything':15s}   {errs}       {w}")
+    print(f"{h:2d}   {tr('blind to c_j') if blind else tr('see everything'):15s}   {errs}       {w}")
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.6))
-labels = [f"h = {h}" + (", blind" if blind else "") for h, blind in variants]
+labels = [f"h = {h}" + (tr(", blind") if blind else "") for h, blind in variants]
 for i, v in enumerate(variants):
     errs = [r for r, _ in results[v]]
     axes[0].scatter([i] * len(errs), errs, color="C3" if v[0] == 1 else "C0", zorder=3)
-axes[0].axhline(0.5, color="gray", ls="--", label="best readout of one average: 1/2")
+axes[0].axhline(0.5, color="gray", ls="--", label=tr("best readout of one average: 1/2"))
 axes[0].set(xticks=range(len(variants)), xticklabels=labels, yscale="log", ylim=(1e-5, 1.5),
-            ylabel="relative squared error", title=f"the last query must output (c_a, c_b): {len(seeds)} seeds each")
+            ylabel=tr("relative squared error"), title=tr(f"the last query must output (c_a, c_b): {len(seeds)} seeds each"))
 axes[0].legend(fontsize=8)
 w1, w2 = results[(1, False)][0][1], results[(2, False)][0][1]
 bars = np.concatenate([w1, w2])                                       # (1 + 2 heads, 2)
-names = ["h = 1: head 1", "h = 2: head 1", "h = 2: head 2"]
-axes[1].bar(np.arange(3) - 0.2, bars[:, 0], 0.4, label="weight on position a")
-axes[1].bar(np.arange(3) + 0.2, bars[:, 1], 0.4, label="weight on position b")
-axes[1].set(xticks=range(3), xticklabels=names, ylim=(0, 1), ylabel="mean attention weight of the last query",
-            title="where the heads look (seed 0)")
+names = [tr("h = 1: head 1"), tr("h = 2: head 1"), tr("h = 2: head 2")]
+axes[1].bar(np.arange(3) - 0.2, bars[:, 0], 0.4, label=tr("weight on position a"))
+axes[1].bar(np.arange(3) + 0.2, bars[:, 1], 0.4, label=tr("weight on position b"))
+axes[1].set(xticks=range(3), xticklabels=names, ylim=(0, 1), ylabel=tr("mean attention weight of the last query"),
+            title=tr("where the heads look (seed 0)"))
 axes[1].legend(fontsize=8)
 fig.tight_layout()
 plt.show()

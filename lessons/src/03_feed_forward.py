@@ -106,6 +106,22 @@ print("dW1 =\n", ffn.linear1.W.grad, "\ndb1 =", ffn.linear1.b.grad)
 print("dW2 =\n", ffn.linear2.W.grad, "\ndb2 =", ffn.linear2.b.grad)
 
 # %% [markdown]
+# **Predict.** Feed ReLU inputs drawn from a standard normal distribution: what share of its outputs are exactly 0?
+
+# %% tags=["predict"]
+my_prediction_3_1 = None   # a number between 0 and 1
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.layers.feedforward import relu
+
+relu_out, _ = relu(np.random.default_rng(0).standard_normal(1_000_000))
+reveal(my_prediction_3_1, float(np.mean(relu_out == 0)), what="share of ReLU outputs that are 0, standard normal inputs")
+
+
+# %% [markdown]
 # ## 2. ReLU and its backward
 #
 # $\mathrm{ReLU}(z) = \max(0, z)$ elementwise. Its derivative is 1 where $z > 0$ and 0 where
@@ -148,6 +164,25 @@ axes[1].set(xlabel=tr("hidden unit (d_ff = 48)"), ylabel=tr("position"),
 axes[1].grid(False)
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# **Predict.** One encoder layer of the base model ($d_\text{model} = 512$, $h = 8$, $d_{ff} = 2048$) holds an attention sub-layer, a feed-forward network and two LayerNorms. What share of its parameters is the feed-forward network's?
+
+# %% tags=["predict"]
+my_prediction_3_2 = None   # a number between 0 and 1
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.layers.attention import MultiHeadAttention
+from minitransformer.layers.feedforward import FeedForward
+
+ffn_size = sum(p.data.size for p in FeedForward(512, 2048, np.random.default_rng(0)).parameters())
+attention_size = sum(p.data.size for p in MultiHeadAttention(512, 8, np.random.default_rng(0)).parameters())
+reveal(my_prediction_3_2, ffn_size / (ffn_size + attention_size + 2 * 2 * 512),
+       what="the feed-forward network's share of an encoder layer's parameters (base model)")
+
 
 # %% [markdown]
 # ## 3. The same weights at every position

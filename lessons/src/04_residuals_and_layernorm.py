@@ -48,6 +48,7 @@ show_cost("04")
 import numpy as np
 import matplotlib.pyplot as plt
 
+from lessonkit.i18n import tr        # printed prose in the notebook's language (lessons/ko/)
 from minitransformer import backend
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
@@ -76,9 +77,33 @@ x = np.array([[1.0, 2.0, 3.0, 10.0],
               [-5.0, 0.0, 0.5, 0.5]])              # two positions, d_model = 4
 y, cache = layernorm_forward(x, gamma=np.ones(4), beta=np.zeros(4), eps=1e-5)
 print("y =\n", y)
-print("mean of each row     :", y.mean(axis=-1))
-print("biased var of each row:", y.var(axis=-1))   # np.var divides by n: 1 - (tiny eps effect)
-print("the cache keeps      :", cache._fields)
+print(tr("mean of each row     :"), y.mean(axis=-1))
+print(tr("biased var of each row:"), y.var(axis=-1))   # np.var divides by n: 1 - (tiny eps effect)
+print(tr("the cache keeps      :"), cache._fields)
+
+# %% [markdown]
+# **Predict.** (1) LayerNorm with $\gamma = 1$, $\beta = 0$ and the package's $\varepsilon = 10^{-5}$, on a row whose entries have variance $10^{-4}$: what is the variance of the output row? (2) Its backward: the entries of $\delta x$ for one row, added up, give what?
+
+# %% tags=["predict"]
+my_prediction_4_1 = None   # a number: the output row's variance
+
+
+# %% tags=["predict"]
+my_prediction_4_2 = None   # a number: the sum of dx over a row
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.layers.layernorm import layernorm_backward, layernorm_forward
+
+row_1e4 = np.random.default_rng(0).standard_normal((1, 64))
+row_1e4 = 0.01 * (row_1e4 - row_1e4.mean()) / row_1e4.std()                    # variance 1e-4
+normed, ln_cache = layernorm_forward(row_1e4, np.ones(64), np.zeros(64), 1e-5)
+d_row = layernorm_backward(np.random.default_rng(1).standard_normal((1, 64)), ln_cache)[0]
+reveal(my_prediction_4_1, float(normed.var()), what="variance of the output row (input variance 1e-4, eps 1e-5)")
+reveal(my_prediction_4_2, round(float(d_row.sum()), 12) + 0.0, what="the entries of dx for one row, added up (to 12 digits)")
+
 
 # %% [markdown]
 # ## 2. LayerNorm, backward — the derivation
@@ -128,9 +153,9 @@ x_hat, r = cache.x_hat, cache.rstd
 
 print("sum(dx)     =", dx.sum())          # no component along 1
 g = gamma * dy
-print(f"dx · x_hat  = {dx @ x_hat:.3e}   predicted from eps alone: {float(r[0] * (g @ x_hat) * (1 - x_hat @ x_hat / n)):.3e}")
+print(tr(f"dx · x_hat  = {dx @ x_hat:.3e}   predicted from eps alone: {float(r[0] * (g @ x_hat) * (1 - x_hat @ x_hat / n)):.3e}"))
 J = r * (np.eye(n) - np.ones((n, n)) / n - np.outer(x_hat, x_hat) / n)
-print("eigenvalues of J / r:", np.sort(np.linalg.eigvalsh(J / r)).round(8))
+print(tr("eigenvalues of J / r:"), np.sort(np.linalg.eigvalsh(J / r)).round(8))
 print("max |dx - J (gamma*dy)| =", np.abs(dx - J @ (gamma * dy)).max())
 
 # %% [markdown]
@@ -224,7 +249,7 @@ for pre_ln in (False, True):
         block.res.dropout.rng = np.random.default_rng(7)     # the same dropout mask at every call
 
     report = check_layer(block, x, before_forward=same_mask)
-    print(f"pre_ln={pre_ln!s:5}  {len(report.errors)} tensors checked, max rel error {report.max_error:.1e}")
+    print(tr(f"pre_ln={pre_ln!s:5}  {len(report.errors)} tensors checked, max rel error {report.max_error:.1e}"))
     report.assert_ok()
 print(report)
 
@@ -281,8 +306,8 @@ class WithResidual(Layer):                # post-LN: LN(x + F(x));  pre-LN: x + 
 
 
 KINDS = {
-    "plain F(x)": Plain,
-    "LN(F(x)), no residual": NormNoResidual,
+    tr("plain F(x)"): Plain,
+    tr("LN(F(x)), no residual"): NormNoResidual,
     "post-LN: LN(x + F(x))": lambda f: WithResidual(f, pre_ln=False),
     "pre-LN: x + F(LN(x))": lambda f: WithResidual(f, pre_ln=True),
 }
@@ -317,17 +342,17 @@ for kind in KINDS:
     for i, (g, a) in enumerate(zip(grad_norm[kind], act_norm[kind])):
         label = kind if i == 0 else None
         axes[0].semilogy(g, color=colors[kind], lw=1, alpha=0.7, label=label)
-        if kind != "plain F(x)":
+        if kind != tr("plain F(x)"):
             axes[1].semilogy(g, color=colors[kind], lw=1, alpha=0.7, label=label)
         axes[2].semilogy(a, color=colors[kind], lw=1, alpha=0.7, label=label)
-axes[0].set(xlabel="layer $\\ell$ (0 = input of the stack)", ylabel="$\\|\\partial L/\\partial x_\\ell\\|$ / top gradient",
-            title="gradient norm, 8 random stacks each", ylim=(1e-18, 1e3))
-axes[1].set(xlabel="layer $\\ell$", title="the same, without 'plain', zoomed", ylim=(3e-2, 3e1))
-axes[2].set(xlabel="layer $\\ell$", ylabel="$\\|x_\\ell\\|$ / $\\|x_0\\|$", title="activation norm", ylim=(1e-18, 1e3))
+axes[0].set(xlabel=tr("layer $\\ell$ (0 = input of the stack)"), ylabel=tr("$\\|\\partial L/\\partial x_\\ell\\|$ / top gradient"),
+            title=tr("gradient norm, 8 random stacks each"), ylim=(1e-18, 1e3))
+axes[1].set(xlabel=tr("layer $\\ell$"), title=tr("the same, without 'plain', zoomed"), ylim=(3e-2, 3e1))
+axes[2].set(xlabel=tr("layer $\\ell$"), ylabel="$\\|x_\\ell\\|$ / $\\|x_0\\|$", title=tr("activation norm"), ylim=(1e-18, 1e3))
 axes[0].legend(fontsize=7, loc="lower right")
 plt.tight_layout(); plt.show()
 
-print(f"{'stack':<24}{'median':>10}{'smallest':>11}{'largest':>10}   of ||dL/dx_0|| / ||dL/dx_64||")
+print(f"{tr('stack'):<24}{tr('median'):>10}{tr('smallest'):>11}{tr('largest'):>10}{tr('   of ||dL/dx_0|| / ||dL/dx_64||')}")
 for kind, g in grad_norm.items():
     g0 = np.array([gg[0] for gg in g])
     print(f"{kind:<24}{np.median(g0):10.2e}{g0.min():11.2e}{g0.max():10.2e}")
@@ -352,7 +377,7 @@ for kind, g in grad_norm.items():
 from lessonkit.prose import claim, claim_true, show_markdown
 
 g0 = {kind: np.array([gg[0] for gg in g]) for kind, g in grad_norm.items()}     # ||dL/dx_0|| / top, per stack
-plain, ln_only = g0["plain F(x)"], g0["LN(F(x)), no residual"]
+plain, ln_only = g0[tr("plain F(x)")], g0[tr("LN(F(x)), no residual")]
 post, pre = g0["post-LN: LN(x + F(x))"], g0["pre-LN: x + F(LN(x))"]
 claim("plain: about sixteen orders of magnitude smaller (log10 of the median)", np.log10(np.median(plain)), -16, tol=1)
 claim("LN, no residual: a spread of two orders of magnitude (log10 of largest / smallest)",
@@ -406,12 +431,12 @@ def input_gradient_ratios(kind, gain):
 
 
 gains = [0.8, 0.9, 1.0, 1.1, 1.2]
-compared = ["plain F(x)", "post-LN: LN(x + F(x))"]
+compared = [tr("plain F(x)"), "post-LN: LN(x + F(x))"]
 he_ratios = {(kind, g): input_gradient_ratios(kind, g) for kind in compared for g in gains}
 
-print(f"{'stack, He init x gain':<34}{'median':>10}{'smallest':>11}{'largest':>10}   of ||dL/dx_0|| / ||dL/dx_64||")
+print(f"{tr('stack, He init x gain'):<34}{tr('median'):>10}{tr('smallest'):>11}{tr('largest'):>10}{tr('   of ||dL/dx_0|| / ||dL/dx_64||')}")
 for (kind, g), ratio in he_ratios.items():
-    print(f"{f'{kind}, gain {g}':<34}{np.median(ratio):10.2e}{ratio.min():11.2e}{ratio.max():10.2e}")
+    print(f"{tr(f'{kind}, gain {g}'):<34}{np.median(ratio):10.2e}{ratio.min():11.2e}{ratio.max():10.2e}")
 
 fig, ax = plt.subplots(figsize=(6.5, 3.4))
 for kind in compared:
@@ -419,8 +444,8 @@ for kind in compared:
     ax.fill_between(gains, [he_ratios[kind, g].min() for g in gains], [he_ratios[kind, g].max() for g in gains],
                     color=colors[kind], alpha=0.2)
 ax.axvline(1.0, color="gray", lw=0.8)
-ax.set(xlabel="gain g (every weight = g x its He initialization)", ylabel="$\\|\\partial L/\\partial x_0\\|$ / top gradient",
-       title="64 layers: median and range over 8 stacks")
+ax.set(xlabel=tr("gain g (every weight = g x its He initialization)"), ylabel=tr("$\\|\\partial L/\\partial x_0\\|$ / top gradient"),
+       title=tr("64 layers: median and range over 8 stacks"))
 ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 
 # %% [markdown]
@@ -440,10 +465,10 @@ ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 
 # %%
 median = {key: np.median(ratio) for key, ratio in he_ratios.items()}
-claim("He init, plain: the median ratio is about 0.4", median["plain F(x)", 1.0], 0.4, tol=0.15)
+claim("He init, plain: the median ratio is about 0.4", median[tr("plain F(x)"), 1.0], 0.4, tol=0.15)
 for g, power in ((0.9, 0.9 ** 128), (1.1, 1.1 ** 128)):      # "the table agrees" with g^128, within a factor of 10
     claim(f"plain, gain {g}: about {g}^128 times the gain-1 ratio (log10)",
-          np.log10(median["plain F(x)", g] / median["plain F(x)", 1.0]), np.log10(power), tol=1)
+          np.log10(median[tr("plain F(x)"), g] / median[tr("plain F(x)"), 1.0]), np.log10(power), tol=1)
 claim_true("post-LN stays within about a factor of ten of the top gradient at every gain tried",
            all(0.1 < v < 10 for g in gains for v in he_ratios["post-LN: LN(x + F(x))", g]))
 
@@ -463,16 +488,16 @@ claim_true("post-LN stays within about a factor of ten of the top gradient at ev
 from minitransformer.model import Transformer, TransformerConfig, count_parameters
 
 base = TransformerConfig()                              # the paper's base model, post-LN
-print(f"post-LN base model: {count_parameters(base):,} parameters")
-print(f"pre-LN  base model: {count_parameters(base.with_(pre_ln=True)):,} parameters "
-      f"(+{count_parameters(base.with_(pre_ln=True)) - count_parameters(base)} = 2 stacks x (gamma, beta) x d_model)")
+print(tr(f"post-LN base model: {count_parameters(base):,} parameters"))
+print(tr(f"pre-LN  base model: {count_parameters(base.with_(pre_ln=True)):,} parameters "
+         f"(+{count_parameters(base.with_(pre_ln=True)) - count_parameters(base)} = 2 stacks x (gamma, beta) x d_model)"))
 
 tiny = TransformerConfig(vocab_size=12, d_model=16, h=2, N=2, d_ff=32, P_drop=0.0, max_len=16)
 for pre_ln in (False, True):
     m = Transformer(tiny.with_(pre_ln=pre_ln), seed=0)
     res = m.encoder.layers[0].res_attn
-    print(f"pre_ln={pre_ln!s:5}: Residual.pre_ln={res.pre_ln}, encoder final norm: {type(m.encoder.final_norm).__name__}, "
-          f"parameters {m.num_parameters():,} (formula {count_parameters(m.cfg):,})")
+    print(tr(f"pre_ln={pre_ln!s:5}: Residual.pre_ln={res.pre_ln}, encoder final norm: {type(m.encoder.final_norm).__name__}, "
+             f"parameters {m.num_parameters():,} (formula {count_parameters(m.cfg):,})"))
 
 
 # %% [markdown]
@@ -505,7 +530,7 @@ for layer in m.modules():
 src_ids, tgt_ids = np.array([[3, 4, 5, 6, 2]]), np.array([[1, 7, 8, 9]])
 m.forward(src_ids, tgt_ids)
 for name, x_shape, out_shape in shapes:
-    print(f"{name:32s} x {x_shape}   sub-layer output {out_shape}")
+    print(tr(f"{name:32s} x {x_shape}   sub-layer output {out_shape}"))
 claim_true("every sub-layer hands back the shape of its input (B, S, d_model)",
            all(xs == os_ and xs[-1] == tiny.d_model for _, xs, os_ in shapes))
 
@@ -515,7 +540,7 @@ hidden = ffn_inside.linear1.forward(x_demo)              # inside the FFN: d_ff 
 try:
     x_demo + hidden                                      # a residual around a sub-layer that stops at d_ff
 except ValueError as error:
-    print(f"\nx {x_demo.shape} + a {tiny.d_ff}-wide output {hidden.shape}: ValueError: {error}")
+    print(tr(f"\nx {x_demo.shape} + a {tiny.d_ff}-wide output {hidden.shape}: ValueError: {error}"))
 
 # %% [markdown]
 # Where widths do differ, residual networks for images put a learned projection on the skip path (He et al.,
@@ -570,12 +595,12 @@ import json
 with open("experiments/sublayer_ablations.json") as f:
     ablations = json.load(f)
 made = ablations["provenance"][-1]
-print("record:", made["command"], "at commit", made["commit"][:10], "on", made["machine"]["cpu"],
-      f"({made['machine']['cores']} cores); task {ablations['task']}, {ablations['steps']} steps")
+print(tr("record:"), made["command"], tr("at commit"), made["commit"][:10], tr("on"), made["machine"]["cpu"],
+      tr(f"({made['machine']['cores']} cores); task {ablations['task']}, {ablations['steps']} steps"))
 runs = {(r["label"], r["seed"]): r for r in ablations["runs"]}
 seeds = sorted({s for lab, s in runs if lab == "base"})
 wiring = ["base", "no residual", "no LayerNorm", "neither"]
-print(f"{'model':16s}{'test exact match, by seed':>34s}{'perplexity, by seed':>34s}")
+print(f"{tr('model'):16s}{tr('test exact match, by seed'):>34s}{tr('perplexity, by seed'):>34s}")
 for label in wiring:
     rs = [runs[label, s] for s in seeds]
     print(f"{label:16s}{str([round(r['exact_match'], 3) for r in rs]):>34s}{str([round(r['ppl'], 3) for r in rs]):>34s}")
@@ -585,7 +610,7 @@ for label, color in zip(wiring, ("C0", "C3", "C2", "C7")):
     for s in seeds:
         curve = np.array(runs[label, s]["train_curve"])
         axes[0].plot(curve[:, 0], curve[:, 1], color=color, alpha=0.7, label=label if s == seeds[0] else None)
-axes[0].set(xlabel="step", ylabel="training loss", yscale="log", title="the wiring of every sub-layer, every seed")
+axes[0].set(xlabel=tr("step"), ylabel=tr("training loss"), yscale="log", title=tr("the wiring of every sub-layer, every seed"))
 axes[0].legend(fontsize=8)
 lr_labels = {("base", 0.5): "base, lr x0.5", ("base", 1.0): "base", ("base", 2.0): "base, lr x2",
              ("no LayerNorm", 0.5): "no LayerNorm, lr x0.5", ("no LayerNorm", 1.0): "no LayerNorm",
@@ -594,8 +619,8 @@ for kind, color, dx in (("base", "C0", -0.04), ("no LayerNorm", "C2", 0.04)):
     for mult in (0.5, 1.0, 2.0):
         vals = [runs[lr_labels[kind, mult], s]["exact_match"] for s in seeds]
         axes[1].scatter([np.log2(mult) + dx] * len(vals), vals, color=color, label=kind if mult == 1.0 else None)
-axes[1].set(xticks=[-1, 0, 1], xticklabels=["x0.5", "x1", "x2"], xlabel="learning-rate factor (x the base's)",
-            ylabel="test exact match", title="with and without LayerNorm, three learning rates", ylim=(-0.05, 1.05))
+axes[1].set(xticks=[-1, 0, 1], xticklabels=["x0.5", "x1", "x2"], xlabel=tr("learning-rate factor (x the base's)"),
+            ylabel=tr("test exact match"), title=tr("with and without LayerNorm, three learning rates"), ylim=(-0.05, 1.05))
 axes[1].legend(fontsize=8)
 fig.tight_layout()
 plt.show()
@@ -640,8 +665,8 @@ for label in ("base", "no residual"):
     mdl.backward(G_b)
     norms = {name: np.linalg.norm(p.grad) for name, p in mdl.named_parameters()}
     share[label] = [norms[f"decoder.layers.{i}.self_attn.W_qkv"] / max(norms.values()) for i in range(tiny.N)]
-    print(f"{label:12s} gradient of each decoder layer's self-attention W_qkv / the largest gradient: "
-          + ", ".join(f"layer {i}: {v:.1e}" for i, v in enumerate(share[label])))
+    print(tr(f"{label:12s} gradient of each decoder layer's self-attention W_qkv / the largest gradient: ")
+          + ", ".join(tr(f"layer {i}: {v:.1e}") for i, v in enumerate(share[label])))
 claim_true("without skips the first decoder self-attention gets a vanishing share of the gradient",
            share["no residual"][0] < 1e-4 * share["base"][0], str(share))
 show_markdown(
@@ -668,11 +693,11 @@ for k, (label, when, color) in enumerate((("base", "increments_at_init", "C7"), 
                                           ("no LayerNorm", "increments_trained", "C2"))):
     vals = np.median([[c["median"] for c in runs[label, s][when]] for s in seeds], axis=0)
     ax.bar(np.arange(len(where)) + (k - 1) * 0.27, vals, 0.27, color=color,
-           label=f"{label}, {'before' if when.endswith('init') else 'after'} training")
+           label=f"{label}, {tr('before training') if when.endswith('init') else tr('after training')}")
 ax.axhline(1, color="gray", lw=0.8)
 ax.set_xticks(range(len(where)), [w.replace("layers.", "").replace(".res_", " ") for w in where], rotation=30,
               fontsize=7, ha="right")
-ax.set(ylabel="||Sublayer(x)|| / ||x||", title="how much each sub-layer adds to its input (median over seeds)")
+ax.set(ylabel="||Sublayer(x)|| / ||x||", title=tr("how much each sub-layer adds to its input (median over seeds)"))
 ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 show_markdown(
     f"In the model as the paper wires it (post-LN), the sub-layers add about as much as they receive: a median ratio "
@@ -690,20 +715,20 @@ show_markdown(
 # %%
 lr_rows = [(kind, mult, ex[lr_labels[kind, mult]]) for kind in ("base", "no LayerNorm") for mult in (0.5, 1.0, 2.0)]
 for kind, mult, vals in lr_rows:
-    print(f"{kind:14s} learning rate x{mult:<4g} test exact match {np.round(vals, 3)}, largest gradient norm "
-          f"{gn[lr_labels[kind, mult]]:.1f}")
+    print(tr(f"{kind:14s} learning rate x{mult:<4g} test exact match {np.round(vals, 3)}, largest gradient norm "
+             f"{gn[lr_labels[kind, mult]]:.1f}"))
 enc = {label: np.median([runs[label, s]["encoder_output_norm_median"] for s in seeds]) for label in ("base", "no LayerNorm")}
 no_ln_all = np.concatenate([vals for kind, _, vals in lr_rows if kind == "no LayerNorm"])
 base_all = np.concatenate([vals for kind, _, vals in lr_rows if kind == "base"])
 claim_true("without LayerNorm the gradients are larger at every learning rate",
            all(gn[lr_labels["no LayerNorm", m]] > gn[lr_labels["base", m]] for m in (0.5, 1.0, 2.0)))
+verdict = (tr("at this size, removing it did not hurt the result and did not make training more sensitive to the "
+              "learning rate. ") if no_ln_all.min() >= base_all.min() else tr("removing it cost accuracy at some settings. "))
 show_markdown(
     f"Without LayerNorm the toy model reaches an exact match of {no_ln_all.min():.3f} to {no_ln_all.max():.3f} over "
     f"the three learning rates and the seeds, against {base_all.min():.3f} to {base_all.max():.3f} for the model as "
-    "it is: "
-    + ("at this size, removing it did not hurt the result and did not make training more sensitive to the learning "
-       "rate. " if no_ln_all.min() >= base_all.min() else "removing it cost accuracy at some settings. ")
-    + f"What it changed is the scale of everything: gradient norms up to {max(gn[lr_labels['no LayerNorm', m]] for m in (0.5, 1.0, 2.0)):.0f} "
+    f"it is: {verdict}"
+    f"What it changed is the scale of everything: gradient norms up to {max(gn[lr_labels['no LayerNorm', m]] for m in (0.5, 1.0, 2.0)):.0f} "
     f"against {max(gn[lr_labels['base', m]] for m in (0.5, 1.0, 2.0)):.0f} (both clipped to "
     f"{ablations['settings']['clip_norm']:g} before each step), and "
     f"encoder outputs of size {enc['no LayerNorm']:.1f} against {enc['base']:.1f} (a LayerNorm's output has size "

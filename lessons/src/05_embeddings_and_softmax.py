@@ -76,6 +76,22 @@ print("out[0, 0] == out[0, 2]:", np.allclose(out[0, 0], out[0, 2]))
 assert np.allclose(out[0, 0], 2.0 * emb.E.data[2]) and np.allclose(out[0, 0], out[0, 2])
 
 # %% [markdown]
+# **Predict.** `init_embedding` draws $E$ with entries $\mathcal N(0, 1/d_\text{model})$. At $d_\text{model} = 512$, *before* the $\sqrt{d_\text{model}}$ factor, what is the root-mean-square of a token's embedding entries?
+
+# %% tags=["predict"]
+my_prediction_5_1 = None   # a number
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.layers.embedding import init_embedding
+
+E_512 = init_embedding(1000, 512, np.random.default_rng(0), np, np.float64)
+reveal(my_prediction_5_1, float(np.sqrt((E_512 ** 2).mean())), what="root-mean-square of E's entries at d_model = 512, unscaled")
+
+
+# %% [markdown]
 # ## 2. Why multiply by $\sqrt{d_\text{model}}$?
 #
 # The paper states the factor without giving a reason. Here is what it does *in this package*: `init_embedding`
@@ -304,6 +320,24 @@ ax.set_xticks(rows, ["<pad>", "<bos>", "<eos>"] + [str(t) for t in rows[3:]])
 ax.set(xlabel="row of E (token)", ylabel="norm of the row's gradient", title="what each of the three uses adds to E.grad")
 ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 print("tokens in src:", sorted(set(src.ravel().tolist()) - {0}), "  in tgt_in:", sorted(set(tgt_in.ravel().tolist()) - {0}))
+
+# %% [markdown]
+# **Predict.** Untied, the base model (37 000 tokens, $d_\text{model} = 512$) would hold three $V \times d_\text{model}$ matrices instead of one. What share of that untied model would the two extra matrices be?
+
+# %% tags=["predict"]
+my_prediction_5_2 = None   # a number between 0 and 1
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.model import TransformerConfig, count_parameters
+
+base_cfg = TransformerConfig()
+two_more = 2 * base_cfg.vocab_size * base_cfg.d_model
+reveal(my_prediction_5_2, two_more / (count_parameters(base_cfg) + two_more),
+       what="share of the untied base model in the two extra embedding matrices")
+
 
 # %% [markdown]
 # ## 5. What tying saves

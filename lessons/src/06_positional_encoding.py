@@ -99,6 +99,23 @@ plt.tight_layout(); plt.show()
 
 
 # %% [markdown]
+# **Predict.** A position's encoding dotted with itself, $PE_{pos} \cdot PE_{pos}$, at $d_\text{model} = 64$: what is it (and does it depend on pos)?
+
+# %% tags=["predict"]
+my_prediction_6_1 = None   # a number
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.layers.positional import sinusoidal_table
+
+pe_64 = sinusoidal_table(100, 64, np, np.float64)
+assert np.allclose(np.einsum("pd,pd->p", pe_64, pe_64), pe_64[0] @ pe_64[0])   # the same at every position
+reveal(my_prediction_6_1, float(pe_64[37] @ pe_64[37]), what="PE(pos) · PE(pos) at d_model = 64, any pos")
+
+
+# %% [markdown]
 # ## 2. $PE_{pos+k}$ is a fixed linear map of $PE_{pos}$
 #
 # **Derivation.** Take one frequency $\omega_i$. The angle-addition formulas,
@@ -200,6 +217,20 @@ def f():
 emb.zero_grad(); f(); emb.backward(pe.backward(G))
 report = gradcheck(f, {"E": emb.E.data}, {"E": emb.E.grad.copy()})
 print(report); report.assert_ok()
+
+# %% [markdown]
+# **Predict.** At $d_\text{model} = 512$, the slowest sinusoid of the table: after how many positions does it come back to where it started (its wavelength)?
+
+# %% tags=["predict"]
+my_prediction_6_2 = None   # a number of positions
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+omega_512 = 10000.0 ** (-np.arange(0, 512, 2) / 512)            # the frequencies of §3.5, one per sin/cos pair
+reveal(my_prediction_6_2, float(2 * np.pi / omega_512.min()), what="the longest wavelength at d_model = 512, in positions")
+
 
 # %% [markdown]
 # ## 4. Beyond the training length

@@ -303,6 +303,28 @@ ax.set(ylabel="max rel error", title="whole-model gradient check, per sub-layer"
 plt.tight_layout(); plt.show()
 
 # %% [markdown]
+# **Predict**, before the count below. (1) The base model ($N = 6$, $d_\text{model} = 512$, $d_{ff} = 2048$, $h = 8$, 37 000 tokens, one tied embedding matrix): how many parameters, in millions? (2) What share of them is the embedding matrix $E$?
+
+# %% tags=["predict"]
+my_prediction_7_1 = None   # a number of millions
+
+
+# %% tags=["predict"]
+my_prediction_7_2 = None   # a number between 0 and 1
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.model import TransformerConfig, count_parameters
+
+base_total = count_parameters(TransformerConfig())
+reveal(my_prediction_7_1, base_total / 1e6, what="the base model's parameters, in millions")
+reveal(my_prediction_7_2, TransformerConfig().vocab_size * TransformerConfig().d_model / base_total,
+       what="the share of the embedding matrix E")
+
+
+# %% [markdown]
 # ## 5. Counting parameters: the base model against Table 3
 #
 # `count_parameters(cfg)` evaluates a formula; first we confirm it against models actually built (the tiny

@@ -554,6 +554,22 @@ claim_true("at alpha = 3 the mean length jumps (more than one token over the ref
            mean_len[alphas.index(3.0)] > 5, f"mean length {mean_len[alphas.index(3.0)]:.2f}")
 
 # %% [markdown]
+# **Predict.** A hypothesis of three words that is exactly its reference: what BLEU does `metrics.corpus_bleu` give it (sacrebleu's defaults)?
+
+# %% tags=["predict"]
+my_prediction_10_1 = None   # a number from 0 to 100
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer import metrics
+
+reveal(my_prediction_10_1, metrics.corpus_bleu(["das ist gut"], ["das ist gut"]).score,
+       what="BLEU of a perfect three-word hypothesis")
+
+
+# %% [markdown]
 # Up to $\alpha \approx 2$ the share of outputs that are too short falls slowly (a few
 # year-less outputs get their year back) and exact match creeps up. At $\alpha = 3$ the
 # picture breaks: outputs that repeat a token until the length limit start to win, and the
@@ -689,6 +705,13 @@ if sacrebleu is not None:
 # often computes BLEU on characters (`tokenize="char"`). The same outputs then get a very
 # different number:
 
+# %% [markdown]
+# **Predict.** One wrong day among four words, `2024년 3월 6일 화요일` against `2024년 3월 5일 화요일`: BLEU on words?
+
+# %% tags=["predict"]
+my_prediction_10_2 = None   # a number from 0 to 100
+
+
 # %%
 pair_hyp, pair_ref = "2024년 3월 6일 화요일", "2024년 3월 5일 화요일"      # one wrong day
 print(f"one sentence, '{pair_hyp}' vs '{pair_ref}':")
@@ -697,6 +720,13 @@ print(f"   characters: {metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize='ch
 print("the 1,000 greedy outputs of the half-trained model:")
 print(f"   words:      BLEU {metrics.corpus_bleu(hyps, refs, tokenize='13a').score:6.2f}")
 print(f"   characters: BLEU {metrics.corpus_bleu(hyps, refs, tokenize='char').score:6.2f}")
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_10_2, metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize="13a").score,
+       what="word BLEU with one wrong day among four words")
+
 
 # %% [markdown]
 # A 4-gram of characters is shorter than most words: getting four characters in a row right

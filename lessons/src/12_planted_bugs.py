@@ -919,9 +919,23 @@ def attention_forward_unscaled(Q, K, V, mask=None):
 BUG6 = Plant("6 missing 1/√d_k", "attention",
              swaps=((attention_module, "attention_forward", attention_forward_unscaled),))
 
+# %% [markdown]
+# **Predict** bug 6 in a cell of its own: which of the four checks catch the missing $1/\sqrt{d_k}$? Four 0s and 1s, as for `MY_PREDICTIONS`.
+
+# %% tags=["predict"]
+my_prediction_12_1 = None   # e.g. (0, 1, 1, 0): gradient check, parity, properties, training run
+
+
 # %% tags=["reveal"]
 MY_PREDICTIONS[6] = None
 run_row(BUG6)
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_12_1, tuple(int(o.caught) for o in RESULTS[BUG6.name].values()),
+       what="the checks that catch bug 6 (gradient check, parity, properties, training run)")
+
 
 # %% [markdown]
 # ### Bug 7 — a causal mask transposed (§3.2.3)
@@ -991,9 +1005,23 @@ def embedding_backward_assigns(dout, cache, dE):
 BUG9 = Plant("9 tied gradient overwritten", "embedding",
              swaps=((embedding_module, "embedding_backward", embedding_backward_assigns),))
 
+# %% [markdown]
+# **Predict** bug 9 as well: which checks catch a tied embedding whose gradient is overwritten?
+
+# %% tags=["predict"]
+my_prediction_12_2 = None   # e.g. (1, 0, 0, 1)
+
+
 # %% tags=["reveal"]
 MY_PREDICTIONS[9] = None
 run_row(BUG9)
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_12_2, tuple(int(o.caught) for o in RESULTS[BUG9.name].values()),
+       what="the checks that catch bug 9 (gradient check, parity, properties, training run)")
+
 
 # %% [markdown]
 # ### Bug 10 — token targets found by value instead of by index (§5.4)

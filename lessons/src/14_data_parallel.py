@@ -29,7 +29,7 @@
 # | a run on N processes | `mpiexec -n N python -m minitransformer train ...` (the `[mpi]` extra: mpi4py and the MPICH wheel) |
 # | the ranks, sharding a global batch by tokens, the gradient sum, the parameter hash check | `minitransformer.distributed`: `world`, `shard_batch`, `step_batches`, `GradientSum`, `check_in_sync` |
 # | each shard's weight $n_r / n$ in the step | `minitransformer.train.Trainer.train_step` |
-# | gradient accumulation | `train --accumulate K` (`TrainSettings.accumulate`) |
+# | gradient accumulation: the global batch cut into $K$ micro-batches as ranks cut it into shards | `train --accumulate K` (`TrainSettings.accumulate`), `distributed.split_batch` |
 # | the ring allreduce of this lesson, its simulated ranks and checkers | `lessonkit.exercises.lesson_14` |
 #
 # Processes are started with `mpiexec` from cells below, through `subprocess`: a notebook is one process.
@@ -225,6 +225,17 @@ show_markdown(
 # Take one batch of the copy task, 48 sentences of 1 to 10 symbols sorted by length as the batcher sorts them, and
 # give each of 2 ranks half of the sentences. The long half holds far more tokens than the short half:
 
+# %% [markdown]
+# **Predict**, before the cell below. (1) 48 sentences of the copy task, sorted by length and cut in half between 2 ranks: how many times the target tokens of the short half does the long half hold? (2) Each rank takes the mean loss over its own tokens, and the two gradients are simply averaged: how far is that from the one-process gradient (the largest relative difference)? About `1e-16` (rounding), `1e-3`, or `1e-1`?
+
+# %% tags=["predict"]
+my_prediction_14_1 = None   # a number: tokens of the long half over the short half
+
+
+# %% tags=["predict"]
+my_prediction_14_2 = None   # a number: the plain average's relative difference
+
+
 # %%
 from minitransformer.data.batching import make_batch
 from minitransformer.data.registry import load_task
@@ -290,6 +301,13 @@ claim_true("splitting by tokens shrinks the plain average's error but does not r
            1e-12 < by_tokens[0] < by_sentences[0], f"{by_tokens[0]:.1e} against {by_sentences[0]:.1e}")
 claim("the token split's counts still differ by a few tokens (at most 5% of the batch)",
       abs(by_token_counts[0] - by_token_counts[1]), low=1, high=0.05 * n_whole)
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_14_1, halves[1] / halves[0], what="target tokens of the long half over the short half")
+reveal(my_prediction_14_2, float(by_sentences[0]), what="largest relative difference of the plain average from one process")
+
 
 # %% [markdown]
 # The plain average of the ranks' mean losses treats every rank's tokens as if there were as many on each rank, so
@@ -366,11 +384,13 @@ assert np.abs(g[dm:2 * dm]).max() < 1e-12 * np.abs(g[:dm]).max()
 # %% [markdown]
 # ## 5. Gradient accumulation: the same identity in time
 #
-# A laptop cannot hold the paper's 25 000-token batches in memory at once, but it can compute them in pieces: run
-# $K$ micro-batches one after another, scale each one's `dlogits` by $n_k / n$ ($n$: the tokens of all $K$), let the
+# A laptop cannot hold the paper's 25 000-token batches in memory at once, but it can compute them in pieces: cut the
+# global batch into $K$ micro-batches exactly as the ranks cut it into shards (`distributed.split_batch`, by tokens),
+# run them one after another, scale each one's `dlogits` by $n_k / n$ ($n$: the tokens of the whole batch), let the
 # backward passes add into the same `.grad`, and update once. The sum is over time instead of over ranks, and the
-# update is that of one batch $K$ times larger (`train --accumulate K`; with ranks too, the weights are over both).
-# Four micro-batches of 12 sentences against one batch of 48, 20 steps:
+# update is that of the whole batch: `--batch-size` (or `--max-tokens`) is the global batch, which `train
+# --accumulate K` cuts in time and `mpiexec -n N` in space (with both, each rank cuts its shard into $K$).
+# Global batches of 48 sentences, each in four micro-batches, against the same batches whole, 20 steps:
 
 # %%
 from minitransformer.data.batching import batch_plan
@@ -380,20 +400,20 @@ from minitransformer.train import Trainer
 
 K, steps = 4, 20
 train_pairs = encode_pairs(cv, copy_task.train[:600])
-plan = batch_plan(train_pairs, 12, None, np.random.default_rng(0))
-settings = TrainSettings(steps=steps, batch_size=12, accumulate=K, warmup_steps=100, valid_every=10**9)
+plan = [b for epoch in (0, 1) for b in batch_plan(train_pairs, 48, None, np.random.default_rng([0, epoch]))]
+settings = TrainSettings(steps=steps, batch_size=48, accumulate=K, warmup_steps=100, valid_every=10**9)
 accumulated, large = (Trainer(build_model(copy_task, "tiny", seed=0, P_drop=0.0), cv, train_pairs, [], settings)
                       for _ in range(2))
 for step in range(steps):
-    micro = plan[step * K:(step + 1) * K]
-    accumulated.train_step(step_batches(micro, train_pairs, SingleProcess(), cv.pad_id, cv.bos_id, cv.eos_id))
-    large.train_step(step_batches([sum(micro, [])], train_pairs, SingleProcess(), cv.pad_id, cv.bos_id, cv.eos_id))
+    one = SingleProcess()
+    accumulated.train_step(step_batches(plan[step], train_pairs, one, cv.pad_id, cv.bos_id, cv.eos_id, accumulate=K))
+    large.train_step(step_batches(plan[step], train_pairs, one, cv.pad_id, cv.bos_id, cv.eos_id))
 acc_diff = max_difference(*(dict(t.model.named_parameters()) for t in (large, accumulated)), "without b_K")
-print(f"accumulate {K} x 12 vs one batch of {K * 12}, {steps} steps: max relative difference {acc_diff:.1e} (b_K aside)")
+print(f"batches of 48 in {K} micro-batches vs whole, {steps} steps: max relative difference {acc_diff:.1e} (b_K aside)")
 assert acc_diff < 1e-10
 tokens, k_paper = 2_000, 25
-print(f"--max-tokens {tokens} --accumulate {k_paper}: up to {tokens * k_paper:,} padded tokens per update, with the "
-      f"memory of {tokens:,}")
+print(f"--max-tokens {tokens * k_paper} --accumulate {k_paper}: up to {tokens * k_paper:,} padded tokens per update, "
+      f"in micro-batches of about {tokens:,}")
 backend.set_default_dtype("float32")
 
 # %% [markdown]
@@ -442,6 +462,12 @@ backend.set_default_dtype("float32")
 # an array of the size of the chunk that arrives. The checker runs your function on 2, 3 and 4 ranks simulated by
 # threads (`SimulatedRanks`, no `mpiexec` needed), with vectors whose length is and is not a multiple of the rank
 # count, and counts the bytes each rank sends: a ring sends $2(N-1)/N$ of the vector.
+
+# %% [markdown]
+# The simulated ranks block in `Send` until the matching `Recv` has taken the message, as MPI does for a
+# message past its eager limit (a real gradient is far past it): a ring whose every rank sends first and
+# receives after waits forever, here as under `mpiexec`, and the checker names the deadlock. `Sendrecv`
+# sends and receives at once.
 
 # %% tags=["stub"]
 def my_ring_allreduce(comm, x):

@@ -282,6 +282,22 @@ print("metrics.bracket_f1:", package)
 assert abs(package.f1 - F1) < 1e-9 and abs(package.precision - P) < 1e-9
 
 # %% [markdown]
+# **Predict.** For the gold tree above, a parser that outputs one flat S bracket over all its words (each word an `XX`): what bracket F1 does it get?
+
+# %% tags=["predict"]
+my_prediction_15_1 = None   # a number from 0 to 100
+
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+from minitransformer.data.trees import Tree
+
+flat_tree = Tree(g_tree.label, tuple(Tree("XX", (w,)) for w in g_tree.words()))
+reveal(my_prediction_15_1, bracket_f1([g_tree], [flat_tree]).f1, what="bracket F1 of one flat bracket over the gold tree's words")
+
+
+# %% [markdown]
 # ## 5. Training a small parser
 #
 # The `parse` task's recipe (`python -m minitransformer tasks` shows it) trains the model below for
@@ -330,10 +346,11 @@ print(f"{trainer.step} steps in {train_seconds:.0f} s")
 
 # %% [markdown]
 # Decoding greedily and scoring the first test sentences. The record holds the same run, made by the
-# Table 4 script; the assert re-checks it. The tolerance is 3 F1 points: the run is seeded, but another
-# BLAS library or thread count adds the same numbers in another order, and hundreds of steps amplify those
-# last-bit differences into slightly different weights. On the machine that wrote the record the two
-# agree exactly.
+# Table 4 script; the assert re-checks it, within the tolerance the script measured by re-running this run
+# on four processors' arithmetic (their BLAS kernels and SIMD code) and two seeds
+# (lessons/experiments/README.md): the run is seeded, but another processor adds the same numbers in another
+# order, and hundreds of steps turn those last bits into other weights, as another seed would. On the
+# machine that wrote the record the two agree exactly.
 
 # %%
 from minitransformer.translate import score_translations, translate_tokens
@@ -346,8 +363,8 @@ recorded_f1 = table4["lesson"]["greedy"]["bracket_f1"]
 print(f"live: {', '.join(f'{k} {v:.2f}' for k, v in live['scores'].items())}  [{live['seconds']:.1f} s]")
 print(f"recorded by parse_table4.py: bracket F1 {recorded_f1:.2f} (trained in {table4['lesson']['train_seconds']} s "
       f"on {machine})")
-assert abs(live_f1 - recorded_f1) <= 3.0, (live_f1, recorded_f1)
-print(f"live - recorded = {round(live_f1 - recorded_f1, 2) + 0.0:+.2f} F1 points (tolerance ±3)")   # + 0.0: no "-0.00"
+print(f"live - recorded = {round(live_f1 - recorded_f1, 2) + 0.0:+.2f} F1 points")   # + 0.0: no "-0.00"
+print("the live run agrees with the record:", *parse_table4.check_live(table4, live["scores"]), sep="\n  ")
 
 # %% [markdown]
 # What `translate` prints for a parse checkpoint is the output read back as a tree, with the sentence's
@@ -363,6 +380,13 @@ for sentence in ("Alice saw the dog with the telescope", "the cat that Bob liked
 #
 # Three questions, each against the ceiling: are long sentences harder, does the model fail where the
 # grammar itself is ambiguous, and what goes wrong in the outputs that are not even trees?
+
+# %% [markdown]
+# **Predict.** The model's bracket F1 on long sentences (15 to 20 words) against short ones (2 to 5 words): `"higher"` or `"lower"`?
+
+# %% tags=["predict"]
+my_prediction_15_2 = None   # "higher" or "lower"
+
 
 # %%
 srcs = [" ".join(s) for s, _ in task.test[:n_test]]
@@ -387,6 +411,13 @@ ax.set_xlabel("sentence length (words)")
 ax.set_ylabel("bracket F1")
 ax.legend()
 plt.show()
+
+# %% tags=["reveal"]
+from lessonkit.predict import reveal
+
+reveal(my_prediction_15_2, "higher" if rows[-1][2] > rows[0][2] else "lower",
+       what=f"the model's F1 on {rows[-1][0]}-word sentences against {rows[0][0]}-word ones", choices=("higher", "lower"))
+
 
 # %%
 viterbi_right = [k for k in range(n_test) if brackets(viterbi_n[k]) == brackets(gold_n[k])]

@@ -6,20 +6,25 @@ for failures at run time (a diverged run, a full disk); ``--debug`` or MINITRANS
 adds the traceback. A command raises :class:`CliError`; ``about`` and ``memory_for`` turn the
 package's own exceptions into one. ``app.main`` prints the line and returns the exit code.
 
-Only the standard library is imported at the top (the package's modules inside functions), so
-that a bad environment variable, read when ``backend`` is imported, is reported like every other
-error.
+Only the standard library (and ``options``, which uses nothing else) is imported at the top, the
+package's other modules inside functions, so that a bad environment variable, read when ``backend``
+is imported, is reported like every other error.
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import warnings
 from contextlib import contextmanager
 
+from ..options import Bound, option_type
+
 DEBUG_VARIABLE = "MINITRANSFORMER_DEBUG"
+
+# The options not named after their field (``options.add_options`` makes ``--field-name`` of the rest):
+# {dataclass: {field: option}}.
+OPTION_NAMES = {"TrainSettings": {"warmup_steps": "--warmup"}, "Sample": {"seed": "--sample-seed"}}
 
 # The exit code of a command whose standard output was closed before it finished: 128 + SIGPIPE.
 OUTPUT_CLOSED = 141
@@ -168,50 +173,11 @@ def debug_requested(argv: list[str]) -> bool:
 
 
 # -- option types: every number is checked by argparse, naming the option ---------------
+# (the same checks, in the same words, as the options options.add_options makes of dataclass fields)
 
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-
-
-def positive_int(text: str) -> int:
-    """An integer ≥ 1. (0 is never a stand-in for "the default": leave the option out for that.)"""
-    value = _int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 1, got {text}")
-    return value
-
-
-def non_negative_int(text: str) -> int:
-    value = _int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number ≥ 0, got {text}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """A finite number > 0 (no nan, no inf)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number > 0, got {text}")
-    return value
-
-
-def probability(text: str) -> float:
-    """A number p with 0 < p ≤ 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:            # also refuses nan
-        raise argparse.ArgumentTypeError(f"must be a number in (0, 1], got {text}")
-    return value
+positive_int = option_type(int, Bound(lo=1))             # 0 is never "the default": leave the option out for that
+non_negative_int = option_type(int, Bound(lo=0))
+positive_float = option_type(float, Bound(lo=0, lo_open=True))     # finite, > 0
 
 
 class Parser(argparse.ArgumentParser):
@@ -260,7 +226,7 @@ def load_checkpoint(path: str, option: str):
         return load(path)
 
 
-__all__ = ["BAD_INPUT", "CliError", "DEBUG_VARIABLE", "OUTPUT_CLOSED", "Parser", "RANKS", "Terminated", "about",
-           "add_common", "add_parents_option", "check_output_dir", "check_output_file", "debug_requested",
-           "load_checkpoint", "memory_for", "message",
-           "non_negative_int", "positive_float", "positive_int", "probability", "quiet_numpy", "set_backend"]
+__all__ = ["BAD_INPUT", "CliError", "DEBUG_VARIABLE", "OPTION_NAMES", "OUTPUT_CLOSED", "Parser", "RANKS", "Terminated",
+           "about", "add_common", "add_parents_option", "check_output_dir", "check_output_file", "debug_requested",
+           "load_checkpoint", "memory_for", "message", "non_negative_int", "positive_float", "positive_int",
+           "quiet_numpy", "set_backend"]

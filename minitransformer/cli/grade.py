@@ -10,9 +10,10 @@ def register(sub) -> None:
     from lessonkit.grade import add_arguments  # noqa: PLC0415  (the teaching harness, beside the package)
 
     p = sub.add_parser("grade", help="score lesson notebooks with the lessons' own checkers (this runs them)",
-                       description="Run each notebook top to bottom in a fresh kernel and score its exercises "
-                                   "with the checkers (docs/teachers.md). This runs the notebooks' code with your "
-                                   "permissions: grade in a container or under a throwaway account.")
+                       description="Run each notebook top to bottom in a fresh kernel, in a private folder, and "
+                                   "judge its exercises in this process, on the notebook's inputs and on hidden ones "
+                                   "(docs/teachers.md). This runs the notebooks' code with your permissions: grade in "
+                                   "a container or under a throwaway account.")
     add_arguments(p)
     add_common(p, backend_option=False)
     p.set_defaults(handler=run)

@@ -8,10 +8,21 @@ import shlex
 from .common import CliError, about
 
 
-def model_changes(assignments) -> dict:
-    """The TransformerConfig fields given with ``--set FIELD=VALUE``, parsed (one generic route)."""
-    from ..model import config_changes  # noqa: PLC0415
+def config_changes(assignments) -> dict:
+    """``["P_drop=0", "positional=learned"]`` -> ``{"P_drop": 0.0, "positional": "learned"}``: the
+    TransformerConfig fields of ``train --set FIELD=VALUE`` (``options.assign``, from the dataclass), each
+    value parsed as its field's type. An unknown field, a field the data decides (``model.DATA_FIELDS``),
+    a malformed assignment or a field given twice is a ValueError naming it; the values are checked
+    together when the config is built (``TransformerConfig.__post_init__``)."""
+    from ..model import DATA_FIELDS, TransformerConfig  # noqa: PLC0415
+    from ..options import assign  # noqa: PLC0415
 
+    return assign(TransformerConfig, assignments, noun="model field",
+                  exclude=dict.fromkeys(DATA_FIELDS, "is set by the data (the vocabulary), not by hand"))
+
+
+def model_changes(assignments) -> dict:
+    """``config_changes`` of the --set options, a bad one named (``--set TEXT``)."""
     changes: dict = {}
     for text in assignments:
         with about(f"--set {text}"):

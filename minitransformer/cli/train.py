@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from .common import (
+    OPTION_NAMES,
     OUTPUT_CLOSED,
     RANKS,
     CliError,
@@ -21,7 +22,6 @@ from .common import (
     check_output_dir,
     load_checkpoint,
     memory_for,
-    non_negative_int,
     positive_float,
     positive_int,
     quiet_numpy,
@@ -30,13 +30,6 @@ from .common import (
 from .resume import check_resumed_model, model_changes, resume_command, train_tokenization
 from .scoring import check_decoding_fits, report
 from .strategies import add_eval_option, eval_strategies
-
-# The options that set a TrainSettings field: (option's dest, field).
-_SETTINGS_OPTIONS = (("steps", "steps"), ("batch_size", "batch_size"), ("max_tokens", "max_tokens"),
-                     ("accumulate", "accumulate"), ("lr_factor", "lr_factor"), ("warmup", "warmup_steps"),
-                     ("clip_norm", "clip_norm"), ("seed", "seed"), ("valid_every", "valid_every"),
-                     ("checkpoint_every", "checkpoint_every"), ("keep_last", "keep_last"),
-                     ("average_last", "average_last"), ("stop_when_solved", "stop_when_solved"))
 
 
 @dataclass(frozen=True)
@@ -65,7 +58,9 @@ class TrainRequest:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TrainRequest:
-        settings = {name: getattr(args, dest) for dest, name in _SETTINGS_OPTIONS if getattr(args, dest) is not None}
+        from ..options import given  # noqa: PLC0415
+
+        settings = given(args, args.settings_options)
         return cls(args.task, args.data, args.level, args.bpe_merges, args.header, args.max_length, args.preset,
                    tuple(args.set or ()), settings, tuple(args.eval) if args.eval else None, args.out,
                    args.overwrite, args.resume, args.check_sync_every, not args.no_progress, args.progress_every,
@@ -86,7 +81,9 @@ def _task_names_help() -> str:
 
 def register(sub) -> None:
     from ..data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
-    from ..model import PRESETS, field_help  # noqa: PLC0415
+    from ..model import DATA_FIELDS, PRESETS, TransformerConfig  # noqa: PLC0415
+    from ..options import add_options, field_help  # noqa: PLC0415
+    from ..settings import TrainSettings  # noqa: PLC0415
 
     p = sub.add_parser("train", help="train a model on a task or a TSV file",
                        description=f"Train a Transformer on a named task ({_task_names_help()}; "
@@ -111,34 +108,11 @@ def register(sub) -> None:
     p.add_argument("--preset", choices=list(PRESETS), help="model size preset; default: the task's")
     p.add_argument("--set", action="append", metavar="FIELD=VALUE",
                    help="change one field of the preset's model configuration; repeat for more, e.g. "
-                        f"--set positional=learned --set P_drop=0. Fields (preset base's values): {field_help()}")
-    p.add_argument("--steps", type=positive_int,
-                   help="optimizer steps (default: the task's); exactly this many, even once solved")
-    p.add_argument("--batch-size", type=positive_int, help="sentence pairs per batch")
-    p.add_argument("--max-tokens", type=positive_int, help="cap on padded tokens per batch")
-    p.add_argument("--accumulate", type=positive_int, metavar="K",
-                   help="K batches per optimizer step, their gradients summed (gradient accumulation: the "
-                        "update of one batch K times larger, in the memory of one; default 1)")
-    p.add_argument("--lr-factor", type=positive_float, help="multiplier on the §5.3 learning-rate schedule")
-    p.add_argument("--warmup", type=positive_int, help="warm-up steps of the schedule")
-    p.add_argument("--clip-norm", type=positive_float, help="clip the global gradient norm to this value")
-    p.add_argument("--valid-every", type=positive_int,
-                   help="validate (and save a checkpoint) every this many steps")
-    p.add_argument("--checkpoint-every", type=positive_int,
-                   help="also save a checkpoint every this many steps")
-    p.add_argument("--keep-last", type=positive_int, metavar="K",
-                   help="keep the last K checkpoints saved at those intervals (and the last step's) as "
-                        "checkpoint.stepNNNNNN.npz, for `average` (§6.1 averages the last 5)")
-    p.add_argument("--average-last", type=positive_int, metavar="K",
-                   help="at the last step, also write average.npz, the average of the last K kept checkpoints "
-                        "(§6.1; needs --keep-last K or more), and score it on the test set too")
-    p.add_argument("--stop-when-solved", type=non_negative_int, metavar="K",
-                   help="stop once validation exact match is 100%% at K validations in a row (0: never; "
-                        "default: the task's, 2 for copy and reverse, 0 when --steps is given)")
+                        f"--set positional=learned --set P_drop=0. Fields (preset base's values): "
+                        f"{field_help(TransformerConfig, DATA_FIELDS)}")
+    # Every TrainSettings field is an option (options.add_options), checked and explained by the field itself.
+    p.set_defaults(settings_options=add_options(p, TrainSettings, aliases=OPTION_NAMES["TrainSettings"]))
     add_eval_option(p)
-    p.add_argument("--seed", type=non_negative_int, default=None,
-                   help="seed of the data split, the initial weights and dropout (default 0; when resuming, "
-                        "the checkpoint's)")
     p.add_argument("--out", help="output directory (default: runs/TASK); its folder must exist (see --parents)")
     add_parents_option(p)
     p.add_argument("--overwrite", action="store_true",
@@ -272,20 +246,17 @@ def run(req: TrainRequest) -> int:
 
 def _settings(req: TrainRequest, task, ckpt, saved, seed: int):
     """(preset, TrainSettings) of the run: the task's recipe, or the resumed run's own settings, with the
-    options given."""
+    options given (``TrainSettings.with_given``: the rules between them live with the settings)."""
     from ..runsetup import settings_for  # noqa: PLC0415
-    from ..settings import TrainSettings  # noqa: PLC0415
 
-    overrides = {**req.settings, "seed": seed}
-    if "steps" in req.settings and "stop_when_solved" not in req.settings:
-        overrides["stop_when_solved"] = 0         # --steps N: exactly N steps, solved or not
-    preset, settings = settings_for(task, preset=req.preset, **overrides)
-    if saved is not None:
-        # A resumed run continues with its own settings and model; options given now override the settings.
-        preset = ckpt.extra.get("preset") or req.preset or preset
-        with about(f"--resume {req.resume}"):
-            settings = TrainSettings(**{**vars(saved), **overrides})
-    return preset, settings
+    given = {**req.settings, "seed": seed}
+    preset, recipe = settings_for(task, preset=req.preset)
+    if saved is None:
+        return preset, recipe.with_given(given)
+    # A resumed run continues with its own settings and model; options given now override the settings.
+    preset = ckpt.extra.get("preset") or req.preset or preset
+    with about(f"--resume {req.resume}"):
+        return preset, saved.with_given(given)
 
 
 def _train_locked(req: TrainRequest, task, out_dir: str, ckpt, saved, seed: int, changes: dict, strategies: list,
