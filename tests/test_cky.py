@@ -9,8 +9,7 @@ from collections import Counter
 import numpy
 import pytest
 
-from minitransformer import metrics
-from minitransformer.data import pcfg
+from minitransformer.data import evalb, pcfg
 from minitransformer.data.cky import ViterbiParser, binarize, unbinarize
 from minitransformer.data.pcfg import GRAMMAR, Grammar, Rule
 from minitransformer.data.trees import Tree, parse_tree, right_branching
@@ -149,8 +148,8 @@ def test_the_ceiling_and_the_floor():
     test = pcfg.parse_splits(0, seed=0, n_valid=sizes["valid"], n_test=sizes["test"]).test
     gold = [e.tree for e in test]
     parser = ViterbiParser()
-    ceiling = metrics.bracket_f1(gold, [parser.parse(e.words).tree for e in test])
-    floor = metrics.bracket_f1(gold, [right_branching(e.words) for e in test])
+    ceiling = evalb.bracket_f1(gold, [parser.parse(e.words).tree for e in test])
+    floor = evalb.bracket_f1(gold, [right_branching(e.words) for e in test])
     assert 85.0 < ceiling.f1 < 100.0          # the grammar's ambiguity costs some brackets, not most
     assert 50.0 < ceiling.exact < 95.0
     assert 5.0 < floor.f1 < 40.0 and floor.exact < 5.0
@@ -159,6 +158,6 @@ def test_the_ceiling_and_the_floor():
     assert seed0["floor_right_branching"]["f1"] == round(floor.f1, 2)
     assert seed0["lengths"]["test"]["words"]["mean"] == round(sum(len(e.words) for e in test) / len(test), 2)
     # The floor's one label is the most frequent label below the root.
-    below_root = Counter(label for tree in gold for (label, start, end) in metrics.brackets(tree).elements()
+    below_root = Counter(label for tree in gold for (label, start, end) in evalb.brackets(tree).elements()
                          if (start, end) != (0, len(tree.words())))
     assert below_root.most_common(1)[0][0] == "NP"

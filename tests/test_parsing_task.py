@@ -18,13 +18,13 @@ from minitransformer.__main__ import main
 from minitransformer.checkpoint import load_checkpoint
 from minitransformer.cli.scoring import report as _report
 from minitransformer.data import parsing, pcfg
+from minitransformer.data.evalb import bracket_f1
 from minitransformer.data.loading import Task, TaskData
-from minitransformer.data.registry import TASKS, get_task, load_task, saved_task
+from minitransformer.data.registry import PRESETS, TASKS, get_task, load_task, saved_task
 from minitransformer.data.tasks import synthetic_vocab
 from minitransformer.data.trees import linearize, parse_tree, read_linearized
 from minitransformer.decoding import GREEDY
-from minitransformer.metrics import bracket_f1
-from minitransformer.model import PRESETS, Transformer
+from minitransformer.model import Transformer
 from minitransformer.runsetup import make_trainer, settings_for
 from minitransformer.settings import recipe
 
@@ -180,7 +180,7 @@ def _small_parse_data(n_train: int, entry=None) -> TaskData:
     """A few parse pairs from the grammar (quick to make), tokenized as the parse task does."""
     trees = pcfg.sample_treebank(n_train + 8, np.random.default_rng(4))
     pairs = [(t.words(), linearize(t, words=True)) for t in trees]
-    return TaskData("parse", pcfg.parse_vocab(), pairs[:n_train], pairs[n_train:], pairs[n_train:],
+    return TaskData("parse", pcfg.parse_vocab(), pairs[:n_train], pairs[n_train:], pairs[n_train:], "space", "space",
                     bleu_tokenize="none", recipe=get_task("parse").recipe, entry=entry)
 
 

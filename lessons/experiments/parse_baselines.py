@@ -9,7 +9,7 @@ training sets of Table 4 in miniature, the validation and test sets) and reports
 
 * the grammar: rules, words, phrase labels, words with more than one tag;
 * lengths: words per sentence and target tokens per linearized tree, per split;
-* the ceiling: bracket F1 (evalb, ``metrics.bracket_f1``) of the grammar's own Viterbi
+* the ceiling: bracket F1 (evalb, ``data.evalb.bracket_f1``) of the grammar's own Viterbi
   parse (``data/cky.py``) on the test set, and the floor: a right-branching tree;
 * CKY's speed on the test set (sentences per second, one thread).
 
@@ -33,7 +33,7 @@ import _record
 from minitransformer.data import pcfg
 from minitransformer.data.cky import ViterbiParser
 from minitransformer.data.trees import right_branching
-from minitransformer.metrics import bracket_f1
+from minitransformer.data.evalb import bracket_f1
 
 
 def _lengths(values: list[int]) -> dict:

@@ -14,7 +14,7 @@ seed. Each (task, seed) is trained with the task's own recipe (``runsetup.settin
 ``runsetup.make_trainer``, ``Trainer.run``: the command line's path). The recipe ends
 with §6.1's average of the run's last 5 checkpoints (``average_last``), which is the
 model a row scores, on the 1,000 test sentences with bracket F1 (evalb,
-``metrics.bracket_f1``) twice:
+``data.evalb.bracket_f1``) twice:
 
 * greedy decoding;
 * beam search with §6.3's settings, beam 21 and α = 0.3.

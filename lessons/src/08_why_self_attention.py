@@ -55,13 +55,13 @@
 # why self-attention is the paper's §4).
 #
 # Background: the package's paper-to-code table is in the
-# [paper map](../docs/paper_map.md); the backward rules we reuse are
-# derived in [docs/derivations.md](../docs/derivations.md) (the linear layer, §1, for every
+# [paper map](docs/paper_map.md); the backward rules we reuse are
+# derived in [docs/derivations.md](docs/derivations.md) (the linear layer, §1, for every
 # $xW$ product below; the softmax, §4, and attention, §5, for the exercise).
 #
 # **What it trains:** nothing; it times and counts small layers, and loads the offline sweep of `lessons/experiments/lesson08_table1.py`. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -180,7 +180,7 @@ def recurrent_forward(x, W_x, W_h, b):
 # using $\tanh'(z) = 1 - \tanh^2(z)$, written with the output $h_t$ we saved. The backward is a
 # loop too, from $t = n-1$ down to $0$: $\bar h_t$ needs $\delta z_{t+1}$. Once every
 # $\delta z_t$ is known, the rest is the linear layer's rule
-# ([derivations §1](../docs/derivations.md#1-linear-layer)) summed over time, because the
+# ([derivations §1](docs/derivations.md#1-linear-layer)) summed over time, because the
 # same weights are used at every step:
 #
 # $$\delta W_x = \sum_t x_t^\top \delta z_t,\qquad \delta W_h = \sum_t h_{t-1}^\top \delta z_t,
@@ -385,10 +385,10 @@ class count_matmuls:
     def __enter__(self):
         self.calls, self.flops, self._original = 0, 0, backend.matmul
 
-        def counting(a, b, out=None):
+        def counting(a, b):
             self.calls += 1
             self.flops += matmul_flops(a.shape, b.shape)
-            return self._original(a, b, out=out)
+            return self._original(a, b)
 
         backend.matmul = counting
         return self

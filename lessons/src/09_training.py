@@ -39,12 +39,12 @@
 # | a run: task, recipe, loop, evaluation | `minitransformer.data.registry.load_task`, `minitransformer.runsetup.settings_for`, `make_trainer`, `minitransformer.train.Trainer.run`; `minitransformer.translate.score_translations` |
 #
 # The derivations of this lesson's backward passes are also in
-# [docs/derivations.md §10 (dropout)](../docs/derivations.md#10-dropout-54) and
-# [§11 (label-smoothed cross-entropy)](../docs/derivations.md#11-label-smoothed-cross-entropy-54).
+# [docs/derivations.md §10 (dropout)](docs/derivations.md#10-dropout-54) and
+# [§11 (label-smoothed cross-entropy)](docs/derivations.md#11-label-smoothed-cross-entropy-54).
 #
 # **What it trains:** several small models of the copy and reverse tasks (with and without warm-up, with and without label smoothing, one batch overfitted), the copy recipe until it is solved, and, in the exercises, a tiny model driven by your gradient. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -506,7 +506,7 @@ print(f"the lowest possible loss, reached at p = q: H(q) = {-(q * np.log(q)).sum
 # $$\frac{\partial \log p_v}{\partial z_k} = [v = k] - \frac{e^{z_k}}{\sum_m e^{z_m}} = [v = k] - p_k .$$
 #
 # (This is the log-softmax's derivative; the softmax Jacobian itself is in
-# [docs/derivations.md §4](../docs/derivations.md#4-softmax-and-its-jacobian).)
+# [docs/derivations.md §4](docs/derivations.md#4-softmax-and-its-jacobian).)
 #
 # So
 #
@@ -526,7 +526,7 @@ print(f"the lowest possible loss, reached at p = q: H(q) = {-(q * np.log(q)).sum
 # batch happens to have. This is `cross_entropy_backward`: `probs - eps_ls/V`, then `-= 1 - eps_ls` at the
 # target indices, then `* valid / n`. It is the first gradient of every backward pass, the `dlogits` that
 # `Transformer.backward` receives. (The same derivation, with the numerical-stability argument:
-# [docs/derivations.md §11](../docs/derivations.md#11-label-smoothed-cross-entropy-54).) A gradient check, float64,
+# [docs/derivations.md §11](docs/derivations.md#11-label-smoothed-cross-entropy-54).) A gradient check, float64,
 # with padding in both rows:
 
 # %%
@@ -760,7 +760,7 @@ print(f"base model (N = 6): 5N + 2 = {base_model_sites} sites")
 # The backward needs **the same $m$** the forward drew: the gradient must flow back exactly through the units
 # that carried the signal forward. `Dropout.forward` keeps $m$ in its cache, `Dropout.backward` multiplies by
 # it. In evaluation mode (`model.eval()`) dropout is the identity
-# ([docs/derivations.md §10](../docs/derivations.md#10-dropout-54)). A gradient check is only meaningful if every
+# ([docs/derivations.md §10](docs/derivations.md#10-dropout-54)). A gradient check is only meaningful if every
 # forward of the check draws the same mask, so the generator is re-seeded before each one:
 
 # %%

@@ -44,7 +44,7 @@
 #
 # **What it trains:** two small `reverse` models (the live row of §9); the rest reads `lessons/experiments/table3.json`. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

@@ -35,7 +35,7 @@
 #
 # | in this lesson | where in the package |
 # | --- | --- |
-# | learning merges (incremental counts) / the plain recount | `data.bpe.learn_bpe` / `data.bpe.learn_bpe_by_recounting` |
+# | learning merges (incremental counts) / the plain recount | `data.bpe_learn.learn_bpe` / `data.bpe_learn.learn_bpe_by_recounting` (both also importable from `data.bpe`) |
 # | applying them: a word's pieces, a line's tokens, back to text | `data.bpe.BPE` (`.segment`, `.tokens`, `.apply`), `data.bpe.detokenize` |
 # | BPE as a tokenization level | `data.vocab.tokenize(text, "bpe", bpe)`, `data.vocab.bpe_vocab(bpe)` |
 # | a task at level bpe (merges learned on its training split only) | `data.registry.load_task(name, level="bpe", bpe_merges=N)` |
@@ -51,7 +51,7 @@
 # **What it trains:** one numbers-en-de model for 100 steps (the record's first steps, repeated live). The cell
 # below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -224,7 +224,7 @@ assert bpe.segment("slowest") == ("s", "lo", "west") and bpe.segment("lowest") =
 # **Speed.** Algorithm 1 as written recounts every pair of the corpus before each merge. A merge only changes
 # the words that hold its pair, and in them only the pairs next to each occurrence, so `learn_bpe` keeps the
 # pair counts and an index from each pair to the words that hold it, and updates both after each merge
-# (`data/bpe.py` explains the heap of pairs that finds the most frequent one). On the training text of
+# (`data/bpe_learn.py` explains the heap of pairs that finds the most frequent one). On the training text of
 # numbers-en-de:
 
 # %%
@@ -330,7 +330,7 @@ display(Markdown(
 #   task's character-level BLEU), so the columns compare across tokenizations.
 
 # %%
-from minitransformer.model import PRESETS
+from minitransformer.data.registry import PRESETS
 from minitransformer.runsetup import settings_for
 
 preset, recipe_settings = settings_for("numbers-en-de")

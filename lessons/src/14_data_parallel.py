@@ -38,7 +38,7 @@
 # gradient accumulation), and it times MPI messages on 2 and 4 ranks. The cell below says how long the whole
 # lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -100,7 +100,8 @@ print(f"per GPU and step: {tokens_per_batch // gpus:,} of the batch's {tokens_pe
 # layer two attentions and one FFN, each sub-layer with its LayerNorm), checked against the package's own count:
 
 # %%
-from minitransformer.model import PRESETS, Transformer
+from minitransformer.data.registry import PRESETS
+from minitransformer.model import Transformer
 
 
 def parameter_count(cfg):

@@ -37,7 +37,7 @@
 # | the grammar (25 rules, 173 words) and its treebank | `data/pcfg.py`: `GRAMMAR`, `sample_tree`, `parse_splits` |
 # | trees, bracket strings, a tree as tokens and back | `data/trees.py`: `Tree`, `parse_tree`, `linearize`, `read_linearized` |
 # | the tasks `parse` and `parse-large`, and what `translate` and `evaluate` print for them | `data/parsing.py` (`render_tree`, `tree_scores`) |
-# | bracket F1, evalb-style | `metrics.bracket_f1`, `metrics.brackets` |
+# | bracket F1, evalb-style | `data.evalb.bracket_f1`, `data.evalb.brackets` |
 # | the ceiling (Viterbi CKY) and the floor (right-branching) | `data/cky.py`: `ViterbiParser`; `trees.right_branching` |
 # | Table 4 in miniature | `lessons/experiments/parse_table4.py` → `parse_table4.json` (and `parse_baselines.json`) |
 #
@@ -52,7 +52,7 @@
 # **What it trains:** one small parser for 600 steps, in three cells of 200 (a row of the record, repeated
 # live); the full runs of Table 4 come from the record. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -73,7 +73,7 @@ import numpy as np
 from minitransformer.data import parsing, pcfg
 from minitransformer.data.cky import ViterbiParser
 from minitransformer.data.trees import linearize, read_linearized, right_branching
-from minitransformer.metrics import bracket_f1, brackets
+from minitransformer.data.evalb import bracket_f1, brackets
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
 LESSON_START = time.perf_counter()
@@ -278,7 +278,7 @@ print("matched: ", matched)
 print(f"by hand: P = {len(matched)}/{len(v_spans)} = {P:.2f}, R = {len(matched)}/{len(g_spans)} = {R:.2f}, "
       f"F1 = {F1:.2f}")
 package = bracket_f1([g_tree], [v_tree])
-print("metrics.bracket_f1:", package)
+print("evalb.bracket_f1:", package)
 assert abs(package.f1 - F1) < 1e-9 and abs(package.precision - P) < 1e-9
 
 # %% [markdown]
@@ -312,7 +312,8 @@ from threadpoolctl import threadpool_limits
 
 from minitransformer import threads
 from minitransformer.data.registry import get_task
-from minitransformer.model import PRESETS, describe
+from minitransformer.data.registry import PRESETS
+from minitransformer.model import describe
 
 # The record was trained on one BLAS thread; another thread count adds the same numbers in another
 # order, and 600 steps turn those last bits into other weights. So this run uses one thread too.
