@@ -164,6 +164,13 @@ def test_accumulate_cuts_one_global_batch_of_the_plan_per_step(copy_pairs):
         assert sum(b.src.shape[0] for b in cut.shards) == one.shards[0].src.shape[0] == 16
     with pytest.raises(ValueError, match="TrainSettings: accumulate must be ≥ 1, got 0"):
         TrainSettings(accumulate=0)
+    # At least one pair per micro-batch: no more micro-batches than a global batch can hold pairs (issue 36).
+    assert TrainSettings(batch_size=16, accumulate=16).accumulate == 16
+    with pytest.raises(ValueError, match=r"TrainSettings: accumulate=17 cuts each global batch into more micro-batches "
+                                         r"than it can hold pairs \(batch_size=16\); give accumulate 16 or less"):
+        TrainSettings(batch_size=16, accumulate=17)
+    with pytest.raises(ValueError, match=r"\(max_tokens=8\); give accumulate 8"):
+        TrainSettings(batch_size=16, max_tokens=8, accumulate=9)
 
 
 # -- the gradient sum and the hash check, with a stand-in for the other ranks ------------------------

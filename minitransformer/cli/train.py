@@ -255,11 +255,36 @@ def _settings(req: TrainRequest, task, ckpt, saved, seed: int):
     given = {**req.settings, "seed": seed}
     preset, recipe = settings_for(task, preset=req.preset)
     if saved is None:
+        _check_rules(recipe, req.settings, "the task's")
         return preset, recipe.with_given(given)
     # A resumed run continues with its own settings and model; options given now override the settings.
     preset = ckpt.extra.get("preset") or req.preset or preset
+    _check_rules(saved, req.settings, "the checkpoint's")
     with about(f"--resume {req.resume}"):
         return preset, saved.with_given(given)
+
+
+def _check_rules(base, given: dict, whose: str) -> None:
+    """The rules between the settings (``settings.check_rules``), on ``base`` with the options ``given``,
+    in the options' words: ``--keep-last 2``, and ``the task's --keep-last 5`` for a value not given."""
+    from dataclasses import asdict  # noqa: PLC0415
+
+    from ..settings import RuleError, check_rules  # noqa: PLC0415
+
+    def option(name: str) -> str:
+        return OPTION_NAMES["TrainSettings"].get(name, "--" + name.replace("_", "-"))
+
+    def words(name: str, *value) -> str:
+        if not value:
+            return option(name)
+        if value[0] is None:
+            return f"no {option(name)}"
+        return ("" if name in given else f"{whose} ") + f"{option(name)} {value[0]}"
+
+    try:
+        check_rules({**asdict(base), **given}, words)
+    except RuleError as exc:
+        raise CliError(str(exc), "/".join(map(option, exc.fields))) from None
 
 
 def _train_locked(req: TrainRequest, task, out_dir: str, ckpt, saved, seed: int, changes: dict, strategies: list,
