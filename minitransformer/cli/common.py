@@ -26,6 +26,10 @@ DEBUG_VARIABLE = "MINITRANSFORMER_DEBUG"
 # {dataclass: {field: option}}.
 OPTION_NAMES = {"TrainSettings": {"warmup_steps": "--warmup"}, "Sample": {"seed": "--sample-seed"}}
 
+# The dataclasses whose fields the options set: a message of theirs starts "TransformerConfig: ...", which
+# the user never typed (the "(which)" names the option), so ``message`` drops it.
+OPTION_CLASSES = ("TrainSettings", "TransformerConfig", "Sample", "Beam")
+
 # The exit code of a command whose standard output was closed before it finished: 128 + SIGPIPE.
 OUTPUT_CLOSED = 141
 
@@ -76,6 +80,8 @@ def message(exc: BaseException, which: str | None = None) -> str:
     path = which.split(" ", 1)[-1] if which else None
     if path and text.startswith(f"{path}: "):
         text = text[len(path) + 2:]
+    for name in OPTION_CLASSES:
+        text = text.removeprefix(f"{name}: ")
     return text
 
 
@@ -226,7 +232,7 @@ def load_checkpoint(path: str, option: str):
         return load(path)
 
 
-__all__ = ["BAD_INPUT", "CliError", "DEBUG_VARIABLE", "OPTION_NAMES", "OUTPUT_CLOSED", "Parser", "RANKS", "Terminated",
-           "about", "add_common", "add_parents_option", "check_output_dir", "check_output_file", "debug_requested",
-           "load_checkpoint", "memory_for", "message", "non_negative_int", "positive_float", "positive_int",
-           "quiet_numpy", "set_backend"]
+__all__ = ["BAD_INPUT", "CliError", "DEBUG_VARIABLE", "OPTION_CLASSES", "OPTION_NAMES", "OUTPUT_CLOSED", "Parser",
+           "RANKS", "Terminated", "about", "add_common", "add_parents_option", "check_output_dir", "check_output_file",
+           "debug_requested", "load_checkpoint", "memory_for", "message", "non_negative_int", "positive_float",
+           "positive_int", "quiet_numpy", "set_backend"]
