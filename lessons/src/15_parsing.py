@@ -361,6 +361,12 @@ reveal(my_prediction_15_1, bracket_f1([g_tree], [flat_tree]).f1, what="bracket F
 # the step number alone, so three runs of a third of the steps are one run of all of them.
 
 # %%
+from lessonkit.runtimes import show_slow_cell
+
+show_slow_cell("15", "training the parser, steps 1-200")
+
+# %%
+# slow: training the parser, steps 1-200
 from threadpoolctl import threadpool_limits
 
 from minitransformer import threads
@@ -389,10 +395,18 @@ print(tr(f"{trainer.step} steps in {train_seconds:.0f} s, {trainer.model.num_par
 # by `parse_table4.parser_trainer`): the test sentences are decoded below. Two more chunks:
 
 # %%
+show_slow_cell("15", "training the parser, steps 201-400")
+
+# %%
+# slow: training the parser, steps 201-400
 train_seconds += parse_table4.train_more(trainer, chunks.pop(0))
 print(tr(f"{trainer.step} steps in {train_seconds:.0f} s"))
 
 # %%
+show_slow_cell("15", "training the parser, steps 401-600")
+
+# %%
+# slow: training the parser, steps 401-600
 train_seconds += parse_table4.train_more(trainer, chunks.pop(0))
 assert not chunks and trainer.step == sum(LESSON["chunks"])
 model, vocab = trainer.model.eval(), trainer.vocab
@@ -502,7 +516,7 @@ plt.show()
 from lessonkit.predict import reveal
 
 reveal(my_prediction_15_2, "higher" if rows[-1][2] > rows[0][2] else "lower",
-       what=f"the model's F1 on {rows[-1][0]}-word sentences against {rows[0][0]}-word ones", choices=("higher", "lower"))
+       what=tr(f"the model's F1 on {rows[-1][0]}-word sentences against {rows[0][0]}-word ones"), choices=("higher", "lower"))
 
 
 # %%
