@@ -14,8 +14,7 @@ import pathlib
 import numpy
 import pytest
 
-from minitransformer.data import evalb
-from minitransformer.data import pcfg
+from minitransformer.data import evalb, pcfg
 from minitransformer.data.cky import ViterbiParser
 from minitransformer.data.pcfg import GRAMMAR, Grammar, Rule
 from minitransformer.data.posterior import PosteriorParser, chosen_brackets, decode, expected_counts, max_expected_f1
