@@ -77,6 +77,7 @@ import numpy as np
 from minitransformer.data import parsing, pcfg
 from minitransformer.data.cky import ViterbiParser
 from minitransformer.data.posterior import PosteriorParser
+from lessonkit.i18n import tr
 from lessonkit.prose import claim_true, show_markdown
 from minitransformer.data.trees import linearize, read_linearized, right_branching
 from minitransformer.data.evalb import bracket_f1, brackets
@@ -90,9 +91,9 @@ import parse_table4  # lessons/experiments/parse_table4.py
 table4 = json.loads(pathlib.Path("experiments/parse_table4.json").read_text())
 baselines = json.loads(pathlib.Path("experiments/parse_baselines.json").read_text())
 made = table4["provenance"]            # every call of parse_table4.py that wrote into the record
-machine = f"{made[-1]['machine']['cpu']}, {made[-1]['machine']['cores']} cores"
-print(f"Table 4 record: {len(made)} call(s) of parse_table4.py, the last:", made[-1]["command"])
-print("   finished", made[-1]["finished"], "at commit", made[-1]["commit"][:10], "on", machine)
+machine = tr(f"{made[-1]['machine']['cpu']}, {made[-1]['machine']['cores']} cores")
+print(tr(f"Table 4 record: {len(made)} call(s) of parse_table4.py, the last:"), made[-1]["command"])
+print(tr(f"   finished {made[-1]['finished']} at commit {made[-1]['commit'][:10]} on {machine}"))
 # The sizes the introduction names: the grammar, and the lesson's run (three chunks of 200 steps).
 assert (len(pcfg.GRAMMAR.rules), len(pcfg.GRAMMAR.words)) == (25, 173)
 assert tuple(parse_table4.LESSON["chunks"]) == (200, 200, 200) and sum(parse_table4.LESSON["chunks"]) == 600
@@ -115,8 +116,8 @@ for rule in grammar.rules:
 for lhs, rhss in by_lhs.items():
     print(f"{lhs:>8} -> " + "  |  ".join(rhss))
 ambiguous = {w: grammar.tags_of(w) for w in grammar.words if len(grammar.tags_of(w)) > 1}
-print(f"\n{len(grammar.rules)} rules, {len(grammar.lexicon)} tags, {len(grammar.words)} words; "
-      f"words with more than one tag: {ambiguous}")
+print(tr(f"\n{len(grammar.rules)} rules, {len(grammar.lexicon)} tags, {len(grammar.words)} words; "
+         f"words with more than one tag: {ambiguous}"))
 # The sizes the prose of this lesson names (the table above, "capped at 20 words", section 8's sets):
 assert (len(grammar.rules), len(grammar.words), pcfg.MAX_WORDS) == (25, 173, 20)
 assert (pcfg.SIZES["small"], pcfg.SIZES["large"]) == (8_000, 80_000)
@@ -165,7 +166,7 @@ rng = np.random.default_rng(7)
 example = next(t for t in (pcfg.sample_tree(rng) for _ in range(200)) if 8 <= len(t.words()) <= 11
                and "PP" in str(t))
 fig, ax = plt.subplots(figsize=(8, 3.4))
-draw_tree(example, ax, f"a tree sampled from the grammar (log P = {pcfg.tree_log_prob(example):.1f})")
+draw_tree(example, ax, tr(f"a tree sampled from the grammar (log P = {pcfg.tree_log_prob(example):.1f})"))
 plt.show()
 print(example)
 
@@ -180,14 +181,14 @@ print(example)
 
 # %%
 xx_form, words_form = linearize(example), linearize(example, words=True)
-print("source:          ", " ".join(example.words()))
-print("target, XX:      ", " ".join(xx_form))
-print("target, words:   ", " ".join(words_form), f"({len(words_form)} tokens for {len(example.words())} words)")
+print(tr("source:          "), " ".join(example.words()))
+print(tr("target, XX:      "), " ".join(xx_form))
+print(tr("target, words:   "), " ".join(words_form), tr(f"({len(words_form)} tokens for {len(example.words())} words)"))
 back = read_linearized(words_form, example.words())
-print("read back:       ", back.tree, "| repairs needed:", back.repairs or "none")
+print(tr("read back:       "), back.tree, tr("| repairs needed:"), back.repairs or tr("none"))
 vocab = pcfg.parse_vocab()
-print(f"one vocabulary for both sides (the embeddings are tied three ways, §3.4): {len(vocab)} tokens, "
-      f"of which {len(pcfg.GRAMMAR.phrase_labels) * 2 + 1} are brackets and XX")
+print(tr(f"one vocabulary for both sides (the embeddings are tied three ways, §3.4): {len(vocab)} tokens, "
+         f"of which {len(pcfg.GRAMMAR.phrase_labels) * 2 + 1} are brackets and XX"))
 
 # %% [markdown]
 # **Why the words, not `XX`?** To write the next leaf the decoder has to know *which* input word comes
@@ -201,11 +202,11 @@ print(f"one vocabulary for both sides (the embeddings are tied three ways, §3.4
 # %%
 xx_row, words_row = table4["xx_targets"], table4["lesson"]
 xx_f1, words_f1 = xx_row["greedy"]["bracket_f1"], words_row["greedy"]["bracket_f1"]
-print(f"parse, seed {words_row['seed']}, {words_row['steps']} steps, greedy, first {words_row['test']} test sentences:")
-print(f"   XX targets:   F1 {xx_f1:5.1f}, ill-formed {xx_row['greedy']['ill_formed']:5.1f}%")
-print(f"   word targets: F1 {words_f1:5.1f}, ill-formed {words_row['greedy']['ill_formed']:5.1f}%")
+print(tr(f"parse, seed {words_row['seed']}, {words_row['steps']} steps, greedy, first {words_row['test']} test sentences:"))
+print(tr(f"   XX targets:   F1 {xx_f1:5.1f}, ill-formed {xx_row['greedy']['ill_formed']:5.1f}%"))
+print(tr(f"   word targets: F1 {words_f1:5.1f}, ill-formed {words_row['greedy']['ill_formed']:5.1f}%"))
 assert words_f1 > xx_f1, "the record no longer shows the words form learning faster: revisit the text above"
-print(f"the words form is {words_f1 - xx_f1:.1f} F1 points ahead after the same {words_row['steps']} steps")
+print(tr(f"the words form is {words_f1 - xx_f1:.1f} F1 points ahead after the same {words_row['steps']} steps"))
 
 # %% [markdown]
 # ## 3. Two references and a floor
@@ -243,12 +244,12 @@ cky_seconds = time.perf_counter() - t0
 most_probable = bracket_f1(gold, viterbi)
 floor = bracket_f1(gold, [right_branching(e.words) for e in test])
 recorded = baselines["seeds"][0]
-print(f"most probable tree:  {most_probable}   [{len(test)} sentences in {cky_seconds:.1f} s]")
-print(f"right-branching:     {floor}")
+print(tr(f"most probable tree:  {most_probable}   [{len(test)} sentences in {cky_seconds:.1f} s]"))
+print(tr(f"right-branching:     {floor}"))
 assert abs(most_probable.f1 - recorded["most_probable_tree"]["f1"]) < 0.005, (most_probable.f1, recorded)
 assert abs(floor.f1 - recorded["floor_right_branching"]["f1"]) < 0.005
-print(f"matches parse_baselines.json for seed 0: most probable tree {recorded['most_probable_tree']['f1']}, "
-      f"floor {recorded['floor_right_branching']['f1']}")
+print(tr(f"matches parse_baselines.json for seed 0: most probable tree {recorded['most_probable_tree']['f1']}, "
+         f"floor {recorded['floor_right_branching']['f1']}"))
 
 # %% [markdown]
 # The max-expected-F1 parse of the same sentences, live (exact arithmetic too, so the same tolerance), and
@@ -261,12 +262,12 @@ t0 = time.perf_counter()
 best_bet = posterior_parser.parse_corpus([e.words for e in test])
 posterior_seconds = time.perf_counter() - t0
 max_expected = bracket_f1(gold, best_bet.trees)
-print(f"max-expected-F1 parse: {max_expected}   [threshold {best_bet.threshold:.4f}; {len(test)} sentences in "
-      f"{posterior_seconds:.1f} s]")
+print(tr(f"max-expected-F1 parse: {max_expected}   [threshold {best_bet.threshold:.4f}; {len(test)} sentences in "
+         f"{posterior_seconds:.1f} s]"))
 assert abs(max_expected.f1 - recorded["max_expected_f1"]["f1"]) < 0.005, (max_expected.f1, recorded)
 
-print(f"\n{'seed':>4} {'most probable tree':>19} {'max expected F1':>16} {'(threshold)':>11} {'posterior > 0.5':>16} "
-      f"{'better of the two':>18} {'floor':>7}")
+print(f"\n{tr('seed'):>4} {tr('most probable tree'):>19} {tr('max expected F1'):>16} {tr('(threshold)'):>11} "
+      f"{tr('posterior > 0.5'):>16} {tr('better of the two'):>18} {tr('floor'):>7}")
 for row in baselines["seeds"]:
     print(f"{row['seed']:>4} {row['most_probable_tree']['f1']:>19.2f} {row['max_expected_f1']['f1']:>16.2f} "
           f"{row['max_expected_f1']['threshold']:>11.4f} {row['posterior_above_half']['f1']:>16.2f} "
@@ -297,8 +298,8 @@ wrong_k = next(k for k, (g, v) in enumerate(zip(gold, viterbi)) if brackets(g) !
                6 <= len(g.words()) <= 9)
 g_tree, v_tree = gold[wrong_k], viterbi[wrong_k]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
-draw_tree(g_tree, axes[0], "gold (sampled)")
-draw_tree(v_tree, axes[1], "the grammar's most probable tree (Viterbi)")
+draw_tree(g_tree, axes[0], tr("gold (sampled)"))
+draw_tree(v_tree, axes[1], tr("the grammar's most probable tree (Viterbi)"))
 plt.show()
 
 
@@ -323,12 +324,12 @@ g_spans, v_spans = spans(g_tree), spans(v_tree)
 matched = sorted((collections.Counter(g_spans) & collections.Counter(v_spans)).elements())
 P, R = 100 * len(matched) / len(v_spans), 100 * len(matched) / len(g_spans)
 F1 = 2 * P * R / (P + R)
-print("words:   ", list(enumerate(g_tree.words())))
-print("gold:    ", g_spans)
-print("most probable:", v_spans)
-print("matched: ", matched)
-print(f"by hand: P = {len(matched)}/{len(v_spans)} = {P:.2f}, R = {len(matched)}/{len(g_spans)} = {R:.2f}, "
-      f"F1 = {F1:.2f}")
+print(tr("words:   "), list(enumerate(g_tree.words())))
+print(tr("gold:    "), g_spans)
+print(tr("most probable:"), v_spans)
+print(tr("matched: "), matched)
+print(tr(f"by hand: P = {len(matched)}/{len(v_spans)} = {P:.2f}, R = {len(matched)}/{len(g_spans)} = {R:.2f}, "
+         f"F1 = {F1:.2f}"))
 package = bracket_f1([g_tree], [v_tree])
 print("evalb.bracket_f1:", package)
 assert abs(package.f1 - F1) < 1e-9 and abs(package.precision - P) < 1e-9
@@ -360,6 +361,12 @@ reveal(my_prediction_15_1, bracket_f1([g_tree], [flat_tree]).f1, what="bracket F
 # the step number alone, so three runs of a third of the steps are one run of all of them.
 
 # %%
+from lessonkit.runtimes import show_slow_cell
+
+show_slow_cell("15", "training the parser, steps 1-200")
+
+# %%
+# slow: training the parser, steps 1-200
 from threadpoolctl import threadpool_limits
 
 from minitransformer import threads
@@ -373,14 +380,14 @@ threads.set_policy(False)
 threadpool_limits(1)
 
 recipe = get_task("parse").recipe
-print(f"the parse recipe: preset {recipe.preset!r} ({describe(PRESETS[recipe.preset])}),")
-print(f"   {recipe.settings.steps} steps of {recipe.settings.batch_size} sentences, warm-up "
-      f"{recipe.settings.warmup_steps}, lr factor {recipe.settings.lr_factor}, clip {recipe.settings.clip_norm}")
+print(tr(f"the parse recipe: preset {recipe.preset!r} ({describe(PRESETS[recipe.preset])}),"))
+print(tr(f"   {recipe.settings.steps} steps of {recipe.settings.batch_size} sentences, warm-up "
+         f"{recipe.settings.warmup_steps}, lr factor {recipe.settings.lr_factor}, clip {recipe.settings.clip_norm}"))
 LESSON = parse_table4.LESSON
 trainer, task = parse_table4.parser_trainer(LESSON["task"], LESSON["seed"], sum(LESSON["chunks"]))
 chunks = list(LESSON["chunks"])
 train_seconds = parse_table4.train_more(trainer, chunks.pop(0))
-print(f"{trainer.step} steps in {train_seconds:.0f} s, {trainer.model.num_parameters():,} parameters")
+print(tr(f"{trainer.step} steps in {train_seconds:.0f} s, {trainer.model.num_parameters():,} parameters"))
 
 # %% [markdown]
 # The valid loss printed is the label-smoothed cross-entropy on the validation sentences. The exact
@@ -388,14 +395,22 @@ print(f"{trainer.step} steps in {train_seconds:.0f} s, {trainer.model.num_parame
 # by `parse_table4.parser_trainer`): the test sentences are decoded below. Two more chunks:
 
 # %%
-train_seconds += parse_table4.train_more(trainer, chunks.pop(0))
-print(f"{trainer.step} steps in {train_seconds:.0f} s")
+show_slow_cell("15", "training the parser, steps 201-400")
 
 # %%
+# slow: training the parser, steps 201-400
+train_seconds += parse_table4.train_more(trainer, chunks.pop(0))
+print(tr(f"{trainer.step} steps in {train_seconds:.0f} s"))
+
+# %%
+show_slow_cell("15", "training the parser, steps 401-600")
+
+# %%
+# slow: training the parser, steps 401-600
 train_seconds += parse_table4.train_more(trainer, chunks.pop(0))
 assert not chunks and trainer.step == sum(LESSON["chunks"])
 model, vocab = trainer.model.eval(), trainer.vocab
-print(f"{trainer.step} steps in {train_seconds:.0f} s")
+print(tr(f"{trainer.step} steps in {train_seconds:.0f} s"))
 
 # %% [markdown]
 # Decoding greedily and scoring the first test sentences. The record holds the same run, made by the
@@ -413,11 +428,12 @@ live = score_translations(model, vocab, task.test[:n_test], "word", "none",     
                           max_len=parsing.PARSE_MAX_OUTPUT, scores=parsing.tree_scores)
 live_f1 = live["scores"]["bracket F1"]
 recorded_f1 = table4["lesson"]["greedy"]["bracket_f1"]
-print(f"live: {', '.join(f'{k} {v:.2f}' for k, v in live['scores'].items())}  [{live['seconds']:.1f} s]")
-print(f"recorded by parse_table4.py: bracket F1 {recorded_f1:.2f} (trained in {table4['lesson']['train_seconds']} s "
-      f"on {machine})")
-print(f"live - recorded = {round(live_f1 - recorded_f1, 2) + 0.0:+.2f} F1 points")   # + 0.0: no "-0.00"
-print("the live run agrees with the record:", *parse_table4.check_live(table4, live["scores"]), sep="\n  ")
+live_scores = ", ".join(f"{k} {v:.2f}" for k, v in live["scores"].items())
+print(tr(f"live: {live_scores}  [{live['seconds']:.1f} s]"))
+print(tr(f"recorded by parse_table4.py: bracket F1 {recorded_f1:.2f} (trained in {table4['lesson']['train_seconds']} s "
+         f"on {machine})"))
+print(tr(f"live - recorded = {round(live_f1 - recorded_f1, 2) + 0.0:+.2f} F1 points"))   # + 0.0: no "-0.00"
+print(tr("the live run agrees with the record:"), *parse_table4.check_live(table4, live["scores"]), sep="\n  ")
 
 # %% [markdown]
 # What `translate` prints for a parse checkpoint is the output read back as a tree, with the sentence's
@@ -437,23 +453,24 @@ leaves = sum(not tok.startswith(("(", ")")) for tok in hard_out)
 hard_f1 = bracket_f1([viterbi_parser.parse(hard).tree], [hard_read.tree]).f1
 final_ill = table4["summary"]["small"]["greedy"]["ill_formed_mean"]
 # What each repair step taken says the model did (trees.py names the steps):
-did = {"step 2": "closes brackets it never opened", "step 3": "closes brackets under another label",
-       "step 4": "leaves brackets open", "step 7": "writes too few or too many words",
-       "step 8": "writes a word other than the input's at its place (it lost its place in the input)"}
+did = {"step 2": tr("closes brackets it never opened"), "step 3": tr("closes brackets under another label"),
+       "step 4": tr("leaves brackets open"), "step 7": tr("writes too few or too many words"),
+       "step 8": tr("writes a word other than the input's at its place (it lost its place in the input)")}
 what = [text for step, text in did.items() if any(r.startswith(step + ":") for r in hard_read.repairs)]
-taken = ", ".join(f"{step} {'×' + str(n) if n > 1 else 'once'}" for step, n in
+taken = ", ".join(f"{step} {'×' + str(n) if n > 1 else tr('once')}" for step, n in
                   sorted(collections.Counter(r.split(":")[0] for r in hard_read.repairs).items()))
+second_said = tr(
+    f"The second sentence, a relative clause and a coordination in {len(hard)} words, comes out **mangled**: "
+    f"{leaves} leaves for its {len(hard)} words, and the repair rule of `trees.py` had to take "
+    f"{len(hard_read.repairs)} steps ({taken}) to make a tree of it, whose F1 against the grammar's most "
+    f"probable tree is {hard_f1:.0f}. ") if hard_read.ill_formed else tr(
+    f"The second sentence, a relative clause and a coordination in {len(hard)} words, comes out as a "
+    f"well-formed tree here, with F1 {hard_f1:.0f} against the grammar's most probable tree. ")
+model_did = (tr(f"{', '.join(what[:-1])} and {what[-1]}") if len(what) > 1 else what[-1]) if what else ""
+did_said = tr(f"After {trainer.step} steps the model {model_did}. ") if what else ""
 show_markdown(
-    (f"The second sentence, a relative clause and a coordination in {len(hard)} words, comes out **mangled**: "
-     f"{leaves} leaves for its {len(hard)} words, and the repair rule of `trees.py` had to take "
-     f"{len(hard_read.repairs)} steps ({taken}) to make a tree of it, whose F1 against the grammar's most "
-     f"probable tree is {hard_f1:.0f}. "
-     if hard_read.ill_formed else
-     f"The second sentence, a relative clause and a coordination in {len(hard)} words, comes out as a "
-     f"well-formed tree here, with F1 {hard_f1:.0f} against the grammar's most probable tree. ")
-    + (f"After {trainer.step} steps the model " + (", ".join(what[:-1]) + " and " if len(what) > 1 else "")
-       + what[-1] + ". " if what else "")
-    + "Section 6 counts such outputs on the test set; the Table 4 models, trained for the "
+    f"{second_said}{did_said}"
+    "Section 6 counts such outputs on the test set; the Table 4 models, trained for the "
     f"recipe's {recipe.settings.steps} steps, leave {final_ill:.1f}% of the test outputs ill-formed (greedy, the "
     "mean of three seeds, section 8).")
 
@@ -483,14 +500,15 @@ for lo, hi in buckets:
     m = bracket_f1([gold_n[k] for k in idx], [model_trees[k] for k in idx])
     v = bracket_f1([gold_n[k] for k in idx], [viterbi_n[k] for k in idx])
     rows.append((f"{lo}-{hi}", len(idx), m.f1, v.f1, 100 * np.mean([reads[k].ill_formed for k in idx])))
-print(f"{'words':>6} {'sentences':>10} {'model F1':>9} {'most probable tree F1':>22} {'ill-formed %':>13}")
+print(f"{tr('words'):>6} {tr('sentences'):>10} {tr('model F1'):>9} {tr('most probable tree F1'):>22} "
+      f"{tr('ill-formed %'):>13}")
 for r in rows:
     print(f"{r[0]:>6} {r[1]:>10} {r[2]:>9.1f} {r[3]:>22.1f} {r[4]:>13.1f}")
 fig, ax = plt.subplots(figsize=(5.5, 2.8))
-ax.plot([r[0] for r in rows], [r[3] for r in rows], "o-", label="the most probable tree (Viterbi)")
-ax.plot([r[0] for r in rows], [r[2] for r in rows], "s-", label=f"model ({trainer.step} steps)")
-ax.set_xlabel("sentence length (words)")
-ax.set_ylabel("bracket F1")
+ax.plot([r[0] for r in rows], [r[3] for r in rows], "o-", label=tr("the most probable tree (Viterbi)"))
+ax.plot([r[0] for r in rows], [r[2] for r in rows], "s-", label=tr(f"model ({trainer.step} steps)"))
+ax.set_xlabel(tr("sentence length (words)"))
+ax.set_ylabel(tr("bracket F1"))
 ax.legend()
 plt.show()
 
@@ -498,7 +516,7 @@ plt.show()
 from lessonkit.predict import reveal
 
 reveal(my_prediction_15_2, "higher" if rows[-1][2] > rows[0][2] else "lower",
-       what=f"the model's F1 on {rows[-1][0]}-word sentences against {rows[0][0]}-word ones", choices=("higher", "lower"))
+       what=tr(f"the model's F1 on {rows[-1][0]}-word sentences against {rows[0][0]}-word ones"), choices=("higher", "lower"))
 
 
 # %%
@@ -514,11 +532,11 @@ def agrees_with_viterbi(idx):
     return 100 * np.mean([brackets(model_trees[k]) == brackets(viterbi_n[k]) for k in idx])
 
 
-print(f"the most probable tree exactly right on {len(viterbi_right)} of {n_test} sentences: the model is exactly right on "
-      f"{exact_rate(viterbi_right):.0f}% of them")
-print(f"the most probable tree wrong on the other {len(viterbi_wrong)} (the ambiguous ones): the model is exactly right "
-      f"on {exact_rate(viterbi_wrong):.0f}% of them, and gives the most probable tree on "
-      f"{agrees_with_viterbi(viterbi_wrong):.0f}%")
+print(tr(f"the most probable tree exactly right on {len(viterbi_right)} of {n_test} sentences: the model is exactly "
+         f"right on {exact_rate(viterbi_right):.0f}% of them"))
+print(tr(f"the most probable tree wrong on the other {len(viterbi_wrong)} (the ambiguous ones): the model is exactly "
+         f"right on {exact_rate(viterbi_wrong):.0f}% of them, and gives the most probable tree on "
+         f"{agrees_with_viterbi(viterbi_wrong):.0f}%"))
 long_gap = rows[-1][3] - rows[-1][2]
 short_gap = rows[0][3] - rows[0][2]
 
@@ -531,16 +549,18 @@ short_gap = rows[0][3] - rows[0][2]
 # steps 7 and 8 are a word skipped, repeated or miscopied):
 
 # %%
-print(f"on the ambiguous sentences the model gives the most probable (wrong) tree "
-      f"{'more' if agrees_with_viterbi(viterbi_wrong) > exact_rate(viterbi_wrong) else 'less'} often than the gold "
-      f"one ({agrees_with_viterbi(viterbi_wrong):.0f}% against {exact_rate(viterbi_wrong):.0f}%)")
-print(f"gap to the most probable tree: {short_gap:.1f} F1 points on {rows[0][0]}-word sentences, {long_gap:.1f} on "
-      f"{rows[-1][0]}-word ones: it {'grows' if long_gap > short_gap else 'does not grow'} with the length")
+often = tr("more") if agrees_with_viterbi(viterbi_wrong) > exact_rate(viterbi_wrong) else tr("less")
+print(tr(f"on the ambiguous sentences the model gives the most probable (wrong) tree {often} often than the gold "
+         f"one ({agrees_with_viterbi(viterbi_wrong):.0f}% against {exact_rate(viterbi_wrong):.0f}%)"))
+grows = tr("grows") if long_gap > short_gap else tr("does not grow")
+print(tr(f"gap to the most probable tree: {short_gap:.1f} F1 points on {rows[0][0]}-word sentences, {long_gap:.1f} on "
+         f"{rows[-1][0]}-word ones: it {grows} with the length"))
 steps = collections.Counter(r.split(":")[0] for read in reads for r in read.repairs)
-print(f"{sum(r.ill_formed for r in reads)} of {n_test} outputs needed a repair; steps taken: {dict(sorted(steps.items()))}")
+steps_taken = dict(sorted(steps.items()))
+print(tr(f"{sum(r.ill_formed for r in reads)} of {n_test} outputs needed a repair; steps taken: {steps_taken}"))
 bad = next((k for k in range(n_test) if reads[k].ill_formed), None)
 if bad is not None:
-    print("example:", srcs[bad], "\n   output:", live["hyps"][bad], "\n   repairs:", reads[bad].repairs)
+    print(tr("example:"), srcs[bad], tr("\n   output:"), live["hyps"][bad], tr("\n   repairs:"), reads[bad].repairs)
 
 # %% [markdown]
 # ## 7. What the heads attend to when closing a bracket
@@ -577,10 +597,11 @@ share = counts / counts.sum(axis=-1, keepdims=True)
 for layer in range(N):
     for head in range(h):
         a, b, c = 100 * share[layer, head]
-        print(f"layer {layer}, head {head}: last word of the phrase {a:4.0f}%, next word {b:4.0f}%, elsewhere {c:4.0f}%")
+        print(tr(f"layer {layer}, head {head}: last word of the phrase {a:4.0f}%, next word {b:4.0f}%, "
+                 f"elsewhere {c:4.0f}%"))
 best_layer, best_head = np.unravel_index(share[:, :, 1].argmax(), share.shape[:2])
-print(f"\nthe head that most looks at the next word: layer {best_layer}, head {best_head} "
-      f"({100 * share[best_layer, best_head, 1]:.0f}% of the closing brackets)")
+print(tr(f"\nthe head that most looks at the next word: layer {best_layer}, head {best_head} "
+         f"({100 * share[best_layer, best_head, 1]:.0f}% of the closing brackets)"))
 
 # %%
 src, tgt = next((s, t) for s, t in task.test if 7 <= len(s) <= 9 and t.count(")NP") >= 2)
@@ -589,11 +610,11 @@ A = maps[best_layer, best_head, : len(tgt), : len(src)]          # rows: the tok
 fig, ax = plt.subplots(figsize=(5, 6.5))
 ax.imshow(A, cmap="Blues", aspect="auto")
 ax.set_xticks(range(len(src)), src, rotation=60, ha="right")
-ax.set_yticks(range(len(tgt)), [f"predicts {t}" for t in tgt], fontsize=7)
+ax.set_yticks(range(len(tgt)), [tr(f"predicts {t}") for t in tgt], fontsize=7)
 for t, tok in enumerate(tgt):
     if tok.startswith(")"):
         ax.get_yticklabels()[t].set_color("C3")
-ax.set_title(f"encoder-decoder attention, layer {best_layer}, head {best_head}\n(closing brackets in red)")
+ax.set_title(tr(f"encoder-decoder attention, layer {best_layer}, head {best_head}\n(closing brackets in red)"))
 plt.show()
 
 # %%
@@ -612,16 +633,17 @@ closing = int(counts[0, 0].sum())
 best_given = counts[best_layer, best_head, 1] / with_next          # hits can only come from these brackets
 chance_given = float(np.mean(chance))
 ratio = best_given / chance_given
+head_said = tr("That is about chance: no single head of this small model has learned to read the next word when it "
+               "closes a phrase. ") if ratio < 2 else \
+    tr("Above chance, but at fewer than half of the brackets: a partial specialisation, not a head that closes "
+       "phrases by looking ahead. ") if best_given < 0.5 else \
+    tr("A head that mostly reads the next word when a phrase closes. ")
 show_markdown(
     f"**What this says.** {with_next} of the {closing} closing brackets have a next word. The head that looks at it "
     f"most (the best of {N * h}, picked after the fact) puts its largest weight there for {best_given:.0%} of them; "
     f"a head picking a source position at random would for {chance_given:.0%}, so {ratio:.1f} times chance. "
-    + ("That is about chance: no single head of this small model has learned to read the next word when it closes "
-       "a phrase. " if ratio < 2 else
-       "Above chance, but at fewer than half of the brackets: a partial specialisation, not a head that closes "
-       "phrases by looking ahead. " if best_given < 0.5 else
-       "A head that mostly reads the next word when a phrase closes. ")
-    + "So one head's largest weight does not show where the model finds that a phrase is over: the evidence may "
+    f"{head_said}"
+    "So one head's largest weight does not show where the model finds that a phrase is over: the evidence may "
     "be spread over several heads and layers, or carried by the decoder's own input, the words it has already "
     "copied. The test that would settle it is to remove heads and measure what is lost (lesson 8 does that for a "
     "translation model).")
@@ -655,23 +677,24 @@ def cell(size, decoder):
 
 def shown(c):
     if c is None:
-        return f"{'not measured':>24}"
+        return f"{tr('not measured'):>24}"
     mean, std, n, n_sent = c
-    return f"{mean:8.2f}{f' ± {std:.2f}' if std is not None else '':7} ({n} seed{'s' * (n > 1)}, {n_sent:,})"
+    behind = tr(f"({n} seeds, {n_sent:,})") if n > 1 else tr(f"({n} seed, {n_sent:,})")
+    return f"{mean:8.2f}{f' ± {std:.2f}' if std is not None else '':7} {behind}"
 
 
-print(f"{'':44} {'greedy':>24} {'beam 21, α 0.3':>24}")
-for size, what in (("small", f"parse, {table4['sizes']['small']:,} trees (\"WSJ only\")"),
-                   ("large", f"parse-large, {table4['sizes']['large']:,} trees (\"semi-supervised\")")):
+print(f"{'':44} {tr('greedy'):>24} {tr('beam 21, α 0.3'):>24}")
+for size, what in (("small", tr(f"parse, {table4['sizes']['small']:,} trees (\"WSJ only\")")),
+                   ("large", tr(f"parse-large, {table4['sizes']['large']:,} trees (\"semi-supervised\")"))):
     print(f"{what:44} {shown(cell(size, 'greedy'))} {shown(cell(size, 'beam'))}")
-print(f"{'the grammar: most probable tree':44} {baselines['most_probable_tree_f1_mean']:8.2f}")
-print(f"{'the grammar: max-expected-F1 parse':44} {baselines['max_expected_f1_f1_mean']:8.2f}")
-print(f"{'the better of the two, seed by seed':44} {baselines['better_reference_f1_mean']:8.2f}")
-print(f"{'right-branching (floor)':44} {baselines['floor_right_branching_f1_mean']:8.2f}")
+print(f"{tr('the grammar: most probable tree'):44} {baselines['most_probable_tree_f1_mean']:8.2f}")
+print(f"{tr('the grammar: max-expected-F1 parse'):44} {baselines['max_expected_f1_f1_mean']:8.2f}")
+print(f"{tr('the better of the two, seed by seed'):44} {baselines['better_reference_f1_mean']:8.2f}")
+print(f"{tr('right-branching (floor)'):44} {baselines['floor_right_branching_f1_mean']:8.2f}")
 # The sizes the text above names:
 assert (pcfg.SIZES["small"], pcfg.SIZES["large"], pcfg.SIZES["large"] // pcfg.SIZES["small"]) == (8000, 80000, 10)
 assert table4["test_sentences"] == 1000 and pcfg.MAX_WORDS == 20 and len(pcfg.GRAMMAR.rules) == 25
-print("\nthe paper (WSJ section 23):")
+print(tr("\nthe paper (WSJ section 23):"))
 for row, f1 in table4["paper"].items():
     print(f"  {row:50} {f1}")
 
@@ -686,45 +709,45 @@ for size in ("small", "large"):
             values.append(c[0])
             errors.append(c[1] or 0.0)
 ax.bar(labels, values, yerr=errors, color="C0", capsize=3)
-ax.axhline(baselines["better_reference_f1_mean"], color="k", ls="--", lw=1, label="the better reference")
-ax.axhline(baselines["floor_right_branching_f1_mean"], color="0.5", ls=":", lw=1, label="floor (right-branching)")
+ax.axhline(baselines["better_reference_f1_mean"], color="k", ls="--", lw=1, label=tr("the better reference"))
+ax.axhline(baselines["floor_right_branching_f1_mean"], color="0.5", ls=":", lw=1, label=tr("floor (right-branching)"))
 ax.set_ylim(0, 100)
-ax.set_ylabel("test bracket F1")
+ax.set_ylabel(tr("test bracket F1"))
 ax.legend(loc="lower right", fontsize=8)
 plt.show()
 
 paper = table4["paper"]
-print(f"the paper, semi-supervised over WSJ only: "
-      f"{paper['Transformer (4 layers), semi-supervised'] - paper['Transformer (4 layers), WSJ only']:+.1f}")
+print(tr(f"the paper, semi-supervised over WSJ only: "
+         f"{paper['Transformer (4 layers), semi-supervised'] - paper['Transformer (4 layers), WSJ only']:+.1f}"))
 small_g, large_g = cell("small", "greedy"), cell("large", "greedy")
 if small_g and large_g:
-    print(f"ours, 10x the data, greedy: {large_g[0] - small_g[0]:+.2f}")
+    print(tr(f"ours, 10x the data, greedy: {large_g[0] - small_g[0]:+.2f}"))
 for size in ("small", "large"):
     runs = [r for r in table4["runs"] if r["size"] == size and "beam" in r]
     # greedy on the beam's sentences (the same ones, when the beam scored only the first N)
     gains = [r["beam"]["bracket_f1"] - r.get("greedy_on_beam_sentences", r["greedy"])["bracket_f1"] for r in runs]
     if gains:
-        print(f"{size}: beam over greedy on the same sentences, seed by seed: "
-              f"{', '.join(f'{g:+.2f}' for g in gains)} F1")
+        seed_gains = ", ".join(f"{g:+.2f}" for g in gains)
+        print(tr(f"{size}: beam over greedy on the same sentences, seed by seed: {seed_gains} F1"))
 reference = {row["seed"]: row for row in baselines["seeds"]}
 under = {}
 for run in table4["runs"]:                  # each run against the better reference of its own seed's test set
     ref = reference[run["seed"]]
     better = ref["better_reference_f1"]
-    name = {"max_expected_f1": "max-expected-F1 parse", "most_probable_tree": "most probable tree"}[
+    name = {"max_expected_f1": tr("max-expected-F1 parse"), "most_probable_tree": tr("most probable tree")}[
         ref["better_reference"]]
     last = run.get("last_checkpoint", {}).get("greedy")
-    beside = f"; the last step's checkpoint alone {last['bracket_f1']:.2f}" if last else ""
+    beside = tr(f"; the last step's checkpoint alone {last['bracket_f1']:.2f}") if last else ""
     under[run["size"], run["seed"]] = better - run["greedy"]["bracket_f1"]
-    print(f"{run['size']}, seed {run['seed']}: greedy F1 {run['greedy']['bracket_f1']:.2f}, "
-          f"{under[run['size'], run['seed']]:.2f} points under the better reference ({better:.2f}, the {name}; "
-          f"the most probable tree {ref['most_probable_tree']['f1']:.2f}){beside}")
+    print(tr(f"{run['size']}, seed {run['seed']}: greedy F1 {run['greedy']['bracket_f1']:.2f}, "
+             f"{under[run['size'], run['seed']]:.2f} points under the better reference ({better:.2f}, the {name}; "
+             f"the most probable tree {ref['most_probable_tree']['f1']:.2f}){beside}"))
 # The recipe the prose above describes (the last 5 checkpoints, 500 steps apart), and what averaging changed:
 assert (recipe.settings.average_last, recipe.settings.checkpoint_every) == (5, 500), recipe.settings
 swings = [abs(r["greedy"]["bracket_f1"] - r["last_checkpoint"]["greedy"]["bracket_f1"])
           for r in table4["runs"] if "last_checkpoint" in r]
 if swings:
-    print(f"the average and the last checkpoint differ by up to {max(swings):.2f} F1 points")
+    print(tr(f"the average and the last checkpoint differ by up to {max(swings):.2f} F1 points"))
 
 # %%
 # What the differences above are worth: against the spread of the seeds themselves.
@@ -738,19 +761,20 @@ beam_gains = [r["beam"]["bracket_f1"] - r.get("greedy_on_beam_sentences", r["gre
               for r in table4["runs"] if "beam" in r]
 under_small = [v for (size, _), v in under.items() if size == "small"]
 under_large = [v for (size, _), v in under.items() if size == "large"]
+gain_said = tr("too few to call with three seeds each. The paper's +1.4 between its rows is a single run per row on "
+               "real data; here the direction agrees but the size cannot be told from seed noise.") \
+    if abs(gain) < 2 * se_gain else tr("a difference the seeds do not explain, in the paper's direction.") \
+    if gain > 0 else tr("a difference against the paper's direction.")
+beam_gains_said = ", ".join(f"{g:+.2f}" for g in beam_gains)
+beam_said = tr("both signs, so §6.3's beam of 21 buys nothing measurable on these trees, which greedy decoding "
+               "already finds nearly as well as any search.") if min(beam_gains) < 0 < max(beam_gains) else \
+    tr("the same sign on every seed.")
 show_markdown(
     f"**Within the noise.** Ten times the data moves the greedy mean by {gain:+.2f} F1 points, while the three seeds "
     f"of each set spread with standard deviations of {sd_small:.2f} (small) and {sd_large:.2f} (large): the "
-    f"difference is {gain / se_gain:.1f} standard errors, "
-    + ("too few to call with three seeds each. The paper's +1.4 between its rows is a single run per row on real "
-       "data; here the direction agrees but the size cannot be told from seed noise."
-       if abs(gain) < 2 * se_gain else "a difference the seeds do not explain, in the paper's direction."
-       if gain > 0 else "a difference against the paper's direction.")
-    + f" Beam search over greedy, seed by seed, moves F1 by {', '.join(f'{g:+.2f}' for g in beam_gains)}: "
-    + ("both signs, so §6.3's beam of 21 buys nothing measurable on these trees, which greedy decoding already "
-       "finds nearly as well as any search." if min(beam_gains) < 0 < max(beam_gains) else
-       "the same sign on every seed.")
-    + f" Against the better reference of its own seed, the small set's runs are {min(under_small):.2f} to "
+    f"difference is {gain / se_gain:.1f} standard errors, {gain_said}"
+    f" Beam search over greedy, seed by seed, moves F1 by {beam_gains_said}: {beam_said}"
+    f" Against the better reference of its own seed, the small set's runs are {min(under_small):.2f} to "
     f"{max(under_small):.2f} points under it, the large set's {min(under_large):.2f} to {max(under_large):.2f}.")
 
 # %% [markdown]
@@ -890,5 +914,5 @@ def repair_solution(tokens, n_words):
 check_repair(repair_solution)
 
 # %%
-print(f"this notebook ran in {time.perf_counter() - LESSON_START:.0f} s "
-      f"({time.process_time():.0f} s of CPU time in this kernel)")
+print(tr(f"this notebook ran in {time.perf_counter() - LESSON_START:.0f} s "
+         f"({time.process_time():.0f} s of CPU time in this kernel)"))
