@@ -180,7 +180,7 @@ def _small_parse_data(n_train: int, entry=None) -> TaskData:
     """A few parse pairs from the grammar (quick to make), tokenized as the parse task does."""
     trees = pcfg.sample_treebank(n_train + 8, np.random.default_rng(4))
     pairs = [(t.words(), linearize(t, words=True)) for t in trees]
-    return TaskData("parse", pcfg.parse_vocab(), pairs[:n_train], pairs[n_train:], pairs[n_train:],
+    return TaskData("parse", pcfg.parse_vocab(), pairs[:n_train], pairs[n_train:], pairs[n_train:], "space", "space",
                     bleu_tokenize="none", recipe=get_task("parse").recipe, entry=entry)
 
 

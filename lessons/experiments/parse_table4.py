@@ -2,6 +2,7 @@
 
     python lessons/experiments/parse_table4.py                   # 2 sets x 3 seeds (resumes)
     python lessons/experiments/parse_table4.py --quick --out F   # a smoke test
+    python lessons/experiments/parse_table4.py --live-check      # lesson 15's row on other processors and seeds
 
 The paper trains a 4-layer Transformer on the WSJ part of the Penn Treebank (40K
 sentences, "WSJ only") and on a much larger set that adds parsed sentences from other
@@ -219,10 +220,10 @@ def checkpoint_row(path: str, beam: bool = True, beam_test: int | None = None, t
     return _score_row(record, model, ckpt.vocab, task, None, beam, beam_test)
 
 
-def _chunked_row(xx_targets: bool) -> dict:
-    trainer, task = parser_trainer(LESSON["task"], LESSON["seed"], sum(LESSON["chunks"]), xx_targets)
+def _chunked_row(xx_targets: bool, seed: int = LESSON["seed"]) -> dict:
+    trainer, task = parser_trainer(LESSON["task"], seed, sum(LESSON["chunks"]), xx_targets)
     seconds = sum(train_more(trainer, steps) for steps in LESSON["chunks"])
-    return {**LESSON, "targets": "XX per word (Vinyals et al.)" if xx_targets else "words",
+    return {**LESSON, "seed": seed, "targets": "XX per word (Vinyals et al.)" if xx_targets else "words",
             "steps": trainer.step, "train_seconds": round(seconds, 1),
             "greedy": _scores(trainer.model.eval(), trainer.vocab, task.test[:LESSON["test"]]),
             **_row_provenance()}
@@ -266,6 +267,57 @@ def _summary(runs: list[dict]) -> dict:
     return out
 
 
+# -- the live check: what lesson 15's live parser must show -----------------------------------
+
+LIVE_SEEDS = (0, 1)          # the seeds of the re-runs that measure the tolerance (the lesson's is LESSON["seed"])
+# What lesson 15 asserts of its live run: key -> (metric, kind, floor, rounding step). Its null is the
+# right-branching floor of LESSON's seed: a parser that learned no structure.
+LIVE_CHECK = ("bracket_f1", f"greedy bracket F1 on the first {LESSON['test']} test sentences, after "
+              f"{sum(LESSON['chunks'])} steps (F1 points)", "abs", 1.0, 0.5)
+
+
+def live_values(scores: dict) -> dict:
+    """What the check compares, from score_translations' "scores" (as the lesson computes them)."""
+    return {LIVE_CHECK[0]: float(scores["bracket F1"])}
+
+
+def check_live(record: dict, scores: dict) -> list[str]:
+    """Assert the record's live check on the lesson's live scores; one line per check, for the lesson to print."""
+    return _record.assert_checks(record["live_check"], live_values(scores))
+
+
+def live_scores() -> dict:
+    """Lesson 15's live run, as its cells make it (parser_trainer, train_more per chunk, greedy scores)."""
+    trainer, task = parser_trainer(LESSON["task"], LESSON["seed"], sum(LESSON["chunks"]))
+    for steps in LESSON["chunks"]:
+        train_more(trainer, steps)
+    return score_translations(trainer.model.eval(), trainer.vocab, task.test[:LESSON["test"]], "word", "none",
+                              max_len=parsing.PARSE_MAX_OUTPUT, scores=parsing.tree_scores)["scores"]
+
+
+def live_checks(record: dict) -> tuple[list, dict]:
+    """Re-run the lesson's row under ``_record.variants(LIVE_SEEDS)`` (the record's own conditions: the kernel
+    its lesson row was made on) in fresh processes; the tolerance of its F1."""
+    made_on = {b["architecture"] for p in record["provenance"] if "lesson" in (p.get("wrote") or [])
+               for b in p["blas"]}
+    if len(made_on) != 1:
+        raise SystemExit(f"error: the lesson row was made on the kernels {sorted(made_on)}, not one")
+    reruns = {v["name"]: _record.rerun(__file__, ["--live-row", str(v["seed"])], v)["bracket_f1"]
+              for v in _record.variants(LIVE_SEEDS, LESSON["seed"], record_kernel=made_on.pop())}
+    key, metric, kind, floor, step = LIVE_CHECK
+    check = _record.measured_check(
+        f"the lesson's parser: {LESSON['task']}, seed {LESSON['seed']}, {sum(LESSON['chunks'])} steps", metric,
+        record["lesson"]["greedy"]["bracket_f1"], reruns, kind, floor, step,
+        "re-runs of parse_table4.lesson_row in fresh processes, one BLAS thread, seeds "
+        + ", ".join(map(str, LIVE_SEEDS)), null=record["floor_right_branching_f1"][str(LESSON["seed"])],
+        fails_when="the live parser is not the recorded one within what processors and seeds moved it (the null: "
+                   "the right-branching floor, a parser that learned no structure)",
+        section="lesson", seed=LESSON["seed"], steps=sum(LESSON["chunks"]), key=key)
+    print(check["metric"], "recorded", check["recorded"], "spread", check["observed_spread"], "tolerance",
+          check["tolerance"], flush=True)
+    return [check], reruns
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
@@ -283,7 +335,24 @@ def main() -> int:
                    help="score the beam on the first N test sentences only (default: all 1,000)")
     p.add_argument("--no-beam", action="store_true", help="greedy only")
     p.add_argument("--out", default=str(OUT))
+    p.add_argument("--live-check", action="store_true",
+                   help="only re-run the lesson's row on other processors and seeds, and write its tolerance")
+    p.add_argument("--live-row", type=int, help=argparse.SUPPRESS)    # a seed: the lesson's row as JSON
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.live_row is not None:
+        _record.limit_blas_threads(args.threads)
+        _record.emit(_chunked_row(False, args.live_row)["greedy"])
+        return 0
+    if args.live_check:
+        prov = _record.start(threads=1)
+        record = json.loads(pathlib.Path(args.out).read_text())
+        record["live_check"], record["live_check_reruns"] = live_checks(record)
+        record["live_check_machines"] = _record.played()
+        record["provenance"].append(_record.finish(prov, wrote=["live_check"]))
+        _record.write(args.out, record)
+        print("wrote", args.out)
+        return 0
     if args.quick and args.out == str(OUT):
         p.error("--quick writes a smoke-test record: give it its own --out")
     prov = _record.start(threads=1)                # one BLAS thread from here on

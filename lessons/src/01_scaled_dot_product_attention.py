@@ -38,12 +38,12 @@
 # | what forward saves for backward | `minitransformer.layers.attention.AttentionCache` |
 # | masks | `minitransformer.layers.masks.causal_mask`, `padding_mask`; `attention.MASK_FILL` |
 #
-# The derivations in full: [docs/derivations.md §4, the softmax Jacobian](../docs/derivations.md#4-softmax-and-its-jacobian)
-# and [§5, scaled dot-product attention with masks](../docs/derivations.md#5-scaled-dot-product-attention-321-eq-1-with-masks).
+# The derivations in full: [docs/derivations.md §4, the softmax Jacobian](docs/derivations.md#4-softmax-and-its-jacobian)
+# and [§5, scaled dot-product attention with masks](docs/derivations.md#5-scaled-dot-product-attention-321-eq-1-with-masks).
 #
 # **What it trains:** nothing; every array is small and random. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

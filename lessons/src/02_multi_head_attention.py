@@ -40,12 +40,12 @@
 # The package, like most implementations, also adds a bias after each projection (the paper's
 # equations have none); the check in §1 shows it.
 #
-# The derivations in full: [docs/derivations.md §6, multi-head attention](../docs/derivations.md#6-multi-head-attention-projections-split-and-concat-322),
-# including [the fused projection](../docs/derivations.md#the-fused-projection) that exercise 2.4 asks you to differentiate.
+# The derivations in full: [docs/derivations.md §6, multi-head attention](docs/derivations.md#6-multi-head-attention-projections-split-and-concat-322),
+# including [the fused projection](docs/derivations.md#the-fused-projection) that exercise 2.4 asks you to differentiate.
 #
 # **What it trains:** nothing; it times one attention layer for several head counts. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -641,7 +641,7 @@ check_decoder_mask(my_decoder_mask)
 # `dQ`, `dK`, `dV` of shape `(B, h, S, d_k)` (what `attention_backward` returns), `x` and
 # `W_qkv`, return `(dx, dW_qkv, db_qkv)`. Undo the split (exercise 2.1), put the three blocks
 # side by side in the right order, then it is a linear layer's backward (lesson 0, exercise 0.2).
-# The derivation: [docs/derivations.md, the fused projection](../docs/derivations.md#the-fused-projection).
+# The derivation: [docs/derivations.md, the fused projection](docs/derivations.md#the-fused-projection).
 # Use NumPy only (not `merge_heads`).
 
 # %% tags=["stub"]

@@ -29,12 +29,12 @@
 # | Eq. (2), forward and backward | `minitransformer.layers.feedforward.FeedForward` |
 # | each of the two affine maps | `minitransformer.layers.linear.Linear`, `linear_forward`, `linear_backward` |
 #
-# The derivation in full: [docs/derivations.md §7, the feed-forward network and ReLU](../docs/derivations.md#7-position-wise-feed-forward-network-and-relu-33-eq-2),
-# built on [§1, the linear layer](../docs/derivations.md#1-linear-layer).
+# The derivation in full: [docs/derivations.md §7, the feed-forward network and ReLU](docs/derivations.md#7-position-wise-feed-forward-network-and-relu-33-eq-2),
+# built on [§1, the linear layer](docs/derivations.md#1-linear-layer).
 #
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

@@ -32,12 +32,12 @@
 # | a stack of wrapped layers | `minitransformer.model.Encoder`, `Decoder`; `TransformerConfig(pre_ln=...)` |
 # | the gradient checker | `minitransformer.gradcheck.check_layer`, `gradcheck`, `rel_error` |
 #
-# The derivations in full: [docs/derivations.md §8, layer normalization](../docs/derivations.md#8-layer-normalization-31-ba-et-al-2016),
-# [§9, residual connections](../docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54) and [§10, dropout](../docs/derivations.md#10-dropout-54).
+# The derivations in full: [docs/derivations.md §8, layer normalization](docs/derivations.md#8-layer-normalization-31-ba-et-al-2016),
+# [§9, residual connections](docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54) and [§10, dropout](docs/derivations.md#10-dropout-54).
 #
 # **What it trains:** nothing; it sends gradients through deep random stacks. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

@@ -34,11 +34,11 @@
 # | $x + PE$ and its backward (the identity) | `PositionalEncoding.forward`, `.backward` |
 # | in the model | `Transformer.src_pos`, `tgt_pos` (one shared table); dropout on the sum (§5.4): `src_dropout`, `tgt_dropout` |
 #
-# The derivation in full: [docs/derivations.md §3, positional encoding](../docs/derivations.md#3-positional-encoding-35).
+# The derivation in full: [docs/derivations.md §3, positional encoding](docs/derivations.md#3-positional-encoding-35).
 #
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

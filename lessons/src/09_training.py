@@ -39,12 +39,12 @@
 # | a run: task, recipe, loop, evaluation | `minitransformer.data.registry.load_task`, `minitransformer.runsetup.settings_for`, `make_trainer`, `minitransformer.train.Trainer.run`; `minitransformer.translate.score_translations` |
 #
 # The derivations of this lesson's backward passes are also in
-# [docs/derivations.md §10 (dropout)](../docs/derivations.md#10-dropout-54) and
-# [§11 (label-smoothed cross-entropy)](../docs/derivations.md#11-label-smoothed-cross-entropy-54).
+# [docs/derivations.md §10 (dropout)](docs/derivations.md#10-dropout-54) and
+# [§11 (label-smoothed cross-entropy)](docs/derivations.md#11-label-smoothed-cross-entropy-54).
 #
 # **What it trains:** several small models of the copy and reverse tasks (with and without warm-up, with and without label smoothing, one batch overfitted), the copy recipe until it is solved, and, in the exercises, a tiny model driven by your gradient. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -319,6 +319,8 @@ print("base model peak:", NoamSchedule(512, 4000).peak_lr, "at step", NoamSchedu
 # The training loop below is the one inside `Trainer.train_step`, written out so that we can choose the schedule:
 
 # %%
+from threadpoolctl import threadpool_limits
+
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
 from minitransformer.runsetup import build_model
 
@@ -370,27 +372,22 @@ WARMUP_MODEL = warmup_script.PINNED_MODEL
 FACTOR, WARMUP, LIVE_STEPS = 1.0, 200, 300
 noam = NoamSchedule(WARMUP_MODEL["d_model"], WARMUP, FACTOR)
 t0 = time.perf_counter()
-live = {"with warm-up": train_steps(build_model(copy_task, "copy", seed=0, **WARMUP_MODEL), copy_pairs, noam, LIVE_STEPS),
-        "without warm-up": train_steps(build_model(copy_task, "copy", seed=0, **WARMUP_MODEL), copy_pairs,
-                                       lambda step: noam(max(step, WARMUP)), LIVE_STEPS)}
+with threadpool_limits(1):                      # one BLAS thread, as the saved runs
+    live = {"with warm-up": train_steps(build_model(copy_task, "copy", seed=0, **WARMUP_MODEL), copy_pairs, noam,
+                                        LIVE_STEPS),
+            "without warm-up": train_steps(build_model(copy_task, "copy", seed=0, **WARMUP_MODEL), copy_pairs,
+                                           lambda step: noam(max(step, WARMUP)), LIVE_STEPS)}
 print(f"2 x {LIVE_STEPS} steps in {time.perf_counter() - t0:.1f} s; peak lrate {noam.peak_lr:.2e}")
 for name, losses in live.items():
     print(f"{name:<16} loss: first 10 steps {losses[:10].mean():.3f}, steps 190-210 {losses[190:210].mean():.3f}, "
           f"last 20 {losses[-20:].mean():.3f}")
 
-# The live run is a row of the saved record (below): it must agree within the tolerance the record states,
-# measured by re-running the row with another BLAS kernel (lessons/experiments/README.md). A record that
-# today's code no longer reproduces fails here.
-sys.path.insert(0, str(EXPERIMENTS.resolve()))
-import _record  # lessons/experiments/_record.py
-
+# The live run is a row of the saved record (below). On any computer it must show what the record measured when
+# it re-ran this row on four processors' arithmetic (their BLAS kernels and SIMD code) and three seeds: the first
+# 10 steps as recorded, to rounding (they check the arithmetic), and over steps 281-300 a loss with warm-up far
+# below the loss without, which stays near chance (the margins: lessons/experiments/README.md).
 warm = json.loads((EXPERIMENTS / "lesson09_warmup.json").read_text())
-for check in warm["live_check"]:
-    w = check["where"]
-    losses = live["with warm-up" if w["warmup"] else "without warm-up"]
-    _record.assert_live(check, float(np.mean(losses[w["steps"][0] - 1:w["steps"][1]])))
-print(f"the live losses agree with the saved row ({len(warm['live_check'])} checks, tolerances "
-      + ", ".join(f"{c['tolerance']:.1%}" for c in warm["live_check"]) + " relative)")
+print("the live run agrees with the saved row:", *warmup_script.check_live(warm, live), sep="\n  ")
 
 # %%
 factors = sorted({r["factor"] for r in warm["runs"]})
@@ -509,7 +506,7 @@ print(f"the lowest possible loss, reached at p = q: H(q) = {-(q * np.log(q)).sum
 # $$\frac{\partial \log p_v}{\partial z_k} = [v = k] - \frac{e^{z_k}}{\sum_m e^{z_m}} = [v = k] - p_k .$$
 #
 # (This is the log-softmax's derivative; the softmax Jacobian itself is in
-# [docs/derivations.md §4](../docs/derivations.md#4-softmax-and-its-jacobian).)
+# [docs/derivations.md §4](docs/derivations.md#4-softmax-and-its-jacobian).)
 #
 # So
 #
@@ -529,7 +526,7 @@ print(f"the lowest possible loss, reached at p = q: H(q) = {-(q * np.log(q)).sum
 # batch happens to have. This is `cross_entropy_backward`: `probs - eps_ls/V`, then `-= 1 - eps_ls` at the
 # target indices, then `* valid / n`. It is the first gradient of every backward pass, the `dlogits` that
 # `Transformer.backward` receives. (The same derivation, with the numerical-stability argument:
-# [docs/derivations.md §11](../docs/derivations.md#11-label-smoothed-cross-entropy-54).) A gradient check, float64,
+# [docs/derivations.md §11](docs/derivations.md#11-label-smoothed-cross-entropy-54).) A gradient check, float64,
 # with padding in both rows:
 
 # %%
@@ -620,7 +617,8 @@ n_test = next(e["test_pairs"] for e in ls_record["entries"] if e["task"] == ls_s
 # function, through the package's Trainer with the settings the script pins (the copy/reverse schedule of the
 # time, factor 0.25, warm-up 200, clipping at 1), measured on the same held-out sequences.
 t0 = time.perf_counter()
-ls_live = {eps: ls_script.live_point(eps, n_test) for eps in (0.0, 0.1)}
+with threadpool_limits(1):                      # one BLAS thread, as the saved runs
+    ls_live = {eps: ls_script.live_point(eps, n_test) for eps in ls_script.EPS}
 LS_STEPS = ls_script.LIVE["steps"]
 print(f"reverse task: 2 x {LS_STEPS} steps of the tiny model in {time.perf_counter() - t0:.1f} s, "
       f"{n_test} held-out sequences")
@@ -628,9 +626,9 @@ print(f"{'eps_ls':<8}{'perplexity':>11}{'token accuracy':>16}{'exact match':>13}
 for eps, measured in ls_live.items():
     print(f"{eps:<8}{measured['perplexity']:>11.4f}{measured['token_accuracy']:>16.2%}{measured['exact_match']:>13.1%}")
 print(f"perplexity of p = q (eps_ls = 0.1, V = {len(cv)}): {1 / (1 - 0.1 + 0.1 / len(cv)):.4f}")
-for check in ls_record["live_check"]:                  # the record's row, within its measured tolerance
-    _record.assert_live(check, ls_live[check["where"]["eps_ls"]][check["where"]["key"]])
-print(f"the live run agrees with the saved row: {len(ls_record['live_check'])} checks")
+# The record's row, within the margins it measured over four processors' arithmetic and three seeds: the first
+# 10 steps' loss as recorded (to rounding), and held-out scores of a model that has learned to reverse.
+print("the live run agrees with the saved row:", *ls_script.check_live(ls_record, ls_live), sep="\n  ")
 
 # %%
 a, b = ls_live[0.0], ls_live[0.1]
@@ -762,7 +760,7 @@ print(f"base model (N = 6): 5N + 2 = {base_model_sites} sites")
 # The backward needs **the same $m$** the forward drew: the gradient must flow back exactly through the units
 # that carried the signal forward. `Dropout.forward` keeps $m$ in its cache, `Dropout.backward` multiplies by
 # it. In evaluation mode (`model.eval()`) dropout is the identity
-# ([docs/derivations.md §10](../docs/derivations.md#10-dropout-54)). A gradient check is only meaningful if every
+# ([docs/derivations.md §10](docs/derivations.md#10-dropout-54)). A gradient check is only meaningful if every
 # forward of the check draws the same mask, so the generator is re-seeded before each one:
 
 # %%

@@ -44,7 +44,7 @@
 #
 # **What it trains:** two small `reverse` models (the live row of §9); the rest reads `lessons/experiments/table3.json`. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -636,14 +636,11 @@ from threadpoolctl import threadpool_limits
 warnings.filterwarnings("ignore", message="IProgress not found")   # tqdm's notebook bar needs ipywidgets; no bar here
 
 extra = results["extrapolation"]
-live = {}
 backend.set_default_dtype("float32")             # training runs in float32, as the script's did
+t0 = time.perf_counter()
 with threadpool_limits(1):                       # ... and with one BLAS thread
-    for label in ("base", "learned PE"):
-        t0 = time.perf_counter()
-        live[label] = table3.run_one(label, seed=0, steps=table3.EXTRAPOLATION["steps"], task_name=extra["task"],
-                                     sweep=True)
-        print(f"{label:10s}: trained and evaluated in {time.perf_counter() - t0:.0f} s")
+    live = table3.live_runs()                    # table3.run_one for both models, seed 0, 600 steps, sweep of lengths
+print(f"both models trained and evaluated in {time.perf_counter() - t0:.0f} s")
 stored = {(r["label"], r["seed"]): r for r in extra["runs"] if r["steps"] == table3.EXTRAPOLATION["steps"]}
 print(f"\n{'':15s} {'test exact':>10s} {'test PPL':>9s}   token accuracy at length 10, 11, 12")
 for label in ("base", "learned PE"):
@@ -651,34 +648,21 @@ for label in ("base", "learned PE"):
         acc = ", ".join(f"{r['token_acc_by_length'][str(n)] * 100:.1f} %" for n in (10, 11, 12))
         print(f"{label:10s} {source}: {r['exact_match'] * 100:8.1f} % {r['ppl']:9.4f}   {acc}")
 
-# The live rows must agree with the records within the tolerances table3.py --live-check measured (re-runs
-# in fresh processes, also on another BLAS kernel): a record that today's code cannot reproduce fails here.
-import _record  # lessons/experiments/_record.py
-
-
-def metric_of(run, key):
-    """A live_check's metric of a run: "exact_match", "ppl", "token_acc" or "token_acc_by_length[11]"."""
-    if key.startswith("token_acc_by_length["):
-        return run["token_acc_by_length"][key[len("token_acc_by_length["):-1]]
-    return run[key]
-
-
-checks = [c for c in results.get("live_check", []) if c["where"]["section"] == "extrapolation"
-          and c["where"]["steps"] == table3.EXTRAPOLATION["steps"] and c["where"]["seed"] == 0]
-assert {c["where"]["label"] for c in checks} == set(live), (
-    "table3.json has no live_check for the rows this lesson re-runs: run python lessons/experiments/table3.py --live-check")
-for c in checks:
-    _record.assert_live(c, metric_of(live[c["where"]["label"]], c["where"]["key"]))
-print(f"\nthe live rows agree with the records: {len(checks)} checks, e.g. "
-      + "; ".join(f"{c['where']['label']} {c['where']['key']} within {c['tolerance']:g}" for c in checks[:4]))
+# What the live rows must show on any computer, within the margins table3.py --live-check measured by re-running
+# them on four processors' arithmetic and two seeds (lessons/experiments/README.md).
+assert results.get("live_check"), \
+    "table3.json has no live_check for the rows this lesson re-runs: run python lessons/experiments/table3.py --live-check"
+print("\nthe live rows agree with the records:", *table3.check_live(results, live), sep="\n  ")
 
 # %% [markdown]
-# The live runs agree with the script's seed-0 records within the tolerances asserted above, which the script
-# measured by re-running these rows in fresh processes, once as recorded and once on another BLAS kernel (another
-# order of the float32 additions, as on another computer): the token accuracy at a length never trained on is
-# the most sensitive number, and its tolerance is the widest. After 600 steps neither model has finished
-# learning even the training lengths, so the fair test of extrapolation is the 3 000-step models, which solve
-# lengths 1–10 almost perfectly. All three seeds, by source length:
+# The live numbers need not be the JSON's: after a few dozen steps another processor's rounding (its BLAS kernel,
+# its SIMD code), like another seed, sends a float32 run down another path, and a length never trained on is the
+# most sensitive number of all. What the cell asserts is what held on every processor and seed the script tried:
+# the training loss of the first steps as recorded (up to rounding: it checks the arithmetic), both models
+# reversing most test symbols, and the learned table's token accuracy falling more than the sinusoids' from the
+# longest training length to one beyond it. After 600 steps neither model has finished learning even the training lengths, so the
+# fair test of extrapolation is the 3 000-step models, which solve lengths 1–10 almost perfectly. All three seeds,
+# by source length:
 
 # %%
 lengths = extra["lengths"]

@@ -38,7 +38,7 @@
 # gradient accumulation), and it times MPI messages on 2 and 4 ranks. The cell below says how long the whole
 # lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

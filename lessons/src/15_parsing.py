@@ -52,7 +52,7 @@
 # **What it trains:** one small parser for 600 steps, in three cells of 200 (a row of the record, repeated
 # live); the full runs of Table 4 come from the record. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -346,10 +346,11 @@ print(f"{trainer.step} steps in {train_seconds:.0f} s")
 
 # %% [markdown]
 # Decoding greedily and scoring the first test sentences. The record holds the same run, made by the
-# Table 4 script; the assert re-checks it. The tolerance is 3 F1 points: the run is seeded, but another
-# BLAS library or thread count adds the same numbers in another order, and hundreds of steps amplify those
-# last-bit differences into slightly different weights. On the machine that wrote the record the two
-# agree exactly.
+# Table 4 script; the assert re-checks it, within the tolerance the script measured by re-running this run
+# on four processors' arithmetic (their BLAS kernels and SIMD code) and two seeds
+# (lessons/experiments/README.md): the run is seeded, but another processor adds the same numbers in another
+# order, and hundreds of steps turn those last bits into other weights, as another seed would. On the
+# machine that wrote the record the two agree exactly.
 
 # %%
 from minitransformer.translate import score_translations, translate_tokens
@@ -362,8 +363,8 @@ recorded_f1 = table4["lesson"]["greedy"]["bracket_f1"]
 print(f"live: {', '.join(f'{k} {v:.2f}' for k, v in live['scores'].items())}  [{live['seconds']:.1f} s]")
 print(f"recorded by parse_table4.py: bracket F1 {recorded_f1:.2f} (trained in {table4['lesson']['train_seconds']} s "
       f"on {machine})")
-assert abs(live_f1 - recorded_f1) <= 3.0, (live_f1, recorded_f1)
-print(f"live - recorded = {round(live_f1 - recorded_f1, 2) + 0.0:+.2f} F1 points (tolerance ±3)")   # + 0.0: no "-0.00"
+print(f"live - recorded = {round(live_f1 - recorded_f1, 2) + 0.0:+.2f} F1 points")   # + 0.0: no "-0.00"
+print("the live run agrees with the record:", *parse_table4.check_live(table4, live["scores"]), sep="\n  ")
 
 # %% [markdown]
 # What `translate` prints for a parse checkpoint is the output read back as a tree, with the sentence's

@@ -342,7 +342,7 @@ def parse_splits(n_train: int, seed: int, n_valid: int = 500, n_test: int = 1_00
     splits, nor twice in one.
 
     Source tokens are the words; target tokens are word-level too, split the
-    way ``vocab.tokenize(" ".join(target), "word")`` splits them: "(NP", ")NP"
+    way ``vocab.tokenize(" ".join(target), "space")`` splits them: "(NP", ")NP"
     and "XX" are single tokens.
     """
     for name, value in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):

@@ -15,7 +15,7 @@ Pairs are *token* lists; encode them with ``synthetic_vocab(n_symbols)``.
 
 Each task is one entry of ``TASKS`` below (a ``loading.Task``: description,
 recipe, splits), which the task registry (registry.py), ``python -m
-minitransformer tasks``, ``train --help`` and the README's task list read.
+minitransformer tasks``, ``train --help`` and docs/tasks.md's task table read.
 Adding a synthetic task means a generator and an entry here, nothing else.
 """
 
@@ -119,9 +119,11 @@ _REVERSE_RECIPE = recipe("reverse", steps=1500, batch_size=128, batch_by_length=
                          warmup_steps=200, clip_norm=1.0, valid_every=25, valid_decode=SPLIT_SIZES["valid"],
                          stop_when_solved=2)
 
+_PHRASING = "1 to 10 of the symbols 0-9, separated by spaces: '3 1 4 1 5'"
+
 TASKS = [
     Task("copy", "synthetic: copy a random sequence of 10 symbols, lengths 1-10", _COPY_RECIPE,
-         _splits(copy_pairs), vocab=_vocab, bleu_tokenize="none"),
+         _splits(copy_pairs), "space", "space", vocab=_vocab, bleu_tokenize="none", phrasing=_PHRASING),
     Task("reverse", "synthetic: reverse a random sequence of 10 symbols, lengths 1-10", _REVERSE_RECIPE,
-         _splits(reverse_pairs), vocab=_vocab, bleu_tokenize="none"),
+         _splits(reverse_pairs), "space", "space", vocab=_vocab, bleu_tokenize="none", phrasing=_PHRASING),
 ]
