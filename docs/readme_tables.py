@@ -37,6 +37,7 @@ PAGES = {"README.md": ("lessons",), os.path.join("docs", "tasks.md"): ("tasks",)
 TASKS_RECORD = os.path.join(ROOT, "benchmarks", "results", "tasks.json")
 RUNTIMES = os.path.join(ROOT, "lessons", "runtimes.json")
 PARSE_RECORD = os.path.join(ROOT, "lessons", "experiments", "parse_table4.json")
+PARSE_REFERENCES = os.path.join(ROOT, "lessons", "experiments", "parse_baselines.json")
 
 # (notebook stem, title, paper, what you do): the lesson table's words; its runtimes come from RUNTIMES.
 LESSONS = [
@@ -87,7 +88,7 @@ LESSONS = [
      "gradient accumulation, equal to one process"),
     ("15_parsing", "Constituency parsing as translation", "§6.3, Table 4",
      "a generated treebank from a small grammar, linearized trees, repairing ill-formed outputs, bracket F1, the "
-     "grammar's own parser as the ceiling"),
+     "grammar's most probable tree and its max-expected-F1 parse as the references"),
 ]
 
 
@@ -142,8 +143,17 @@ def _parse_result(name: str) -> tuple[str, dict] | None:
                     f"{sum(r['greedy']['bracket_f1'] for r in seeds) / len(seeds):.2f}" if len(seeds) > 1 else "")
             averaged = (f" (the §6.1 average of the last {len(run['average']['steps'])} checkpoints)"
                         if run.get("average") else "")
+            refs = next((r for r in _load(PARSE_REFERENCES).get("seeds", []) if r["seed"] == 0), None)
+            under = ""
+            if refs:
+                better = refs["better_reference"].replace("_", " ").replace("max expected f1", "max-expected-F1 parse")
+                gap = refs["better_reference_f1"] - run["greedy"]["bracket_f1"]
+                under = (f"; seed 0 is {gap:.2f} under the better of the "
+                         f"grammar's own two parses ({refs['better_reference_f1']:.2f}, its {better}; its most "
+                         f"probable tree {refs['most_probable_tree']['f1']:.2f}, "
+                         "`lessons/experiments/parse_baselines.json`)")
             text = (f"bracket F1 {run['greedy']['bracket_f1']:.2f} greedy on {run['test_sentences']:,} "
-                    f"sentences{averaged}{beam_text}{mean} "
+                    f"sentences{averaged}{beam_text}{mean}{under} "
                     f"(`lessons/experiments/parse_table4.json`) | | {run['train_seconds']:.0f} s "
                     f"({run['steps']:,} steps)")
             return text, run

@@ -159,7 +159,7 @@ def test_tasks_lists_every_task(capsys):
 
 def test_every_task_has_a_recipe_with_a_known_preset():
     from minitransformer.data import translation
-    from minitransformer.model import PRESETS
+    from minitransformer.data.registry import PRESETS
 
     assert set(translation.TASKS) <= set(TASKS)
     for name, task in TASKS.items():

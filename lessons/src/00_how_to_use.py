@@ -472,10 +472,10 @@ except ValueError as err:                  # ShapeError is a ValueError
 # ipdb> p shape                      # what arrived
 # (2, 3, 6)
 # ipdb> u                            # up one frame: check_input, every layer's input check
-# ipdb> u                            # up again: the layer's _check
-# ipdb> u                            # and again: MultiHeadAttention.forward
+# ipdb> u                            # up again: MultiHeadAttention._check_input
 # ipdb> p x_q.shape, self.d_model
 # ((2, 3, 6), 8)
+# ipdb> u                            # and again: the wrapper that runs the checks before the forward's math
 # ipdb> q
 # ```
 #

@@ -146,12 +146,12 @@ print(tr("max |layer - literal Eq.|:"), np.abs(mha.forward(x) - literal).max())
 # `MultiHeadAttention.backward` you can see this in the line
 #
 # ```python
-# dheads = split_heads(backend.matmul(dy, self.W_o.data.T), h)     # (B, h, S_q, d_k)
+# dheads = split_heads(dconcat.reshape(B, S_q, d), self.h)         # (B, h, S_q, d_k)
 # ```
 #
-# (the backward of `concat = merge_heads(heads)`), and in the lines that write `dQ`, `dK`, `dV`
-# side by side into one `(B, S, 3·d_model)` array: the backward of the fused `W_qkv` product and
-# its reshape/transpose into three heads' worth of Q, K and V (exercise 2.4 asks you to write
+# (the backward of `concat = merge_heads(heads)`), and in `merge_qkv`, which writes `dQ`, `dK`,
+# `dV` side by side into one `(B·S, 3·d_model)` array: the backward of the fused `W_qkv` product
+# and its reshape/transpose into three heads' worth of Q, K and V (exercise 2.4 asks you to write
 # it). A gradient check on `merge_heads` alone:
 
 # %%

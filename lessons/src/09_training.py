@@ -25,8 +25,8 @@
 #
 # (§5.2 gives the hardware: eight P100 GPUs, 100 000 steps of 0.4 s for the base model, about 12 hours.)
 #
-# Then the checks every practitioner runs before trusting a training run, a full run of the copy task to 100%
-# held-out exact match, and, in the exercises, the gradient that starts every backward pass, written by you
+# Then the checks every practitioner runs before trusting a training run, a full run of the copy task until it
+# gets every held-out sequence exactly right, and, in the exercises, the gradient that starts every backward pass, written by you
 # and used to train a model.
 #
 # | what | where in the package |
@@ -65,7 +65,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 
 from minitransformer import backend
-from lessonkit.prose import claim_true, show_markdown
+from lessonkit.prose import claim, claim_true, show_markdown
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
 np.set_printoptions(precision=4, suppress=True, linewidth=110)
@@ -94,6 +94,7 @@ warnings.filterwarnings("ignore", message="IProgress not found")   # tqdm.auto's
 
 # %%
 from minitransformer.data.batching import batch_iterator, make_batch
+from minitransformer.data import batching
 from minitransformer.data.registry import load_task
 from minitransformer.train import encode_pairs
 
@@ -101,6 +102,9 @@ task = load_task("emoji-en-fr")
 vocab = task.vocab
 pairs = encode_pairs(vocab, task.train)          # [(source ids + <eos>, target ids)]
 ids = dict(pad_id=vocab.pad_id, bos_id=vocab.bos_id, eos_id=vocab.eos_id)
+# What the text above says of the task and of batch_iterator: 1 329 pairs of 2 to 50 characters, pools of 100 batches.
+text_lengths = [len(side) for pair in task.train for side in pair]
+assert len(pairs) == 1329 and (min(text_lengths), max(text_lengths)) == (2, 50) and batching.POOL_BATCHES == 100
 
 
 def cut(order, B=64):
@@ -240,7 +244,7 @@ print("g / (|g| + eps)          ", " ".join(f"{x:8.3f}" for x in g / (np.abs(g) 
 # very small gradients.
 #
 # Why $\beta_2 = 0.98$ rather than the usual 0.999? The paper does not say. One reading: $v$ averages over about
-# $1/(1-\beta_2)$ steps, 50 instead of 1000, so it follows the gradient's size quickly when that changes, as it
+# $1/(1-\beta_2)$ steps, fifty instead of a thousand, so it follows the gradient's size quickly when that changes, as it
 # does early in training. The bias
 # correction matters more with a large $\beta_2$. Without it, the update is
 # $\frac{1-\beta_1^t}{\sqrt{1-\beta_2^t}}$ times the corrected one (for a steady gradient), which is *not* small:
@@ -257,6 +261,11 @@ ax.axhline(1, color="k", lw=0.8)
 ax.set(xscale="log", xlabel="step t", ylabel="uncorrected / corrected step",
        title="Adam without bias correction, for a steady gradient")
 ax.legend(); plt.tight_layout(); plt.show()
+uncorrected = {beta2: (1 - 0.9 ** t) / np.sqrt(1 - beta2 ** t) for beta2 in (0.98, 0.999)}
+claim("beta2 = 0.98: at most 1.55 times the corrected step", uncorrected[0.98].max(), 1.55, tol=0.005)
+claim("beta2 = 0.98: the largest at step 14", t[uncorrected[0.98].argmax()], 14, tol=0)
+claim("beta2 = 0.999: at most 6.6 times the corrected step", uncorrected[0.999].max(), 6.6, tol=0.05)
+claim("beta2 = 0.999: the largest at step 12", t[uncorrected[0.999].argmax()], 12, tol=0)
 
 # %% [markdown]
 # **Predict.** The schedule of §5.3, Eq. (3), with the paper's $d_\text{model} = 512$ and 4000 warm-up steps: its highest learning rate?
@@ -303,6 +312,7 @@ for ax in axes:
     ax.legend(fontsize=8)
 plt.tight_layout(); plt.show()
 print("base model peak:", NoamSchedule(512, 4000).peak_lr, "at step", NoamSchedule(512, 4000).warmup_steps)
+claim("the base model's peak rate is 7.0e-4", NoamSchedule(512, 4000).peak_lr, 7.0e-4, tol=5e-6)
 
 # %% [markdown]
 # Wider models get smaller rates ($d_\text{model}^{-0.5}$); a longer warm-up gives a lower, later peak.
@@ -481,7 +491,7 @@ show_markdown("\n".join([
 # happens (lesson 5).
 #
 # Since $\ell$ is the cross-entropy of $p$ against $q$, it is smallest when $p = q$: a model trained with label
-# smoothing is pushed to put about 0.9, not 1, on the right token. That is the whole trade-off in one line:
+# smoothing is pushed to put about $1 - \varepsilon_{ls}$, not 1, on the right token. That is the whole trade-off in one line:
 # the loss is no longer minimised by certainty.
 
 # %%
@@ -573,15 +583,15 @@ reveal(my_prediction_9_2, float(-(q_best * np.log(q_best)).sum()), what="the low
 # The paper reports that label smoothing makes perplexity worse, since the model learns to be less sure of
 # itself, while it raises accuracy and BLEU. Perplexity is $\exp$ of the mean $-\log p(\text{correct token})$ on held-out data (unsmoothed).
 # The model that the smoothed loss asks for, $p = q$, has $-\log p_y = -\log(1 - \varepsilon_{ls} + \varepsilon_{ls}/V)$ at every
-# position, so its perplexity is $1/(1-\varepsilon_{ls}+\varepsilon_{ls}/V)$, about 1.10, even when every prediction is right;
+# position, so its perplexity is $1/(1-\varepsilon_{ls}+\varepsilon_{ls}/V)$, above 1 even when every prediction is right;
 # without smoothing the loss pushes perplexity towards 1.
 #
 # Below: the same tiny model (`tiny` preset: $d_\text{model} = 32$, $h = 2$, $N = 1$; the schedule and clipping the
 # script pins) trained on the same batches with $\varepsilon_{ls} = 0$ and $0.1$, measured on 500 held-out
 # sequences: perplexity, token accuracy (teacher-forced argmax), and exact match of greedy decodes
-# (`score_translations`). First a live run of 750 steps on the **reverse** task (output the sequence
-# backwards, harder than copying), then saved runs of 1500 steps, three seeds, on copy and reverse
-# (`lessons/experiments/lesson09_label_smoothing.py`).
+# (`score_translations`). First a live run on the **reverse** task (output the sequence backwards, harder
+# than copying; its length is printed under it), then saved runs, longer and three seeds each, on copy and
+# reverse (`lessons/experiments/lesson09_label_smoothing.py`).
 
 # %%
 from minitransformer.layers.loss import cross_entropy_forward
@@ -707,7 +717,7 @@ show_markdown("\n".join(lines) + "\n\nSo at this scale the perplexity-against-ac
 
 # %% [markdown]
 # Three seeds of a toy task are a small sample; the pattern to take away is the mechanism. Smoothing caps how
-# sure the model is asked to be (its loss is lowest at a perplexity of 1.10, not 1), and the probability it spreads over wrong tokens is
+# sure the model is asked to be (its loss is lowest at the perplexity of the $p = q$ line above, not 1), and the probability it spreads over wrong tokens is
 # never an argmax, so the decisions, and with them accuracy, are not hurt.
 #
 # ## 5. Dropout (§5.4)
@@ -722,7 +732,7 @@ show_markdown("\n".join(lines) + "\n\nSo at this scale the perplexity-against-ac
 # %%
 from minitransformer.layers.dropout import Dropout
 from minitransformer.layers.parameter import Layer
-from minitransformer.model import Transformer, TransformerConfig
+from minitransformer.model import PRESETS, Transformer, TransformerConfig
 
 
 def dropout_sites(layer, prefix=""):
@@ -857,7 +867,7 @@ print("independent draws would give 0.1 x 0.1 = 0.01 at both")
 
 # %% [markdown]
 # With $k$ sites sharing one mask, a coordinate is dropped at all $k$ of them with probability 0.1 instead of
-# $0.1^k$: for the encoder's $2N+1 = 13$ sites of the base model, $0.1$ instead of $10^{-13}$. The regularizer
+# $0.1^k$: for the encoder's $2N+1 = 13$ sites of the base model, $0.1$ instead of $0.1^{13}$. The regularizer
 # is then a different one (in each step, the same coordinates of the same positions removed from the
 # embeddings and from every sub-layer's output at once), not the one the paper trained with. Hence one `Dropout` object, with its own draw, per site.
 #
@@ -934,10 +944,19 @@ plt.tight_layout(); plt.show()
 # runs it: `load_task` builds the seeded splits, `settings_for` gives the task's recipe from the task registry
 # (printed below, never typed here), `make_trainer` builds the model, the loss and Adam, and `Trainer.run` loops.
 # The recipe validates every few steps on the whole validation split and **stops when the task is solved**:
-# after enough validations in a row at 100% exact match. The copy preset has no dropout and no label
-# smoothing: a deterministic task with this many training sequences needs neither. The run ends with all
-# held-out test sequences decoded greedily. Only the progress bar and the files (checkpoint, log, picture)
-# are left out.
+# after enough validations in a row at 100% exact match. What the copy preset regularizes with is printed
+# under this cell, from the preset itself. The run ends with all held-out test sequences decoded greedily.
+# Only the progress bar and the files (checkpoint, log, picture) are left out.
+
+# %%
+copy_preset = PRESETS["copy"]
+show_markdown(
+    f"The copy preset: dropout $P_\\text{{drop}} = {copy_preset.P_drop}$"
+    + (" (none: a task with one right answer and this many training sequences has nothing to regularize)"
+       if copy_preset.P_drop == 0 else "")
+    + f", label smoothing $\\varepsilon_{{ls}} = {copy_preset.eps_ls}$"
+    + (" (the paper's; the recipe search, `lessons/experiments/copy_recipe_search.py`, kept it)"
+       if copy_preset.eps_ls > 0 else "") + ".")
 
 # %%
 from lessonkit.runtimes import show_slow_cell
@@ -1028,7 +1047,8 @@ show_markdown(" ".join(sentences))
 # ### Exercise 9.1 — the learning-rate schedule
 #
 # Write `my_lrate(step, d_model, warmup_steps)` returning Eq. (3)'s rate for one step (steps count from 1).
-# The checker compares it with `NoamSchedule` at steps from 1 to 20 000 for three $(d_\text{model}, \text{warmup})$ pairs.
+# The checker compares it with `NoamSchedule` at steps before, at and long after the warm-up, for three
+# $(d_\text{model}, \text{warmup})$ pairs.
 
 # %% tags=["stub"]
 def my_lrate(step, d_model, warmup_steps):

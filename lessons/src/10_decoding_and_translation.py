@@ -25,8 +25,8 @@
 # 1. **greedy decoding by hand**, one position at a time with a key/value cache, and a check
 #    that it computes exactly what the teacher-forced decoder computes; then what the cache
 #    buys in speed;
-# 2. a **translation model trained in this notebook** (English dates to Korean, 400 steps of a
-#    small model), so that there is something real to decode;
+# 2. a **translation model trained in this notebook** (English dates to Korean, a few hundred steps
+#    of a small model), so that there is something real to decode;
 # 3. **beam search**: a real sentence where it beats greedy decoding and why, and what the
 #    length penalty $\alpha$ does to the length of the output;
 # 4. **BLEU** by hand for one sentence, then corpus BLEU with the package checked against
@@ -38,7 +38,7 @@
 # | in this lesson | where in the package |
 # | --- | --- |
 # | encoder once, then one decoder position at a time | `Transformer.encode`, `Transformer.decode_step` (in `minitransformer/model.py`) |
-# | the key/value cache | `minitransformer.model.KVCache` |
+# | the key/value cache | `minitransformer.kvcache.KVCache` (used by `Transformer.decode_step`) |
 # | the teacher-forced decoder, to compare with | `Transformer.decode`, `Transformer.forward` |
 # | dropout off while decoding | `minitransformer.layers.parameter.eval_mode` |
 # | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search`; as named strategies `Greedy()`, `Beam(size=4, alpha=0.6)` (and `Sample(...)`) for `decoding.decode` and `translate` |
@@ -71,7 +71,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minitransformer import backend, decoding, machine, metrics, runsetup, translate
-from minitransformer.data.registry import load_task
+from minitransformer.data.registry import PRESETS, load_task
 from minitransformer.data.vocab import tokenize
 from minitransformer import model as model_module
 from minitransformer.layers.loss import log_softmax
@@ -204,7 +204,7 @@ assert np.allclose(step_logits, teacher, rtol=0, atol=1e-12)
 assert np.allclose(step_logits, whole, rtol=0, atol=1e-12)
 
 # %% [markdown]
-# Equal to float64 rounding (about $10^{-15}$, against logits of a few units). The same check,
+# Equal to float64 rounding (far inside the $10^{-12}$ asserted, against logits of a few units). The same check,
 # on float64 and float32 models, a pre-LN model and batches with padding, is in
 # `tests/test_decoding.py`.
 #
@@ -231,7 +231,7 @@ show_slow_cell("10", "timing decoding with and without the cache")
 # %%
 # slow: timing decoding with and without the cache
 backend.set_default_dtype("float32")          # decoding and training run in float32
-speed_cfg = model_module.PRESETS["translate"].with_(vocab_size=305, max_len=160)
+speed_cfg = PRESETS["translate"].with_(vocab_size=305, max_len=160)
 speed_model = model_module.Transformer(speed_cfg, seed=0)
 speed_src = np.random.default_rng(0).integers(3, 305, size=(8, 10))    # (B, S) = (8, 10)
 
@@ -305,6 +305,9 @@ print(f"{task.name}: {len(task.train):,} training pairs, {len(task.valid)} valid
       f"{len(vocab)} tokens in the shared vocabulary")
 for src_tokens, tgt_tokens in task.test[:3]:
     print(f"  {' '.join(src_tokens):32s} ->  {' '.join(tgt_tokens)}")
+from minitransformer.data.translation import DATE_RANGE
+
+assert (DATE_RANGE[0].year, DATE_RANGE[1].year) == (1950, 2049)   # the text above
 
 # %% [markdown]
 # The model and the schedule are the task's recipe (`runsetup.settings_for("dates-en-ko")`): the
@@ -320,6 +323,10 @@ for src_tokens, tgt_tokens in task.test[:3]:
 # validation sentences decoded greedily).
 
 # %%
+# The recipe the text above describes, read from the task registry:
+recipe = runsetup.settings_for("dates-en-ko")[1]
+assert (recipe.warmup_steps, recipe.lr_factor, recipe.clip_norm) == (400, 0.5, 1.0)
+assert (recipe.steps, recipe.batch_size, recipe.valid_decode) == (1500, 128, 200)
 show_slow_cell("10", "training the dates model, 400 steps")
 
 # %%
@@ -361,7 +368,7 @@ plt.show()
 
 # %% [markdown]
 # The loss levels off near 1 and not near 0: label smoothing (§5.4, lesson 9) asks the
-# model to put only 90% of the probability on the right token, and that cross-entropy never
+# model to put only $1 - \varepsilon_{ls}$ of the probability on the right token, and that cross-entropy never
 # reaches zero.
 
 # %%
@@ -399,7 +406,7 @@ claim("the training loss levels off near 1", [r["loss"] for r in history if "los
 # ### Where beam search and greedy decoding differ
 #
 # On the fully trained model they agree almost everywhere (section 5 shows it). The
-# half-trained copy still hesitates, so we decode all 1,000 test sentences with it both ways
+# half-trained copy still hesitates, so we decode all the test sentences with it both ways
 # (`translate.score_translations` translates and scores a test set with the strategy it is
 # given; `decoding.Beam(4)` is beam 4 with $\alpha = 0.6$) and look at the sentences where
 # the two outputs differ.
@@ -742,7 +749,7 @@ reveal(my_prediction_10_2, metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize=
 # A 4-gram of characters is shorter than most words: getting four characters in a row right
 # is much easier than getting four words right, and one wrong word breaks every word n-gram
 # that contains it but only the few character n-grams that overlap the wrong characters. The
-# two scales measure different things, so a char-level BLEU of 80 says nothing about what the
+# two scales measure different things, so a high char-level BLEU says nothing about what the
 # word-level BLEU would be. Only scores computed with the same tokenizer (and the same
 # references) can be compared; sacrebleu prints its settings as a "signature" for that reason.
 # The paper's BLEU is on words (newstest2014, WMT's tokenization), so none of the numbers in
@@ -766,6 +773,11 @@ for hyp, ref in (("einundzwanzig", "einunddreißig"), ("dreitausendvierhundertei
                                                      "dreitausendvierhundertzweiundzwanzig")):
     print(f"{hyp:38s} vs {ref:38s}: word BLEU {metrics.corpus_bleu([hyp], [ref]).score:5.1f}, "
           f"chrF {metrics.corpus_chrf([hyp], [ref]):5.1f}")
+from num2words import num2words
+
+assert [num2words(n, lang="de") for n in (21, 31, 3421, 3422)] == ["einundzwanzig", "einunddreißig",
+                                                                   "dreitausendvierhunderteinundzwanzig",
+                                                                   "dreitausendvierhundertzweiundzwanzig"]
 
 # %% [markdown]
 # (21 against 31, and 3,421 against 3,422, in German.) BLEU stays the standard for comparing
@@ -774,7 +786,7 @@ for hyp, ref in (("einundzwanzig", "einunddreißig"), ("dreitausendvierhundertei
 #
 # ## 5. The trained model's scores, greedy and beam
 #
-# `translate.score_translations` decodes the 1,000 test sentences and returns BLEU (word
+# `translate.score_translations` decodes the test sentences and returns BLEU (word
 # level, "13a"), chrF and exact match. The half-trained rows come from section 3.
 
 # %%

@@ -35,7 +35,7 @@
 #
 # | in this lesson | where in the package |
 # | --- | --- |
-# | learning merges (incremental counts) / the plain recount | `data.bpe.learn_bpe` / `data.bpe.learn_bpe_by_recounting` |
+# | learning merges (incremental counts) / the plain recount | `data.bpe_learn.learn_bpe` / `data.bpe_learn.learn_bpe_by_recounting` (both also importable from `data.bpe`) |
 # | applying them: a word's pieces, a line's tokens, back to text | `data.bpe.BPE` (`.segment`, `.tokens`, `.apply`), `data.bpe.detokenize` |
 # | BPE as a tokenization level | `data.vocab.tokenize(text, "bpe", bpe)`, `data.vocab.bpe_vocab(bpe)` |
 # | a task at level bpe (merges learned on its training split only) | `data.registry.load_task(name, level="bpe", bpe_merges=N)` |
@@ -46,9 +46,9 @@
 #
 # Training a model per tokenization takes far longer than a lesson should, so those runs were made by the
 # script; this notebook reads its JSON, recomputes live everything that needs no training, and repeats the
-# first 100 steps of one run.
+# first steps of one run.
 #
-# **What it trains:** one numbers-en-de model for 100 steps (the record's first steps, repeated live). The cell
+# **What it trains:** one numbers-en-de model for a short stretch (the record's first steps, repeated live). The cell
 # below says how long the whole lesson takes.
 #
 # **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
@@ -116,6 +116,7 @@ my_prediction_13_1 = None   # a whole number
 
 # %%
 corpus = {"low": 5, "lower": 2, "newest": 6, "widest": 3}
+assert corpus == {"low": 5, "lower": 2, "newest": 6, "widest": 3}     # the counts of the text above
 vocab = {word_symbols(word): count for word, count in corpus.items()}   # {("l", "o", "w</w>"): 5, ...}
 
 
@@ -224,11 +225,12 @@ assert bpe.segment("slowest") == ("s", "lo", "west") and bpe.segment("lowest") =
 # **Speed.** Algorithm 1 as written recounts every pair of the corpus before each merge. A merge only changes
 # the words that hold its pair, and in them only the pairs next to each occurrence, so `learn_bpe` keeps the
 # pair counts and an index from each pair to the words that hold it, and updates both after each merge
-# (`data/bpe.py` explains the heap of pairs that finds the most frequent one). On the training text of
+# (`data/bpe_learn.py` explains the heap of pairs that finds the most frequent one). On the training text of
 # numbers-en-de:
 
 # %%
 from minitransformer.data.registry import load_task
+from minitransformer.data import translation
 from minitransformer.data.translation import load_splits
 
 splits = load_splits("numbers-en-de", seed=0)
@@ -254,6 +256,7 @@ print(f"the same merges; {timings['recount (Algorithm 1)'] / timings['incrementa
 # left that occurs at least twice):
 
 # %%
+assert translation.N_NUMBERS - 1 == 9999                 # "every number from 0 to 9 999"
 every = BPE.learn(counts_train, 600)
 n_max = len(every.merges)
 print(f"{len(counts_train):,} distinct words in the training split ({sum(counts_train.values()):,} in all), "
@@ -330,7 +333,7 @@ display(Markdown(
 #   task's character-level BLEU), so the columns compare across tokenizations.
 
 # %%
-from minitransformer.model import PRESETS
+from minitransformer.data.registry import PRESETS
 from minitransformer.runsetup import settings_for
 
 preset, recipe_settings = settings_for("numbers-en-de")
@@ -341,6 +344,7 @@ print(f"        lr factor {recipe_settings.lr_factor}, warm-up {recipe_settings.
       f"{recipe_settings.clip_norm}, batches of {recipe_settings.batch_size} pairs; test pairs: {len(splits['test']):,}")
 levels = {r["level"]: r for r in results["levels"]}
 order = list(experiment.LEVELS)
+assert [spec["bpe_merges"] for spec in experiment.LEVELS.values() if "bpe_merges" in spec] == [50, 200, 500]
 budget = results["budget"]
 header = ("| tokenization | vocabulary | <unk> (test targets) | tokens / sentence (en → de) | attention scores / "
           "sentence | parameters | train time (load) | exact match | BLEU (char) | chrF |\n|---|---:|---:|---:|---:|"
@@ -457,6 +461,7 @@ print("the live run agrees with the JSON:", *experiment.check_live(results, hist
 # each (a piece that needs no merge is a character):
 
 # %%
+assert len(task200.bpe.merges) == 200                            # the text above
 used = Counter(piece for _, tgt in task200.test for piece in tgt)
 merge_of = {}
 for k, (a, c) in enumerate(task200.bpe.merges, start=1):

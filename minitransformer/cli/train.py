@@ -79,7 +79,8 @@ def _task_names_help() -> str:
 
 def register(sub) -> None:
     from ..data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
-    from ..model import DATA_FIELDS, PRESETS, TransformerConfig  # noqa: PLC0415
+    from ..data.registry import PRESETS  # noqa: PLC0415
+    from ..model import DATA_FIELDS, TransformerConfig  # noqa: PLC0415
     from ..options import add_options, field_help  # noqa: PLC0415
     from ..settings import TrainSettings  # noqa: PLC0415
 

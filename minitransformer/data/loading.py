@@ -101,11 +101,6 @@ def _check_bpe_request(level: str | None, bpe_merges: int | None, bpe: BPE | Non
         raise ValueError(f"{where}: give a number of merges to learn (bpe_merges) or learned merges (bpe), "
                          "not both")
 
-    def fingerprint(self) -> dict:
-        """Digests of the corpus and of its split (``data.fingerprint``), saved in checkpoints so a
-        resume or an evaluation can tell whether it sees the data the model was trained on."""
-        return _fingerprint.fingerprint(self.name, self.train, self.valid, self.test)
-
 
 @dataclass(frozen=True)
 class Task:

@@ -3,8 +3,9 @@
 The paper's §6.3 trains on the Penn Treebank, which cannot ship here. This
 module builds the same experiment on a treebank it generates: a hand-written
 probabilistic context-free grammar (PCFG) whose gold trees are known exactly,
-so a trained parser can be compared with the grammar's own best parse
-(``data/cky.py``), the ceiling no parser can beat on average.
+so a trained parser can be compared with what the grammar itself would answer:
+its most probable tree (``data/cky.py``) and the parse that maximises expected
+bracket F1 (``data/posterior.py``).
 
 The grammar
 -----------
@@ -28,8 +29,8 @@ Where the ambiguity is
 ----------------------
 * PP attachment: "Alice saw the dog with the telescope" is VP -> VT NP PP or
   VP -> VT NP with NP -> NP PP. The grammar is unlexicalised, so the words
-  never settle it: the more probable rule always wins the Viterbi parse and
-  the other reading is always lost (that is the ceiling's gap).
+  never settle it: the more probable rule always wins the most probable tree
+  and the other reading is always lost (that is the references' gap to 100).
 * The scope of coordination and of relative clauses ("the man with the dog
   that barked": who barked?).
 * Words with more than one tag: "that" (DT, COMP, WDT), "saw" (NN, VT),

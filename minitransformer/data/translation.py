@@ -34,13 +34,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model import TransformerConfig
 from ..settings import Recipe, recipe
 from .loading import Task
 from .phrasing import DATE_PHRASING, NUMBER_PHRASING, check_number_name, date_check
 from .tsv import write_tsv
 
 __all__ = [
-    "TranslationTask", "TASKS", "PINNED_VERSIONS", "UnknownTaskError", "generate_pairs",
+    "TranslationTask", "TASKS", "PRESETS", "PINNED_VERSIONS", "UnknownTaskError", "generate_pairs",
     "load_splits", "export_tsv",
 ]
 
@@ -67,6 +68,13 @@ class TranslationTask:
     bpe_merges: int | None = None   # merges for --level bpe, where measured (docs/translation_results.md)
     phrasing: str = ""              # the forms of its sources, for a person typing one (data/phrasing.py)
     check_input: Callable[[str], str | None] | None = None   # a typed source: None if in those forms, else why
+
+
+# The model every translation recipe (and a --data file's) trains: preset "translate".
+PRESETS = {
+    "translate": TransformerConfig(vocab_size=100, d_model=128, h=4, N=2, d_ff=512, P_drop=0.1, eps_ls=0.1,
+                                   max_len=128),
+}
 
 
 def translation_recipe(steps: int, batch_size: int, valid_every: int = 500, **settings) -> Recipe:
