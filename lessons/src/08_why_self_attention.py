@@ -1117,17 +1117,19 @@ g_last[0, -1] = rng_g.standard_normal(d)
 fig, ax = plt.subplots(figsize=(7, 4))
 W_x = init_weight(d, d, rng_g)
 W_h0 = init_weight(d, d, rng_g)
-norms = {}                                          # gradient norm at input j, by distance (n - 1) - j
+norms, legend = {}, {}                              # gradient norm at input j, by distance (n - 1) - j; its label
 for scale in (1, 3):
     _, cache = recurrent_forward(x, W_x, scale * W_h0, np.zeros(d))
     dx = recurrent_backward(g_last, cache)[0]
-    norms[tr(f"recurrent, W_h at {scale}x Glorot")] = np.linalg.norm(dx[0], axis=-1)[::-1]
+    norms[f"recurrent, W_h at {scale}x Glorot"] = np.linalg.norm(dx[0], axis=-1)[::-1]
+    legend[f"recurrent, W_h at {scale}x Glorot"] = tr(f"recurrent, W_h at {scale}x Glorot")
 attention = MultiHeadAttention(d, 4, rng_g)
 attention.forward(x)
 dx = attention.backward(g_last)
-norms[tr("self-attention, one layer")] = np.linalg.norm(dx[0], axis=-1)[::-1]
-for label, norm in norms.items():
-    ax.semilogy(np.arange(n), norm, "o-", ms=3, label=label)
+norms["self-attention, one layer"] = np.linalg.norm(dx[0], axis=-1)[::-1]
+legend["self-attention, one layer"] = tr("self-attention, one layer")
+for key, norm in norms.items():
+    ax.semilogy(np.arange(n), norm, "o-", ms=3, label=legend[key])
 ax.set(xlabel=tr("distance (n - 1) - j"), ylabel=r"$\|\partial (g \cdot y_{n-1}) / \partial x_j\|$",
        title=tr("gradient reaching input j from output n-1"))
 ax.legend(fontsize=8)
