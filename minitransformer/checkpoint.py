@@ -317,7 +317,6 @@ def _check_meta(path: str, meta: dict) -> None:
         if "src_lowercase" in levels and not isinstance(levels["src_lowercase"], bool):
             raise CheckpointError(f"{path}: extra.levels.src_lowercase must be true or false, "
                                   f"got {levels['src_lowercase']!r}")
-        _check_bpe(path, levels, meta["vocab"])
     _check_average(path, meta)
     if extra.get("preset") is not None and not isinstance(extra["preset"], str):
         raise CheckpointError(f"{path}: extra.preset must be a string or null, got {extra['preset']!r}")
@@ -325,11 +324,15 @@ def _check_meta(path: str, meta: dict) -> None:
         problem = fingerprint.check(extra["data"])
         if problem is not None:
             raise CheckpointError(f"{path}: extra.data (the fingerprint of the training data) {problem}")
+    if isinstance(levels, dict):
+        _check_bpe(path, levels, meta["vocab"], extra.get("data"))
 
 
-def _check_bpe(path: str, levels: dict, vocab: dict) -> None:
+def _check_bpe(path: str, levels: dict, vocab: dict, data: dict | None) -> None:
     """A byte-pair encoded checkpoint carries its merges (extra.levels.bpe), and its vocabulary is
-    exactly the one they make (data.vocab.bpe_vocab): translate encodes new text with them."""
+    exactly the one they make (data.vocab.bpe_vocab): translate encodes new text with them. Where
+    its data fingerprint records the merges' digest, they are the merges it was trained with.
+    Merges changed after training are named as such, not as other data."""
     uses_bpe = "bpe" in (levels.get("src"), levels.get("tgt"))
     if "bpe" not in levels:
         if uses_bpe:
@@ -344,9 +347,20 @@ def _check_bpe(path: str, levels: dict, vocab: dict) -> None:
         expected = bpe_vocab(bpe).tokens
     except BPEError as exc:
         raise CheckpointError(f"{path}: extra.levels.bpe: {exc}") from None
-    if vocab.get("tokens") != expected:
-        raise CheckpointError(f"{path}: the vocabulary is not the one the saved BPE merges make "
-                              f"({len(vocab.get('tokens') or [])} tokens, the merges make {len(expected)})")
+    changed = "the merges were changed after training, not the data"
+    tokens = vocab.get("tokens") or []
+    if tokens != expected:
+        if len(tokens) != len(expected):
+            detail = f"{len(expected)} tokens by the merges, {len(tokens)} in the vocabulary"
+        else:
+            k = next(i for i, (a, b) in enumerate(zip(tokens, expected)) if a != b)
+            detail = (f"{len(tokens)} tokens each, but token {k} is {tokens[k]!r} in the vocabulary and "
+                      f"{expected[k]!r} by the merges")
+        raise CheckpointError(f"{path}: the merges stored in it (extra.levels.bpe) make another vocabulary than its "
+                              f"own ({detail}): {changed}")
+    if data is not None and "merges" in data and fingerprint.merges_digest(levels["bpe"]) != data["merges"]:
+        raise CheckpointError(f"{path}: the merges stored in it (extra.levels.bpe) are not the ones it was trained "
+                              f"with (their digest differs from the one its data fingerprint records): {changed}")
 
 
 def _check_average(path: str, meta: dict) -> None:

@@ -71,6 +71,7 @@ from dataclasses import dataclass
 from . import backend, threads
 from .decoding_inputs import (
     EXTRA_OUTPUT_LEN,
+    MAX_ALPHA,
     MAX_BEAM_SIZE,
     _as_ids,
     _banned_ids,
@@ -190,11 +191,13 @@ class Sample:
 class Beam:
     """Beam search with ``size`` hypotheses per sentence and length penalty α (§6.1: 4 and 0.6).
 
-    size is at most MAX_BEAM_SIZE; α ≥ 0 (0: rank by raw log P). Size 1 is greedy decoding.
+    size is at most MAX_BEAM_SIZE; 0 ≤ α ≤ MAX_ALPHA (0: rank by raw log P). Size 1 is greedy decoding.
     """
 
-    size: int = setting(4, "the number of hypotheses kept per sentence (§6.1: 4)", metavar="K")
-    alpha: float = setting(0.6, "the length penalty's α (§6.1: 0.6; 0: rank by log P alone)", metavar="A")
+    size: int = setting(4, "the number of hypotheses kept per sentence (§6.1: 4)", at_least=1, at_most=MAX_BEAM_SIZE,
+                        metavar="K")
+    alpha: float = setting(0.6, f"the length penalty's α (§6.1: 0.6; 0: rank by log P alone; at most {MAX_ALPHA:g})",
+                           at_least=0, at_most=MAX_ALPHA, metavar="A")
 
     def __post_init__(self):
         size, alpha = _check_beam(self.size, self.alpha, "Beam", "size")
@@ -398,7 +401,7 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     src: (B, S) ids padded with cfg.pad_id. The B sentences are searched
     together: their B·k hypotheses are the rows of one batch (row b·k + j is
     slot j of sentence b), and the cache is reordered after every step.
-    beam_size: 1..MAX_BEAM_SIZE; alpha: ≥ 0 (see :class:`Beam`).
+    beam_size: 1..MAX_BEAM_SIZE; alpha: 0..MAX_ALPHA (see :class:`Beam`).
 
     At step t every live hypothesis (length t) is extended by every token; of
     these candidates the k most probable (all have length t+1, so log P ranks
@@ -542,7 +545,7 @@ def _beam_loop(model, src, k: int, alpha: float, bos_id: int, eos_id: int | None
     return finished
 
 
-__all__ = ["Greedy", "Sample", "Beam", "GREEDY", "PAPER_BEAM", "STRATEGIES", "MAX_BEAM_SIZE", "EXTRA_OUTPUT_LEN",
-           "parse_strategy",
+__all__ = ["Greedy", "Sample", "Beam", "GREEDY", "PAPER_BEAM", "STRATEGIES", "MAX_ALPHA", "MAX_BEAM_SIZE",
+           "EXTRA_OUTPUT_LEN", "parse_strategy",
            "check_strategy", "decode", "greedy_decode", "beam_search", "keep_largest", "length_penalty",
            "NonFiniteOutputError"]

@@ -21,6 +21,12 @@ EXTRA_OUTPUT_LEN = 50
 # and its top-k selection with k², so a mistyped 100000 is refused before anything is allocated.
 MAX_BEAM_SIZE = 64
 
+# The largest length-penalty α accepted. lp(Y) = ((5 + |Y|) / 6) ** α (decoding.length_penalty): §6.1 uses 0.6,
+# and at α = 10 one more token already multiplies lp by (7/6)^10 ≈ 4.7, so the longest hypothesis wins whatever
+# its log P; a larger α only brings lp closer to overflowing a float (α = 400 did, after a whole training run).
+# With α ≤ 10, lp stays finite for every length a float can count.
+MAX_ALPHA = 10.0
+
 
 # -- checking arguments (before anything is allocated) ---------------------------------------
 
@@ -67,14 +73,15 @@ def _check_call(model, where: str, bos_id, eos_id, max_len, use_cache):
 
 
 def _check_beam(size, alpha, where: str, size_name: str) -> tuple[int, float]:
-    """A beam size in 1..MAX_BEAM_SIZE and a length-penalty α ≥ 0, as (int, float)."""
+    """A beam size in 1..MAX_BEAM_SIZE and a length-penalty α in [0, MAX_ALPHA], as (int, float)."""
     size = _whole(size, size_name, where, 1)
     if size > MAX_BEAM_SIZE:
         raise ValueError(f"{where}: {size_name} must be at most {MAX_BEAM_SIZE} (decoding.MAX_BEAM_SIZE; "
                          f"§6.1 uses 4), got {size}")
     alpha = _real(alpha, "alpha", where)
-    if alpha < 0:
-        raise ValueError(f"{where}: alpha must be ≥ 0 (0: no length penalty), got {alpha}")
+    if not 0 <= alpha <= MAX_ALPHA:
+        raise ValueError(f"{where}: alpha must be in [0, {MAX_ALPHA:g}] (0: no length penalty; §6.1 uses 0.6), "
+                         f"got {alpha:g}")
     return size, alpha
 
 

@@ -31,12 +31,28 @@ every step the ranks agree (:func:`agree_to_stop`), so that all stop after the s
 rank 0 saves one checkpoint.
 
 A rank that dies. MPICH's ``mpiexec`` (hydra) kills every other rank with SIGKILL as soon
-as one rank dies (measured: within about a second, and mpiexec exits with the dead rank's
-code), so no rank is left waiting; with ``-disable-auto-cleanup`` it sends SIGUSR1 first
-and still kills the ranks that are inside an MPI call. A rank that hangs (stopped, stuck)
+as one rank dies (measured: within 0.1 s to a second, and mpiexec exits with the dead rank's
+code), so no rank is left waiting, and none is left to say anything either: hydra prints
+its "BAD TERMINATION" banner and that is all (with ``-disable-auto-cleanup`` it sends SIGUSR1
+first and still kills the ranks that are inside an MPI call). So rank 0 starts, before MPI,
+a *sentinel* (:func:`start_sentinel`): a small Python process in a session of its own, which
+hydra's cleanup does not reach, holding rank 0's standard error. Rank 0 keeps telling it the
+line to print if the run ends without a word (the last checkpoint and the command that
+resumes from it, :meth:`MPICommunicator.saved`); when rank 0 ends, the sentinel's input
+closes, and it prints that line unless rank 0 said goodbye first (``sentinel_quiet``: every
+ending that prints its own message does). hydra waits for the sentinel to close the output
+it holds, so the line comes after the banner and before mpiexec returns.
+
+Ranks started with different options (``mpiexec -n 1 … : -n 1 … --set d_ff=32``) would meet
+in an Allreduce of different sizes and crash inside MPI; before the first collective of
+training they compare what makes a run one run (:func:`check_same_run`: model
+configuration, training settings, vocabulary, data) and name the first difference.
+
+A rank that hangs (stopped, stuck)
 is not noticed by hydra: the others would wait in their Allreduce for ever. So every
 collective here runs under a watchdog: a rank that waits longer than
-MINITRANSFORMER_MPI_TIMEOUT seconds (default 30; ten times that for the first collective,
+MINITRANSFORMER_MPI_TIMEOUT seconds (default 30, at least 5: a shorter wait would stop healthy
+runs at their first slow step; 0 turns it off; ten times that for the first collective,
 since the ranks load their data at different speeds) prints one line naming what it waited
 for and the last checkpoint, and exits with code 1; mpiexec then stops the rest. The
 waits that depend on rank 0's file writing alone (a checkpoint) have no timeout: a single
@@ -50,13 +66,15 @@ works with any MPI library. A device-direct path (CUDA-aware MPI, NCCL) is not b
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import numpy
 
@@ -71,6 +89,7 @@ RANK_VARIABLES = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "MV2_COMM_WORLD_RANK")
 INSTALL_HINT = "pip install -e '.[mpi]' (mpi4py and the MPICH wheel)"
 TIMEOUT_VARIABLE = "MINITRANSFORMER_MPI_TIMEOUT"
 DEFAULT_TIMEOUT = 30.0
+MIN_TIMEOUT = 5.0           # a shorter wait stops healthy runs at their first slow step (or the first GC pause)
 
 
 class MPIUnavailable(RuntimeError):
@@ -109,15 +128,78 @@ def launched() -> tuple[int, int, str | None]:
 
 
 def _env_timeout() -> float:
-    """MINITRANSFORMER_MPI_TIMEOUT: seconds a rank waits for the others (0: for ever)."""
+    """MINITRANSFORMER_MPI_TIMEOUT: seconds a rank waits for the others (0: for ever; at least MIN_TIMEOUT)."""
     raw = os.environ.get(TIMEOUT_VARIABLE, "")
     try:
         value = float(raw.strip() or DEFAULT_TIMEOUT)
     except ValueError:
         value = -1.0
-    if not (value >= 0 and value < float("inf")):
-        raise EnvironmentVariableError(TIMEOUT_VARIABLE, raw, "a number of seconds ≥ 0 (0: no timeout)")
+    if not (value == 0 or MIN_TIMEOUT <= value < float("inf")):
+        raise EnvironmentVariableError(TIMEOUT_VARIABLE, raw, f"a number of seconds ≥ {MIN_TIMEOUT:g} (0: no timeout; "
+                                       "a shorter wait would stop healthy runs at their first slow step)")
     return value
+
+
+# -- the sentinel: one line after a SIGKILL, which leaves no rank to say it ---------------------------
+
+# The sentinel's program (standard library only, so it starts in a few milliseconds): each line it reads
+# replaces the one to print; an empty line means "say nothing"; at the end of its input it prints the last.
+_SENTINEL_PROGRAM = """
+import signal, sys
+for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGPIPE"):
+    if hasattr(signal, name):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+last = b""
+for line in sys.stdin.buffer:
+    last = line
+if last.strip():
+    try:
+        sys.stderr.buffer.write(last if last.endswith(b"\\n") else last + b"\\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
+"""
+
+_sentinel: subprocess.Popen | None = None
+
+
+def start_sentinel(line: str) -> None:
+    """Start the sentinel (module docstring), which prints ``line`` if this process ends before
+    ``sentinel_quiet``; ``sentinel_say`` changes the line. Call it before MPI starts (a fork after
+    MPI_Init is unsafe in some MPI libraries). POSIX only: elsewhere it does nothing."""
+    global _sentinel
+    if _sentinel is not None or not hasattr(os, "setsid"):
+        return
+    try:
+        _sentinel = subprocess.Popen([sys.executable, "-I", "-c", _SENTINEL_PROGRAM], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
+    except OSError:
+        return                          # no sentinel: a SIGKILL then leaves only mpiexec's banner, as before
+    sentinel_say(line)
+
+
+def sentinel_say(line: str) -> None:
+    """The one line the sentinel prints if this process ends without ``sentinel_quiet`` (no-op without one)."""
+    if _sentinel is None or _sentinel.stdin is None:
+        return
+    try:
+        _sentinel.stdin.write(" ".join(line.split()).encode("utf-8", "backslashreplace") + b"\n")
+        _sentinel.stdin.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def sentinel_quiet() -> None:
+    """This process ends with its own words (or with none needed): the sentinel says nothing."""
+    global _sentinel
+    if _sentinel is None or _sentinel.stdin is None:
+        return
+    try:
+        _sentinel.stdin.write(b"\n")
+        _sentinel.stdin.close()
+    except (OSError, ValueError):
+        pass
+    _sentinel = None
 
 
 # -- the communicators -------------------------------------------------------------------------
@@ -130,6 +212,11 @@ class SingleProcess:
     library = "none"
     check_every: int | None = None          # see MPICommunicator
     note = ""
+    resume_hint = None                      # see MPICommunicator
+
+    def saved(self, path: str, step: int) -> None:
+        """A checkpoint of ``step`` is complete at ``path`` (see MPICommunicator.saved)."""
+        self.note = f"the last checkpoint, {path}, is from step {step}"
 
     def allreduce_sum(self, buf: numpy.ndarray, what: str) -> numpy.ndarray:
         return buf
@@ -183,6 +270,7 @@ class _Watchdog:
             waiting = self._waiting
             if waiting is not None and time.monotonic() > waiting[1]:
                 os.write(2, f"error: {self.describe(waiting[0], waiting[2])}\n".encode())
+                sentinel_quiet()                    # this line says it all
                 os._exit(1)
 
 
@@ -191,7 +279,8 @@ class MPICommunicator:
 
     check_every: compare a hash of the parameters across ranks every this many steps
     (None: at every checkpoint only). note: a sentence the trainer keeps up to date (the
-    last checkpoint), added to a timeout's message.
+    last checkpoint, ``saved``), added to a timeout's message. resume_hint: checkpoint ->
+    the command that resumes from it (the command line sets it), for the sentinel's line.
     """
 
     is_root: bool
@@ -204,7 +293,14 @@ class MPICommunicator:
         self.timeout = timeout
         self.check_every: int | None = None
         self.note = ""
+        self.resume_hint = None
         self._watchdog = _Watchdog(timeout, self._timeout_message)
+
+    def saved(self, path: str, step: int) -> None:
+        """A checkpoint of ``step`` is complete at ``path``: the note of a timeout, and the sentinel's line
+        (rank 0), say so from now on."""
+        self.note = f"the last checkpoint, {path}, is from step {step}"
+        sentinel_say(lost_rank_message(self.note, self.resume_hint(path) if self.resume_hint else None))
 
     def _timeout_message(self, what: str, waited: float) -> str:
         note = f"; {self.note}" if self.note else ""
@@ -232,6 +328,39 @@ class MPICommunicator:
                 self._comm.Barrier()
         else:
             self._comm.Barrier()
+
+
+def lost_rank_message(state: str, resume: str | None) -> str:
+    """The sentinel's line: the run ended without a word, ``state`` (what is saved), and how to go on."""
+    return (f"error: the run stopped without a word from its ranks: one was killed (SIGKILL, or the out-of-memory "
+            f"killer) and mpiexec killed the others; {state}" + (f"; resume with: {resume}" if resume else ""))
+
+
+def run_identity(trainer) -> dict[str, dict]:
+    """What makes a trainer's run one run, which every rank must share (``check_same_run``)."""
+    tokens = hashlib.sha256("\n".join(trainer.vocab.tokens).encode("utf-8", "surrogatepass")).hexdigest()
+    return {"model configurations": asdict(trainer.model.cfg), "training settings": asdict(trainer.settings),
+            "vocabularies": {"size": len(trainer.vocab), "SHA-256": tokens}, "data": trainer.data_fingerprint or {},
+            "starting points": {"step": trainer.step, "epoch": trainer.epoch, "batch_in_epoch": trainer.batch_in_epoch}}
+
+
+def check_same_run(comm, identity: dict[str, dict]) -> None:
+    """Before the first collective of training: every rank holds the same ``identity`` ({what: {field: value}},
+    e.g. "model configurations": the TransformerConfig's fields), or RanksOutOfSync names the first field
+    that differs and its value on each rank. (Ranks of different model sizes would otherwise meet in an
+    Allreduce of different lengths, and MPI would end them with a page of its own errors.)"""
+    if comm.size == 1:
+        return
+    mine = json.loads(json.dumps(identity, sort_keys=True, default=str))      # plain JSON values, comparable
+    every = comm.allgather(mine, "the check that every rank runs the same configuration")
+    for what in identity:                                    # in the caller's order: the model first
+        for name in sorted(set().union(*(theirs.get(what, {}) for theirs in every))):
+            values = [theirs.get(what, {}).get(name) for theirs in every]
+            if any(v != values[0] for v in values):
+                each = ", ".join(f"{v!r} on rank {r}" if isinstance(v, str) else f"{v} on rank {r}"
+                                 for r, v in enumerate(values))
+                raise RanksOutOfSync(f"the ranks were started with different {what} ({name}: {each}): every "
+                                     "rank of mpiexec must be given the same options")
 
 
 _WORLD = None
@@ -443,7 +572,8 @@ def agree_to_stop(comm, stop, step: int) -> bool:
     return asked
 
 
-__all__ = ["DEFAULT_TIMEOUT", "GradientSum", "INSTALL_HINT", "MPICommunicator", "MPIUnavailable",
+__all__ = ["DEFAULT_TIMEOUT", "GradientSum", "INSTALL_HINT", "MIN_TIMEOUT", "MPICommunicator", "MPIUnavailable",
            "RanksOutOfSync", "SingleProcess", "StepBatches", "TIMEOUT_VARIABLE", "agree_to_stop",
-           "check_in_sync", "describe", "launched", "parameter_digest", "shard_batch", "split_batch", "step_batches",
-           "world"]
+           "check_in_sync", "check_same_run", "describe", "launched", "lost_rank_message", "parameter_digest",
+           "run_identity", "sentinel_quiet", "sentinel_say", "shard_batch", "split_batch", "start_sentinel",
+           "step_batches", "world"]

@@ -228,10 +228,25 @@ def parse_named(registry: dict, text: str, what: str = "name", examples: str = "
             raise ValueError(f"{text!r}: expected {base}:FIELD=VALUE with FIELD one of "
                              f"{', '.join(names) or '(none)'}, got {item!r}")
         given[key] = value.strip()
+    values, declared = {}, {f.name: f for f in fields(cls)}
     try:
-        return cls(**{key: value_of(cls, key, value) for key, value in given.items()})
+        for key, typed in given.items():
+            values[key] = value_of(cls, key, typed)
+            _within(cls, declared[key], values[key], typed)
+        return cls(**values)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{text!r}: {exc}") from None
+        # In the words the user typed: "'beam0': size must be ...", not "Beam: size" (the class is not theirs).
+        raise ValueError(f"{text!r}: {str(exc).removeprefix(f'{cls.__name__}: ')}") from None
+
+
+def _within(cls, f, value, typed: str) -> None:
+    """A ValueError if ``value`` (typed as ``typed``) is outside field ``f``'s bounds or choices, naming the
+    value as it was typed ("got 1e300", not "got 1e+300")."""
+    kind, meta = kinds(cls)[f.name][0], _meta(f)
+    if meta["bound"] is not None and kind in (int, float) and not meta["bound"].holds(value):
+        raise ValueError(f"{f.name} must be {meta['bound'].text(kind is int)}, got {typed}")
+    if meta["choices"] is not None and value not in meta["choices"]:
+        raise ValueError(f"{f.name} must be one of {', '.join(map(repr, meta['choices']))}, got {typed!r}")
 
 
 def option_type(kind, bound: Bound | None = None):

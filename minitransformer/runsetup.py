@@ -122,7 +122,7 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
                              f"{streak} validations in a row), so it stops before training; to train it further, "
                              f"give the steps to reach (--steps {resume.step + 1} or more; they switch the stop off)")
         if resume.step >= settings.steps:
-            raise ValueError(f"{where}: the checkpoint is at step {resume.step}, and steps={settings.steps} "
+            raise ValueError(f"{where}: the checkpoint is at step {resume.step}, and --steps {settings.steps} "
                              f"leaves nothing to train; give more steps (--steps {resume.step + 1} or more)")
         model, vocab = resume.model, resume.vocab
     else:

@@ -22,6 +22,10 @@ from dataclasses import dataclass, field, fields, replace
 from .optim import SCHEDULES
 from .options import check_fields, setting
 
+# The most steps a run or its warm-up may count: both enter the schedule's formula as floats (warmup_steps ** -1.5),
+# where a number of 310 digits overflowed (issue 36); a billion is over 3,000 times §5.2's big models' 300,000 steps.
+MAX_STEPS = 10 ** 9
+
 
 @dataclass
 class TrainSettings:
@@ -33,7 +37,7 @@ class TrainSettings:
     """
 
     steps: int = setting(600, "optimizer steps (default: the task's); exactly this many, even once solved",
-                         at_least=1)
+                         at_least=1, at_most=MAX_STEPS)
     # batch_size and max_tokens are the global batch of a step, whatever cuts it: mpiexec -n N into N
     # shards (in space), accumulate into K micro-batches (in time); the update is the same (distributed.py).
     batch_size: int | None = setting(64, "sentence pairs per step: the global batch, which --accumulate and "
@@ -52,7 +56,8 @@ class TrainSettings:
     lr_factor: float = setting(1.0, "multiplier on the learning-rate schedule", above=0)
     schedule: str = setting("noam", "the learning-rate schedule, by name (optim.SCHEDULES): noam, §5.3's warm-up "
                                     "then 1/√step, is the paper's and the default", choices=SCHEDULES)
-    warmup_steps: int = setting(4000, "warm-up steps of the schedule (§5.3's base model: 4000)", at_least=1)
+    warmup_steps: int = setting(4000, "warm-up steps of the schedule (§5.3's base model: 4000)", at_least=1,
+                                at_most=MAX_STEPS)
     clip_norm: float | None = setting(None, "clip the global gradient norm to this value", above=0)
     seed: int = setting(0, "seed of the data split, the initial weights and dropout (default 0; when resuming, "
                            "the checkpoint's)", at_least=0)
@@ -84,12 +89,10 @@ class TrainSettings:
     def __post_init__(self):
         """Every field checked here, so a bad value is named before any work is done; then the rules between them."""
         check_fields(self)
-        if self.batch_size is None and self.max_tokens is None:
-            raise ValueError("TrainSettings: give batch_size or max_tokens (or both)")
-        if self.average_last is not None and (self.keep_last or 0) < self.average_last:
-            raise ValueError(f"TrainSettings: average_last={self.average_last} averages the last "
-                             f"{self.average_last} kept checkpoints, so keep_last must be at least "
-                             f"{self.average_last}, got {self.keep_last!r}")
+        try:
+            check_rules(vars(self))
+        except RuleError as exc:
+            raise RuleError(f"TrainSettings: {exc}", exc.fields) from None
 
     def with_given(self, given: dict) -> TrainSettings:
         """These settings with the fields a user gave (``train --steps 500``: {"steps": 500}), and the rule
@@ -116,6 +119,46 @@ class TrainSettings:
             raise ValueError(f"{where}: {exc}") from None
 
 
+class RuleError(ValueError):
+    """Fields that break a rule between them; ``fields`` names them (the command line names their options)."""
+
+    def __init__(self, message: str, fields: tuple[str, ...]):
+        super().__init__(message)
+        self.fields = fields
+
+
+def field_words(name: str, *value) -> str:
+    """A field, and its value if one is given, in the dataclass's words: "keep_last", "keep_last=2"."""
+    return f"{name}={value[0]!r}" if value else name
+
+
+def check_rules(values: dict, words=field_words) -> None:
+    """The rules between TrainSettings fields (``values``: {field: value}, each already checked alone).
+
+    ``words(field)`` and ``words(field, value)`` write a field, and a field with its value, into the
+    message: ``keep_last``, ``keep_last=2`` here; the command line passes its own (``--keep-last 2``).
+    A broken rule is a RuleError naming the fields.
+    """
+    batch_size, max_tokens = values.get("batch_size"), values.get("max_tokens")
+    if batch_size is None and max_tokens is None:
+        raise RuleError(f"give {words('batch_size')} or {words('max_tokens')} (or both)",
+                        ("batch_size", "max_tokens"))
+    average_last, keep_last = values.get("average_last"), values.get("keep_last")
+    if average_last is not None and (keep_last or 0) < average_last:
+        raise RuleError(f"{words('average_last', average_last)} averages the last {average_last} kept checkpoints, "
+                        f"so it needs {words('keep_last')} {average_last} or more, got "
+                        f"{words('keep_last', keep_last)}", ("average_last", "keep_last"))
+    # accumulate K cuts a global batch into K micro-batches of at least one pair each (distributed.split_batch):
+    # a batch holds at most batch_size pairs, and at most max_tokens (a pair has at least one token). A larger
+    # K would only add empty micro-batches, and the list of them alone can fill the memory (issue 36).
+    accumulate = values.get("accumulate", 1)
+    most, by = min((v, f) for f, v in (("batch_size", batch_size), ("max_tokens", max_tokens)) if v is not None)
+    if accumulate > most:
+        raise RuleError(f"{words('accumulate', accumulate)} cuts each global batch into more micro-batches than it "
+                        f"can hold pairs ({words(by, most)}); give {words('accumulate')} {most} or less",
+                        ("accumulate", by))
+
+
 @dataclass(frozen=True)
 class Recipe:
     """A task's defaults: the model preset and the training settings (each overridable).
@@ -140,4 +183,4 @@ def recipe(preset: str, **settings) -> Recipe:
     return Recipe(preset, TrainSettings(**settings))
 
 
-__all__ = ["TrainSettings", "Recipe", "recipe"]
+__all__ = ["MAX_STEPS", "TrainSettings", "Recipe", "RuleError", "check_rules", "field_words", "recipe"]

@@ -20,8 +20,12 @@ from __future__ import annotations
 import os
 import re
 
-from .files import atomic_second_name
+from .files import atomic_second_name, previous_path
+from .runlock import LOCK_NAME
 
+# What a run writes into its folder: its checkpoint (the one it replaces kept as checkpoint.prev.npz),
+# its log and its loss curve; with keep_last, the kept step files; with average_last, the average.
+CHECKPOINT_FILE, METRICS_FILE, LOSS_CURVE_FILE = "checkpoint.npz", "metrics.jsonl", "loss.png"
 STEP_FILE = "checkpoint.step{step:06d}.npz"
 AVERAGE_FILE = "average.npz"
 _STEP_FILE = re.compile(r"^checkpoint\.step(\d+)\.npz$")
@@ -30,6 +34,13 @@ _STEP_FILE = re.compile(r"^checkpoint\.step(\d+)\.npz$")
 def step_path(out_dir: str, step: int) -> str:
     """``out_dir/checkpoint.stepNNNNNN.npz``, the kept checkpoint of ``step``."""
     return os.path.join(out_dir, STEP_FILE.format(step=step))
+
+
+def output_files(out_dir: str) -> list[str]:
+    """Every file a run writes (or replaces) in ``out_dir``; none of them may be an input of the run
+    (``files.refuse_inputs``: ``train --data OUT/metrics.jsonl --out OUT`` is refused)."""
+    names = [CHECKPOINT_FILE, previous_path(CHECKPOINT_FILE), METRICS_FILE, LOSS_CURVE_FILE, AVERAGE_FILE, LOCK_NAME]
+    return [os.path.join(out_dir, name) for name in names] + [path for _, path in kept_checkpoints(out_dir)]
 
 
 def kept_checkpoints(out_dir: str) -> list[tuple[int, str]]:
@@ -77,4 +88,5 @@ def write_average(out_dir: str, k: int) -> tuple[str, list[int]]:
     return path, [step for step, _ in last]
 
 
-__all__ = ["STEP_FILE", "AVERAGE_FILE", "step_path", "kept_checkpoints", "keep", "drop_after", "write_average"]
+__all__ = ["CHECKPOINT_FILE", "METRICS_FILE", "LOSS_CURVE_FILE", "STEP_FILE", "AVERAGE_FILE", "output_files",
+           "step_path", "kept_checkpoints", "keep", "drop_after", "write_average"]

@@ -60,7 +60,7 @@ from dataclasses import asdict
 
 import numpy
 
-from . import runlock, snapshots, threads
+from . import distributed, runlock, snapshots, threads
 from .checkpoint import save_checkpoint
 from .data.batching import Batch, batch_iterator, batch_plan
 from .data.vocab import Vocab
@@ -98,7 +98,7 @@ def _json_safe(record: dict) -> dict:
 class Trainer:
     """Runs the training loop for a model on encoded sentence pairs."""
 
-    CHECKPOINT = "checkpoint.npz"
+    CHECKPOINT = snapshots.CHECKPOINT_FILE
 
     def __init__(self, model: Transformer, vocab: Vocab, train_pairs, valid_pairs, settings: TrainSettings,
                  out_dir: str | None = None, levels: dict | None = None, comm=None):
@@ -158,7 +158,7 @@ class Trainer:
             raise OutputWriteError(path, self.step, exc.strerror or str(exc), self.intact_checkpoint) from exc
         self.comm.barrier(f"rank 0 writing the checkpoint of step {self.step}", timeout=False)
         self.last_saved = (path, self.step)
-        self.comm.note = f"the last checkpoint, {path}, is from step {self.step}"
+        self.comm.saved(path, self.step)             # a timeout's message (and a killed run's) name it
         return path
 
     @property
@@ -373,9 +373,10 @@ class Trainer:
 
     def _run(self, progress, progress_every) -> list[dict]:
         s = self.settings
+        distributed.check_same_run(self.comm, distributed.run_identity(self))   # before the first collective
         mode = "auto" if progress is True else "off" if progress is False else progress
         writer = self.out_dir if self.comm.is_root else None     # rank 0 alone writes files and progress
-        log_path = os.path.join(writer, "metrics.jsonl") if writer else None
+        log_path = os.path.join(writer, snapshots.METRICS_FILE) if writer else None
         if writer:
             self._prepare_out_dir()
         history: list[dict] = self._trim_log(log_path) if log_path else []
@@ -436,7 +437,7 @@ class Trainer:
             self._progress = None
         if writer:
             try:
-                plot_loss_curve(history, os.path.join(writer, "loss.png"), self.model.cfg.eps_ls)
+                plot_loss_curve(history, os.path.join(writer, snapshots.LOSS_CURVE_FILE), self.model.cfg.eps_ls)
             except Exception as exc:  # noqa: BLE001 - a picture is not worth losing the run's report
                 self._warn(f"could not draw the loss curve ({type(exc).__name__}: {exc}); the checkpoint and "
                            "metrics.jsonl are saved")

@@ -14,7 +14,9 @@ import pytest
 from minitransformer import backend
 from minitransformer.average import (
     AverageError,
+    AverageOfAveragesError,
     ConfigMismatchError,
+    DataMismatchError,
     DtypeMismatchError,
     DuplicateCheckpointError,
     RunMismatchError,
@@ -35,8 +37,10 @@ LEVELS = {"src": "space", "tgt": "space", "bleu_tokenize": "13a", "word_rule": "
 CFG = PRESETS["tiny"].with_(vocab_size=len(VOCAB))
 
 
-def _save(path, model, step=100, vocab=VOCAB, levels=LEVELS, seed=0, optimizer=None):
+def _save(path, model, step=100, vocab=VOCAB, levels=LEVELS, seed=0, optimizer=None, data=None):
     extra = {"epoch": 1, "batch_in_epoch": 2, "levels": levels, "settings": {"seed": seed, "steps": 1000}}
+    if data is not None:
+        extra["data"] = data
     save_checkpoint(str(path), model, vocab, optimizer, step=step, extra=extra)
     return load_checkpoint(str(path))
 
@@ -74,7 +78,7 @@ def test_k_copies_average_to_the_copy_bit_for_bit(tmp_path, two):
     (a float32 running sum would round, and the mean could miss x by one unit in the last place)."""
     a, _ = two
     for k in (3, 5):
-        copies = [_save(tmp_path / f"copy{k}-{i}.npz", a.model) for i in range(k)]
+        copies = [_save(tmp_path / f"copy{k}-{i}.npz", a.model, step=100 + i) for i in range(k)]   # one step each
         for name, value in _params(average_checkpoints(copies)).items():
             np.testing.assert_array_equal(_bits(value), _bits(_params(a)[name]), err_msg=f"{k} copies: {name}")
 
@@ -178,6 +182,63 @@ def test_checkpoints_of_another_run_are_refused(tmp_path, two):
         average_checkpoints([a, other])
 
 
+def _fingerprint(pairs, split_at=2, task="mine"):
+    from minitransformer.data.fingerprint import fingerprint
+
+    return fingerprint(task, pairs[:split_at], pairs[split_at:split_at + 1], pairs[split_at + 1:])
+
+
+PAIRS = [(["1", "2"], ["2", "1"]), (["3"], ["3"]), (["4", "5"], ["5", "4"]), (["6"], ["6"])]
+
+
+def test_checkpoints_of_other_data_or_another_split_are_refused(tmp_path):
+    """issue 36: the data fingerprints were not compared (copy and reverse, seed 0, averaged)."""
+    model = Transformer(CFG, seed=0)
+    a = _save(tmp_path / "a.npz", model, step=1, data=_fingerprint(PAIRS))
+    other = _save(tmp_path / "other.npz", model, step=2, data=_fingerprint(PAIRS[:3], task="theirs"))
+    with pytest.raises(DataMismatchError, match=r"a.npz and .*other.npz were trained on different data "
+                                                r"\(2 train / 1 valid / 1 test pairs of 'mine' vs 2 train / 1 valid "
+                                                r"/ 0 test pairs of 'theirs'\)"):
+        average_checkpoints([a, other])
+    resplit = _save(tmp_path / "resplit.npz", model, step=2, data=_fingerprint(PAIRS, split_at=1))
+    with pytest.raises(DataMismatchError, match="the same pairs split differently"):
+        average_checkpoints([a, resplit])
+    assert isinstance(DataMismatchError("x"), RunMismatchError)
+
+
+def test_the_average_keeps_the_data_fingerprint_of_its_sources(tmp_path):
+    model = Transformer(CFG, seed=0)
+    data = _fingerprint(PAIRS)
+    late = {**data, "since_step": 5}                  # resumed from a checkpoint that predates fingerprints
+    a = _save(tmp_path / "a.npz", model, step=10, data=data)
+    b = _save(tmp_path / "b.npz", model, step=20, data=late)
+    assert average_checkpoints([a, b]).extra["data"] == late
+    old = _save(tmp_path / "old.npz", model, step=30)      # no fingerprint: the average cannot claim one
+    assert "data" not in average_checkpoints([a, old]).extra
+
+
+def test_one_checkpoint_under_two_names_or_copied_is_refused(tmp_path, two):
+    """issue 36: duplicates were found by resolved path only (a hard link or a copy counted twice)."""
+    import os
+    import shutil
+
+    a, b = two
+    os.link(a.path, tmp_path / "link.npz")
+    shutil.copyfile(a.path, tmp_path / "copy.npz")
+    with pytest.raises(DuplicateCheckpointError, match=r"a.npz and .*link.npz are one file under two names"):
+        average_checkpoints([a, b, load_checkpoint(str(tmp_path / "link.npz"))])
+    with pytest.raises(DuplicateCheckpointError, match=r"a.npz and .*copy.npz are both step 100 of the same run"):
+        average_checkpoints([a, b, load_checkpoint(str(tmp_path / "copy.npz"))])
+    avg = tmp_path / "avg.npz"
+    save_average(avg, average_checkpoints([a, b]))
+    with pytest.raises(DuplicateCheckpointError, match=r"avg.npz already holds step 200 \(it averages steps 100, "
+                                                       r"200\), and so does .*b.npz"):
+        average_checkpoints([b, load_checkpoint(str(avg))])
+    c = _save(tmp_path / "c.npz", a.model, step=300)
+    with pytest.raises(AverageOfAveragesError, match=r"avg.npz is already an average \(of steps 100, 200\)"):
+        average_checkpoints([load_checkpoint(str(avg)), c])
+
+
 def test_different_dtypes_are_refused(tmp_path, two, f64):
     a, _ = two
     other = _save(tmp_path / "f64.npz", Transformer(CFG, seed=0))
@@ -187,7 +248,7 @@ def test_different_dtypes_are_refused(tmp_path, two, f64):
 
 def test_the_same_file_twice_nothing_or_not_a_checkpoint_is_refused(two):
     a, b = two
-    with pytest.raises(DuplicateCheckpointError, match="a.npz is given twice"):
+    with pytest.raises(DuplicateCheckpointError, match="a.npz is given twice; it would count twice"):
         average_checkpoints([a, b, a])
     with pytest.raises(AverageError, match="no checkpoints"):
         average_parameters([])

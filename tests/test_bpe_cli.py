@@ -41,11 +41,12 @@ def run(argv, stdin: str | bytes | None = None, monkeypatch=None) -> tuple[int, 
     return code, out.getvalue(), err.getvalue()
 
 
-def one_error_line(err: str, *fragments: str) -> None:
+def one_error_line(err: str, *fragments: str) -> str:
     line = err.strip()
     assert line.startswith("error: ") and "\n" not in line and "Traceback" not in line, err
     for fragment in fragments:
         assert fragment in line, line
+    return line
 
 
 # A small parallel corpus: English number names -> German compounds, lots to merge.
@@ -335,7 +336,9 @@ def _rewrite_levels(path, change) -> None:
     (lambda levels: levels.pop("bpe"), "byte-pair encoded, but the merges (extra.levels.bpe) are missing"),
     (lambda levels: levels["bpe"]["merges"].append(["a</w>", "b"]), "extra.levels.bpe: merge"),
     (lambda levels: levels["bpe"].update(symbols=["ab"]), "extra.levels.bpe: symbol 0"),
-    (lambda levels: levels["bpe"]["merges"].pop(), "the vocabulary is not the one the saved BPE merges make"),
+    (lambda levels: levels["bpe"]["merges"].pop(), "the merges stored in it (extra.levels.bpe) make another "
+                                                   "vocabulary than its own (70 tokens by the merges, 71 in the "
+                                                   "vocabulary): the merges were changed after training, not the data"),
     (lambda levels: levels.update(src="char", tgt="char"), "neither side is byte-pair encoded"),
 ])
 def test_a_damaged_bpe_entry_is_refused_at_load(tmp_path, tsv, change, message):
@@ -345,6 +348,46 @@ def test_a_damaged_bpe_entry_is_refused_at_load(tmp_path, tsv, change, message):
     _rewrite_levels(path, change)
     with pytest.raises(CheckpointError, match=message.replace("(", r"\(").replace(")", r"\)")):
         load_checkpoint(path)
+
+
+def _tampered(tmp_path, tsv, consistent: bool):
+    """A BPE run's checkpoint whose stored merges were changed: the first two swapped (the vocabulary, made
+    from the merges in order, no longer matches), or (consistent) one replaced together with the vocabulary."""
+    from minitransformer.data.bpe import BPE as Merges
+    from minitransformer.data.vocab import bpe_vocab
+
+    out = tmp_path / "run"
+    assert run(["train", "--data", tsv, "--level", "bpe", "--bpe-merges", 30, "--out", out, *TRAIN])[0] == 0
+    path = out / "checkpoint.npz"
+    with np.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    meta = json.loads(str(arrays["meta"]))
+    bpe = meta["extra"]["levels"]["bpe"]
+    merges = bpe["merges"]
+    if consistent:
+        merges[-1] = [merges[0][0], merges[0][0]]
+        meta["vocab"] = bpe_vocab(Merges.from_dict(bpe)).to_dict()
+    else:
+        merges[0], merges[1] = merges[1], merges[0]
+    arrays["meta"] = np.array(json.dumps(meta))
+    np.savez(path, **arrays)
+    return path
+
+
+@pytest.mark.parametrize("consistent", [False, True])
+def test_tampered_merges_are_named_as_the_merges_at_load_and_on_resume(tmp_path, tsv, consistent):
+    """issue 36: swapped merges said "(55 tokens, the merges make 55)"; merges changed with their vocabulary
+    loaded, and the resume said "the data differs (then: 263/15/15 ... now: 263/15/15)"."""
+    path = _tampered(tmp_path, tsv, consistent)
+    for argv, option in ((["translate", "--checkpoint", path, "one"], "--checkpoint"),
+                         (["train", "--data", tsv, "--level", "bpe", "--resume", path, "--out", tmp_path / "run",
+                           "--steps", "8", "--no-progress"], "--resume")):
+        code, _, err = run(argv)
+        assert code == 2, err
+        line = one_error_line(err, "the merges were changed after training", f"({option} {path})")
+        assert "data differs" not in line and "the merges make" not in line, line
+        if not consistent:
+            assert "tokens each, but token " in line and " in the vocabulary and " in line, line
 
 
 def test_codes_from_bpe_learn_apply_in_a_fresh_subword_nmt_process(tmp_path, tsv):

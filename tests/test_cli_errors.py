@@ -51,15 +51,35 @@ TRAIN = ["train", "--data", "{data}", "--level", "word", "--preset", "tiny", "--
 
 BAD = [
     # (argv, exit code, what the message must contain, the "(which)" it must end with)
-    (TRAIN + ["--steps", "0"], 2, "must be a whole number ≥ 1, got 0", "(--steps)"),
-    (TRAIN + ["--steps", "-5"], 2, "must be a whole number ≥ 1, got -5", "(--steps)"),
+    (TRAIN + ["--steps", "0"], 2, "must be a whole number in 1..1000000000, got 0", "(--steps)"),
+    (TRAIN + ["--steps", "-5"], 2, "must be a whole number in 1..1000000000, got -5", "(--steps)"),
     (TRAIN + ["--steps", "ten"], 2, "'ten' is not a whole number", "(--steps)"),
     (TRAIN + ["--batch-size", "0"], 2, "must be a whole number ≥ 1", "(--batch-size)"),
     (TRAIN + ["--max-tokens", "0"], 2, "must be a whole number ≥ 1", "(--max-tokens)"),
     (TRAIN + ["--valid-every", "-1"], 2, "must be a whole number ≥ 1, got -1", "(--valid-every)"),
     (TRAIN + ["--checkpoint-every", "-1"], 2, "must be a whole number ≥ 1, got -1", "(--checkpoint-every)"),
-    (TRAIN + ["--eval", "greedy", "beam0"], 2, "'beam0': Beam: size must be ≥ 1, got 0", "(--eval)"),
-    (TRAIN + ["--warmup", "0"], 2, "must be a whole number ≥ 1", "(--warmup)"),
+    (TRAIN + ["--eval", "greedy", "beam0"], 2, "'beam0': size must be in 1..64, got 0", "(--eval)"),
+    (TRAIN + ["--warmup", "0"], 2, "must be a whole number in 1..1000000000, got 0", "(--warmup)"),
+    # Issue 36, item 4: an option that enters a formula or sizes memory is bounded before the first step.
+    (TRAIN + ["--warmup", "9" * 400], 2, "must be a whole number in 1..1000000000, got 999", "(--warmup)"),
+    (TRAIN + ["--steps", "99999999999999999999"], 2, "must be a whole number in 1..1000000000", "(--steps)"),
+    (TRAIN + ["--accumulate", "99999999999999999999"], 2, "--accumulate 99999999999999999999 cuts each global batch "
+     "into more micro-batches than it can hold pairs (the task's --batch-size 64); give --accumulate 64 or less",
+     "(--accumulate/--batch-size)"),
+    (TRAIN + ["--batch-size", "8", "--accumulate", "9"], 2, "(--batch-size 8); give --accumulate 8 or less",
+     "(--accumulate/--batch-size)"),
+    (TRAIN + ["--max-tokens", "30", "--accumulate", "31"], 2, "(--max-tokens 30); give --accumulate 30 or less",
+     "(--accumulate/--max-tokens)"),
+    (TRAIN + ["--eval", "greedy", "beam:size=4,alpha=400"], 2, "alpha must be in [0, 10]", "(--eval)"),
+    # Issue 36, item 7: in the words the user typed, not the dataclasses' ("Sample: top_p ... got 2.0").
+    (TRAIN + ["--eval", "sample:top_p=2"], 2, "error: 'sample:top_p=2': top_p must be in (0, 1], got 2 (--eval)",
+     "(--eval)"),
+    (TRAIN + ["--eval", "beam:alpha=1e300"], 2, "error: 'beam:alpha=1e300': alpha must be in [0, 10], got 1e300 ",
+     "(--eval)"),
+    (TRAIN + ["--set", "d_model=7"], 2, "error: d_model=7 must be divisible by h=", "(--preset tiny --set d_model=7)"),
+    (TRAIN + ["--set", "P_drop=2"], 2, "error: P_drop must be a probability in [0, 1)", "(--preset tiny --set P_drop=2)"),
+    (["translate", "--checkpoint", "{ckpt}", "--alpha", "400", "one"], 2, "must be a number in [0, 10], got 400",
+     "(--alpha)"),
     (TRAIN + ["--lr-factor", "nan"], 2, "must be a finite number > 0, got nan", "(--lr-factor)"),
     (TRAIN + ["--lr-factor", "-1"], 2, "must be a finite number > 0", "(--lr-factor)"),
     (TRAIN + ["--clip-norm", "inf"], 2, "must be a finite number > 0, got inf", "(--clip-norm)"),
@@ -81,7 +101,7 @@ BAD = [
     (TRAIN[:-1] + ["{afile}/sub"], 2, "is a file, not a directory", "(--out {afile}/sub)"),
     (TRAIN + ["--resume", "{dir}/missing.npz"], 2, "checkpoint not found", "(--resume {dir}/missing.npz)"),
     (TRAIN + ["--resume", "{data}"], 2, "not a .npz checkpoint", "(--resume {data})"),
-    (TRAIN + ["--resume", "{ckpt}", "--steps", "5"], 2, "the checkpoint is at step 5, and steps=5 leaves nothing "
+    (TRAIN + ["--resume", "{ckpt}", "--steps", "5"], 2, "the checkpoint is at step 5, and --steps 5 leaves nothing "
      "to train", "(--resume {ckpt})"),
     (TRAIN + ["--resume", "{ckpt}", "--steps", "9", "--seed", "3"], 2, "the checkpoint was trained with seed 0; "
      "another seed would split the data", "(--seed 3)"),

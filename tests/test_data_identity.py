@@ -116,6 +116,18 @@ def test_the_corpus_digest_ignores_order_and_the_split_digest_does_not():
     assert fingerprint.compare(a, b) is None
 
 
+def test_the_merges_of_a_bpe_task_are_part_of_its_fingerprint_and_named_when_they_differ():
+    """issue 36: other merges gave "the data differs" although only the merges did."""
+    task = load_task(data=None, name="copy", seed=0)
+    merges = {"merges": [["a", "b</w>"]], "symbols": ["a", "b</w>"]}
+    a = fingerprint.fingerprint("t", task.train, task.valid, task.test, merges)
+    assert a["merges"] == fingerprint.merges_digest(merges) and fingerprint.check(a) is None
+    b = fingerprint.fingerprint("t", task.train, task.valid, task.test, {**merges, "merges": [["b</w>", "a"]]})
+    assert fingerprint.compare(a, b).startswith("the byte-pair merges differ")
+    assert "merges" not in fingerprint.fingerprint("t", task.train, task.valid, task.test)
+    assert "field 'merges' must be a string" in fingerprint.check({**a, "merges": 1})
+
+
 @pytest.mark.parametrize("bad, message", [
     ([], "must be an object"), ({"task": "x", "corpus": 1, "split": "s", "sizes": [1, 1, 1]}, "field 'corpus' must be a"),
     ({"task": "x", "corpus": "c", "split": "s", "sizes": [1, -1, 1]}, "field 'sizes' must be three counts"),

@@ -19,6 +19,7 @@ from minitransformer import backend, decoding, decoding_inputs
 from minitransformer.data.batching import make_batch, make_source_batch
 from minitransformer.decoding import (
     GREEDY,
+    MAX_ALPHA,
     MAX_BEAM_SIZE,
     Beam,
     Greedy,
@@ -334,6 +335,10 @@ def test_length_penalty_formula():
     assert length_penalty(1, 0.6) == pytest.approx((6 / 6) ** 0.6)
     assert length_penalty(7, 0.6) == pytest.approx(2.0 ** 0.6)
     assert length_penalty(np.array([1.0, 7.0]), 0.0).tolist() == [1.0, 1.0]
+    # The largest α accepted keeps lp finite at any length a model can have (a Python int raised OverflowError
+    # at α = 400 and length 100 after a whole training run, issue 36), and already makes length win.
+    assert math.isfinite(length_penalty(10 ** 9, MAX_ALPHA))
+    assert length_penalty(2, MAX_ALPHA) > 4 * length_penalty(1, MAX_ALPHA)
 
 
 # -- lengths and padding -----------------------------------------------------------------------
@@ -462,7 +467,9 @@ def test_strategies_are_small_frozen_values():
     (lambda: Beam(MAX_BEAM_SIZE + 1), ValueError, f"Beam: size must be at most {MAX_BEAM_SIZE}"),
     (lambda: Beam(2 ** 63), ValueError, f"got {2 ** 63}"),
     (lambda: Beam(4, float("nan")), ValueError, "Beam: alpha must be a finite number, got nan"),
-    (lambda: Beam(4, -0.1), ValueError, "Beam: alpha must be ≥ 0"),
+    (lambda: Beam(4, -0.1), ValueError, "Beam: alpha must be in [0, 10]"),
+    (lambda: Beam(4, 400), ValueError, "Beam: alpha must be in [0, 10] (0: no length penalty; §6.1 uses 0.6), got "
+     "400"),
     (lambda: Beam(4, 10 ** 400), ValueError, "Beam: alpha must be a finite number, got inf"),
     (lambda: Beam(4, "0.6"), TypeError, "Beam: alpha must be a number"),
     (lambda: Sample(temperature=0), ValueError, "Sample: temperature must be > 0, got 0.0"),
@@ -495,9 +502,11 @@ def test_parse_strategy(text, want):
 @pytest.mark.parametrize("text, message", [
     ("topk", "unknown decoding strategy 'topk'; expected one of greedy, sample, beam"),
     ("greedy3", "greedy takes no number"),
-    ("beam0", "'beam0': Beam: size must be ≥ 1, got 0"),
-    ("beam100000", f"must be at most {MAX_BEAM_SIZE}"),
-    ("beam9223372036854775808", f"must be at most {MAX_BEAM_SIZE}"),
+    ("beam0", "'beam0': size must be in 1..64, got 0"),
+    ("beam100000", f"'beam100000': size must be in 1..{MAX_BEAM_SIZE}, got 100000"),
+    ("beam9223372036854775808", f"must be in 1..{MAX_BEAM_SIZE}"),
+    ("beam:alpha=400", "'beam:alpha=400': alpha must be in [0, 10], got 400"),
+    ("sample:top_p=1e1", "'sample:top_p=1e1': top_p must be in (0, 1], got 1e1"),
     ("sample:temp=2", "FIELD one of temperature, top_k, top_p, seed, min_p, got 'temp=2'"),
     ("sample:top_k=2.5", "top_k='2.5' is not a whole number"),
     ("sample:temperature=hot", "temperature='hot' is not a number"),
@@ -533,6 +542,7 @@ def _refuses_before_encoding(monkeypatch, model, call, error, message):
     (lambda m, s: beam_search(m, s, BOS, EOS, beam_size=2 ** 64 + 1), ValueError, "beam_size must be at most"),
     (lambda m, s: beam_search(m, s, BOS, EOS, alpha=float("nan")), ValueError, "beam_search: alpha must be a "
      "finite number, got nan"),
+    (lambda m, s: beam_search(m, s, BOS, EOS, alpha=400), ValueError, "beam_search: alpha must be in [0, 10]"),
     (lambda m, s: beam_search(m, s, BOS, EOS, beam_size=2, n_best=3), ValueError, "n_best must be in 1..2, got 3"),
     (lambda m, s: beam_search(m, s, BOS, EOS, n_best=1.0), TypeError, "n_best must be a whole number"),
     (lambda m, s: beam_search(m, s, BOS, EOS, return_scores=1), TypeError, "return_scores must be True or False"),

@@ -164,6 +164,13 @@ def test_accumulate_cuts_one_global_batch_of_the_plan_per_step(copy_pairs):
         assert sum(b.src.shape[0] for b in cut.shards) == one.shards[0].src.shape[0] == 16
     with pytest.raises(ValueError, match="TrainSettings: accumulate must be ≥ 1, got 0"):
         TrainSettings(accumulate=0)
+    # At least one pair per micro-batch: no more micro-batches than a global batch can hold pairs (issue 36).
+    assert TrainSettings(batch_size=16, accumulate=16).accumulate == 16
+    with pytest.raises(ValueError, match=r"TrainSettings: accumulate=17 cuts each global batch into more micro-batches "
+                                         r"than it can hold pairs \(batch_size=16\); give accumulate 16 or less"):
+        TrainSettings(batch_size=16, accumulate=17)
+    with pytest.raises(ValueError, match=r"\(max_tokens=8\); give accumulate 8"):
+        TrainSettings(batch_size=16, max_tokens=8, accumulate=9)
 
 
 # -- the gradient sum and the hash check, with a stand-in for the other ranks ------------------------
@@ -257,9 +264,6 @@ def test_launched_reads_the_launchers_variables(monkeypatch):
     monkeypatch.setenv("OMPI_COMM_WORLD_RANK", "3")
     with pytest.raises(EnvironmentVariableError, match="OMPI_COMM_WORLD_SIZE"):
         distributed.launched()
-    monkeypatch.setenv(distributed.TIMEOUT_VARIABLE, "soon")
-    with pytest.raises(EnvironmentVariableError, match="MINITRANSFORMER_MPI_TIMEOUT='soon'"):
-        distributed._env_timeout()
 
 
 def _cli(args, env_changes, tmp_path, blocked_mpi4py=False):
@@ -340,3 +344,78 @@ def test_a_launcher_of_another_mpi_library_is_named_not_run_as_n_copies(tmp_path
     assert out.returncode == 2 and len(errors) == 1, out.stderr
     assert "started 2 ranks (OMPI_COMM_WORLD_SIZE=2), but mpi4py's MPI sees 1" in errors[0]
     assert "different MPI libraries" in errors[0] and not (tmp_path / "r").exists()
+
+
+# -- issue 36, item 5: a sane timeout, one run's configuration on every rank, a word after a SIGKILL -------
+
+@pytest.mark.parametrize("raw", ["0.01", "4.9", "-1", "inf", "nan", "soon"])
+def test_the_mpi_timeout_has_a_sane_minimum(monkeypatch, raw):
+    """MINITRANSFORMER_MPI_TIMEOUT=0.01 was accepted, and every run then died at step 0 blaming the ranks."""
+    monkeypatch.setenv(distributed.TIMEOUT_VARIABLE, raw)
+    with pytest.raises(EnvironmentVariableError, match=f"MINITRANSFORMER_MPI_TIMEOUT='{raw}' is not valid: expected a "
+                                                       "number of seconds ≥ 5 \\(0: no timeout"):
+        distributed._env_timeout()
+    for ok, value in (("0", 0.0), ("5", 5.0), ("", distributed.DEFAULT_TIMEOUT), (" 60 ", 60.0)):
+        monkeypatch.setenv(distributed.TIMEOUT_VARIABLE, ok)
+        assert distributed._env_timeout() == value
+
+
+class _Others(SingleProcess):
+    """Rank 0 of ``len(others) + 1``, the other ranks answering an allgather with ``others``."""
+
+    def __init__(self, *others):
+        self.size, self.others = len(others) + 1, others
+
+    def allgather(self, obj, what):
+        self.asked = what
+        return [obj, *(other(obj) for other in self.others)]
+
+
+def test_ranks_started_with_another_model_configuration_are_named_before_the_first_collective():
+    """mpiexec -n 1 ... : -n 1 ... --set d_ff=32 crashed inside MPI ("Message truncated", 20 lines)."""
+    identity = {"model configurations": {"d_model": 32, "d_ff": 64}, "training settings": {"seed": 0, "steps": 10},
+                "data": {"corpus": "abc"}}
+
+    def narrow(obj):
+        return {**obj, "model configurations": {"d_model": 32, "d_ff": 32}}
+
+    def same(obj):
+        return obj
+
+    comm = _Others(same, narrow)
+    with pytest.raises(RanksOutOfSync) as caught:
+        distributed.check_same_run(comm, identity)
+    assert str(caught.value) == ("the ranks were started with different model configurations (d_ff: 64 on rank 0, "
+                                 "64 on rank 1, 32 on rank 2): every rank of mpiexec must be given the same options")
+    assert comm.asked == "the check that every rank runs the same configuration"
+    distributed.check_same_run(_Others(same), identity)                      # equal: nothing to say
+    distributed.check_same_run(SingleProcess(), identity)                    # one process: nothing to compare
+
+    def other_data(obj):
+        return {**obj, "data": {"corpus": "xyz"}}
+
+    with pytest.raises(RanksOutOfSync, match=r"different data \(corpus: 'abc' on rank 0, 'xyz' on rank 1\)"):
+        distributed.check_same_run(_Others(other_data), identity)
+
+
+def _sentinel_run(tail: str) -> subprocess.CompletedProcess:
+    code = textwrap.dedent("""
+        import os, signal, sys
+        from minitransformer import distributed
+        distributed.start_sentinel("error: nothing saved yet")
+        distributed.sentinel_say("error: the last checkpoint, run/checkpoint.npz, is from step 10; resume with: X")
+    """) + textwrap.dedent(tail)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": ROOT})
+
+
+@pytest.mark.skipif(not hasattr(os, "setsid"), reason="the sentinel runs in a session of its own (POSIX)")
+def test_the_sentinel_speaks_once_for_a_rank_0_that_dies_without_a_word():
+    """A SIGKILLed rank leaves no message; MPICH's mpiexec kills rank 0 at once. The sentinel, a small process
+    of its own session that rank 0 started, prints the last line rank 0 gave it, unless rank 0 said goodbye."""
+    killed = _sentinel_run("os.kill(os.getpid(), signal.SIGKILL)")
+    assert killed.returncode == -9
+    assert killed.stderr == "error: the last checkpoint, run/checkpoint.npz, is from step 10; resume with: X\n"
+    quiet = _sentinel_run("distributed.sentinel_quiet(); os.kill(os.getpid(), signal.SIGKILL)")
+    assert quiet.returncode == -9 and quiet.stderr == ""
+    assert _sentinel_run("distributed.sentinel_quiet()").stderr == ""

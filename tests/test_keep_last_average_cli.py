@@ -180,10 +180,71 @@ def test_average_refuses_checkpoints_of_another_run_and_other_bad_input(run_dir,
         assert not (tmp_path / "avg.npz").exists()
     code, _, err = run(["average", mine, step_path(str(run_dir), 15), "-o", mine])
     assert code == 2
-    one_error_line(err, "is one of the checkpoints to average", "(--output ")
+    one_error_line(err, "is a checkpoint to average too", "(--output ")
     code, _, err = run(["average", mine, "-o", tsv / "avg.npz"])            # a folder that is a file
     assert code == 2
     one_error_line(err, "exists and is not a directory", "(--output ")
+
+
+# -- issue 36, item 1: the same checkpoint under any name; runs of other data; the average keeps its data --
+
+def test_average_refuses_one_checkpoint_under_two_names(run_dir, tmp_path):
+    """``checkpoint.npz`` is a hard link to the last step's file and ``checkpoint.prev.npz`` to the one
+    before it, so ``average run/checkpoint*.npz`` named steps 15 and 20 twice each (it was accepted:
+    "averaged 5 checkpoint(s) (steps 20, 15, 10, 15, 20)"). A copy of a step file is the same step of
+    the same run, and an average given with one of its own steps holds that step twice."""
+    import glob
+    import shutil
+
+    last = step_path(str(run_dir), 20)
+    copy = tmp_path / "copy-of-20.npz"
+    shutil.copyfile(last, copy)
+    avg = tmp_path / "avg.npz"
+    assert run(["average", *[p for _, p in kept_checkpoints(str(run_dir))], "-o", avg])[0] == 0
+    cases = [
+        (sorted(glob.glob(str(run_dir / "checkpoint*.npz"))),       # checkpoint.prev.npz is step 15's file
+         [str(run_dir / "checkpoint.prev.npz"), step_path(str(run_dir), 15)], "are one file under two names"),
+        ([step_path(str(run_dir), 15), last, copy], [last, str(copy)], "are both step 20 of the same run"),
+        ([avg, last], [str(avg), last], "already holds step 20 (it averages steps 10, 15, 20)"),
+    ]
+    for paths, named, message in cases:
+        code, _, err = run(["average", *paths, "-o", tmp_path / "out.npz"])
+        assert code == 2, (paths, err)
+        one_error_line(err, message, *named, "it would count twice", "(the checkpoints to average)")
+        assert not (tmp_path / "out.npz").exists()
+
+
+def test_average_refuses_an_average_as_a_source(run_dir, tmp_path):
+    """An average among the sources would weigh its steps by another share than the others'."""
+    avg = tmp_path / "avg.npz"
+    assert run(["average", step_path(str(run_dir), 15), step_path(str(run_dir), 20), "-o", avg])[0] == 0
+    code, _, err = run(["average", avg, step_path(str(run_dir), 10), "-o", tmp_path / "out.npz"])
+    assert code == 2, err
+    one_error_line(err, f"{avg} is already an average (of steps 15, 20)", "average the checkpoints it was made from")
+
+
+def test_average_refuses_runs_of_different_data(tmp_path):
+    """Seed 0 on copy and seed 0 on reverse: same model, vocabulary, tokenization and seed, other data."""
+    for task in ("copy", "reverse"):
+        code, _, err = run(["train", "--task", task, "--out", tmp_path / task, "--steps", "2", "--valid-every", "2",
+                            "--preset", "tiny", "--no-progress"])
+        assert code == 0, err
+    a, b = tmp_path / "copy" / "checkpoint.npz", tmp_path / "reverse" / "checkpoint.npz"
+    code, _, err = run(["average", a, b, "-o", tmp_path / "avg.npz"])
+    assert code == 2, err
+    one_error_line(err, f"{a} and {b} were trained on different data", "'copy'", "'reverse'")
+    assert not (tmp_path / "avg.npz").exists()
+
+
+def test_an_average_keeps_the_data_fingerprint_and_evaluate_warns_on_the_training_file(run_dir, tmp_path, tsv):
+    avg = tmp_path / "avg.npz"
+    paths = [p for _, p in kept_checkpoints(str(run_dir))]
+    assert run(["average", *paths, "-o", avg])[0] == 0
+    assert load_checkpoint(str(avg)).extra["data"] == load_checkpoint(paths[-1]).extra["data"]
+    code, _, err = run(["evaluate", "--checkpoint", avg, "--data", tsv, "--limit", "3", "--samples", "0",
+                        "--beam", "1"])
+    assert code == 0, err
+    assert f"warning: {tsv} holds the pairs the checkpoint was trained on" in err
 
 
 # -- train --average-last: the average written at the end of the run --------------------------------
@@ -224,9 +285,10 @@ def test_the_trainer_averages_at_its_last_step_and_only_with_a_folder(tmp_path):
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--keep-last", "2", "--average-last", "3"], "average_last=3 averages the last 3 kept checkpoints, so keep_last "
-                                                  "must be at least 3, got 2"),
-    (["--average-last", "3"], "keep_last must be at least 3, got None"),
+    # In the options' words (issue 36, item 7), not the fields' (average_last=3 ... got None).
+    (["--keep-last", "2", "--average-last", "3"], "--average-last 3 averages the last 3 kept checkpoints, so it needs "
+                                                  "--keep-last 3 or more, got --keep-last 2 (--average-last/--keep-last)"),
+    (["--average-last", "3"], "so it needs --keep-last 3 or more, got no --keep-last (--average-last/--keep-last)"),
     (["--keep-last", "3", "--average-last", "1"], "must be a whole number ≥ 2, got 1 (--average-last)"),
 ])
 def test_a_bad_average_last_is_refused_before_step_1(tmp_path, tsv, args, message):

@@ -353,7 +353,7 @@ def test_the_loss_of_an_empty_batch_says_so_not_every_target_is_padding(B, T):
 # (options.add_options) need no entry: each is checked when the settings are built, before step 1.
 TRAIN_OPTIONS = {
     "setup": {"--task", "--data", "--level", "--bpe-merges", "--header", "--max-length", "--preset", "--set", "--seed",
-              "--out",
+              "--out", "--parents",
               "--overwrite", "--resume", "--backend", "--debug", "--help"},
     "training": {"--steps", "--batch-size", "--max-tokens", "--accumulate", "--lr-factor", "--warmup", "--clip-norm",
                  "--valid-every", "--checkpoint-every", "--keep-last", "--stop-when-solved", "--check-sync-every",

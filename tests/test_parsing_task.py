@@ -241,6 +241,28 @@ def test_evaluate_prints_bracket_f1_on_a_task_split(checkpoint, capsys):
     assert "BLEU" not in out
 
 
+def test_translate_escapes_brackets_in_the_input_words_so_the_tree_is_never_ambiguous(checkpoint, capsys):
+    """issue 36: "( ) ) (" printed "(S ( ) ) ()" and a tree given as input printed "(S (S (NP Alice) (VP saw)))",
+    which reads as a real parse. A word's brackets are written -LRB- / -RRB- (the Penn Treebank's way), so the
+    printed line reads back, by parse_tree, as a tree over exactly the words typed."""
+    sentences = ["( ) ) (", "(S (NP Alice) (VP saw))"]
+    assert main(["translate", "--checkpoint", str(checkpoint), "--beam", "1", *sentences]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 2
+    for line, sentence in zip(lines, sentences):
+        tree = parse_tree(line)
+        assert tree.words() == sentence.split(), line
+        assert line.count("(") == line.count(")") == len(list(_brackets(tree))), line   # every bracket is structure
+    assert "-LRB- -RRB- -RRB- -LRB-" in lines[0] and "-LRB-S" in lines[1]
+
+
+def _brackets(tree):
+    yield tree
+    for child in tree.children:
+        if not isinstance(child, str):
+            yield from _brackets(child)
+
+
 def test_scores_name_both_references_on_the_grammar_s_sentences():
     """On sentences of the grammar, the report adds what the grammar's own two parsers score on them (the most
     probable tree, the max-expected-F1 parse) and how far the model is under the better of the two."""

@@ -9,12 +9,14 @@ from minitransformer.data import pcfg
 from minitransformer.data.trees import (
     XX,
     Tree,
+    escape_word,
     evalb_label,
     linearize,
     parse_tree,
     read_linearized,
     right_branching,
     target_tokens,
+    unescape_word,
 )
 
 ALICE = "(S (NP (NNP Alice)) (VP (VT saw) (NP (DT the) (NN dog))))"
@@ -203,3 +205,19 @@ def test_the_docstring_examples_run():
     from minitransformer.data import evalb
     result = doctest.testmod(evalb)
     assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("words", [["(", ")", ")", "("], ["(S", "(NP", "Alice)", "saw))"], ["a(b)c", "-", "LRB"]])
+def test_brackets_inside_words_are_escaped_both_ways(words):
+    """issue 36: a word holding a bracket was written as it is, so the bracket string of a tree over it
+    was another tree, or none. Tree.__str__ writes it -LRB- / -RRB- (Penn Treebank), parse_tree reads it
+    back, and linearize(words=True) writes the same escape, so its target tokens stay leaves."""
+    tree = Tree("S", tuple(Tree(XX, (w,)) for w in words))
+    text = str(tree)
+    assert text.count("(") == 1 + len(words) and text.count(")") == 1 + len(words), text
+    assert parse_tree(text) == tree
+    tokens = linearize(tree, words=True)
+    assert read_linearized(tokens, words).repairs == ()
+    assert [t for t in tokens[1:-1]] == [escape_word(w) for w in words]
+    assert [unescape_word(escape_word(w)) for w in words] == words
+    assert parse_tree("(NP (-LRB- -LRB-) (NN x) (-RRB- -RRB-))").words() == ["(", "x", ")"]   # the treebank's own

@@ -70,6 +70,7 @@ from contextlib import contextmanager, nullcontext
 import matplotlib.pyplot as plt
 import numpy as np
 
+from lessonkit.i18n import tr
 from minitransformer import backend, decoding, machine, metrics, runsetup, translate
 from minitransformer.data.registry import PRESETS, load_task
 from minitransformer.data.vocab import tokenize
@@ -107,8 +108,8 @@ import matplotlib
 from minitransformer import plot as mt_plot
 
 label_fonts = mt_plot.label_fonts()              # ["DejaVu Sans"] + a CJK family, if one was found
-print("fonts for the labels:", label_fonts)
-font_note = "" if len(label_fonts) > 1 else "\n(no CJK font found on this machine: Korean labels are drawn as boxes)"
+print(tr("fonts for the labels:"), label_fonts)
+font_note = "" if len(label_fonts) > 1 else tr("\n(no CJK font found on this machine: Korean labels are drawn as boxes)")
 
 
 @contextmanager
@@ -175,9 +176,9 @@ with eval_mode(tiny):                                        # dropout off
         y_t = np.array([[y]])                                # fed back in at position t + 1
 step_logits = np.stack(step_logits)                          # (T_max, V)
 
-print("memory", memory.shape, "  cache: length", cache.length, "of T_max", cache.T_max,
-      "  layer-0 self-attention keys", cache.self_kv[0][0].shape, "(B, h, T_max, d_k)")
-print("greedy output, by hand:     ", greedy_out)
+print("memory", memory.shape, tr("  cache: length"), cache.length, tr("of T_max"), cache.T_max,
+      tr("  layer-0 self-attention keys"), cache.self_kv[0][0].shape, "(B, h, T_max, d_k)")
+print(tr("greedy output, by hand:     "), greedy_out)
 print("decoding.greedy_decode:     ", decoding.greedy_decode(tiny, src, BOS, None, max_len=T_max)[0])
 
 # %% [markdown]
@@ -197,9 +198,9 @@ tgt_in = np.array([[BOS] + greedy_out[:-1]])                 # (1, T_max): <bos>
 with eval_mode(tiny):
     teacher = tiny.decode(tgt_in, memory, src_mask)[0]       # (T_max, V), all positions at once
     whole = tiny.forward(src, tgt_in)[0]                     # encoder + decoder in one call
-print("max |step-by-step logits - model.decode|  =", f"{np.abs(step_logits - teacher).max():.1e}")
-print("max |step-by-step logits - model.forward| =", f"{np.abs(step_logits - whole).max():.1e}")
-print("largest |logit|                           =", f"{np.abs(teacher).max():.1f}")
+print(tr("max |step-by-step logits - model.decode|  ="), f"{np.abs(step_logits - teacher).max():.1e}")
+print(tr("max |step-by-step logits - model.forward| ="), f"{np.abs(step_logits - whole).max():.1e}")
+print(tr("largest |logit|                           ="), f"{np.abs(teacher).max():.1f}")
 assert np.allclose(step_logits, teacher, rtol=0, atol=1e-12)
 assert np.allclose(step_logits, whole, rtol=0, atol=1e-12)
 
@@ -253,22 +254,22 @@ with one_blas_thread(1):
 seconds = {use_cache: [min(runs[T, use_cache]) for T in lengths] for use_cache in (True, False)}
 speedup = np.array(seconds[False]) / np.array(seconds[True])
 for T, c, u, s in zip(lengths, seconds[True], seconds[False], speedup):
-    print(f"T = {T:3d}: cached {1e3 * c:7.1f} ms   uncached {1e3 * u:8.1f} ms   speed-up {s:5.1f}x")
+    print(tr(f"T = {T:3d}: cached {1e3 * c:7.1f} ms   uncached {1e3 * u:8.1f} ms   speed-up {s:5.1f}x"))
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.6))
-ax1.loglog(lengths, seconds[True], "o-", label="with the KV cache (decode_step)")
-ax1.loglog(lengths, seconds[False], "s-", label="without (decode on the prefix)")
+ax1.loglog(lengths, seconds[True], "o-", label=tr("with the KV cache (decode_step)"))
+ax1.loglog(lengths, seconds[False], "s-", label=tr("without (decode on the prefix)"))
 T_arr = np.array(lengths, dtype=float)
 ax1.loglog(T_arr, seconds[True][-1] * T_arr / T_arr[-1], "k:", lw=1, label=r"$\propto T$")
 ax1.loglog(T_arr, seconds[False][-1] * (T_arr / T_arr[-1]) ** 2, "k--", lw=1, label=r"$\propto T^2$")
-ax1.set(xlabel="output length T (tokens)", ylabel="CPU seconds (min of 4)", title="greedy decoding, batch of 8")
+ax1.set(xlabel=tr("output length T (tokens)"), ylabel=tr("CPU seconds (min of 4)"), title=tr("greedy decoding, batch of 8"))
 ax1.legend(fontsize=8)
 ax2.plot(lengths, speedup, "o-", color="C2")
-ax2.set(xlabel="output length T (tokens)", ylabel="uncached time / cached time", title="speed-up of the cache",
+ax2.set(xlabel=tr("output length T (tokens)"), ylabel=tr("uncached time / cached time"), title=tr("speed-up of the cache"),
         ylim=(0, None))
 for ax in (ax1, ax2):
     ax.grid(alpha=0.3)
-fig.suptitle(f"d_model 128, N 2, float32, 1 BLAS thread; {machine.machine_summary()}", fontsize=8)
+fig.suptitle(tr(f"d_model 128, N 2, float32, 1 BLAS thread; {machine.machine_summary()}"), fontsize=8)
 plt.tight_layout()
 plt.show()
 
@@ -301,8 +302,8 @@ show_markdown(
 # %%
 task = load_task("dates-en-ko")
 vocab = task.vocab
-print(f"{task.name}: {len(task.train):,} training pairs, {len(task.valid)} validation, {len(task.test)} test; "
-      f"{len(vocab)} tokens in the shared vocabulary")
+print(tr(f"{task.name}: {len(task.train):,} training pairs, {len(task.valid)} validation, {len(task.test)} test; "
+         f"{len(vocab)} tokens in the shared vocabulary"))
 for src_tokens, tgt_tokens in task.test[:3]:
     print(f"  {' '.join(src_tokens):32s} ->  {' '.join(tgt_tokens)}")
 from minitransformer.data.translation import DATE_RANGE
@@ -335,7 +336,7 @@ preset, settings = runsetup.settings_for("dates-en-ko", steps=150, batch_size=64
 trainer = runsetup.make_trainer(task, settings, preset)
 model = trainer.model
 print(preset, model.cfg)
-print(f"{model.num_parameters():,} parameters")
+print(tr(f"{model.num_parameters():,} parameters"))
 
 with warnings.catch_warnings():                           # Trainer.run imports tqdm.auto, which warns in a
     warnings.simplefilter("ignore")                       # notebook without ipywidgets; we show no progress bar
@@ -350,17 +351,17 @@ with one_blas_thread(1):
     trainer.settings.steps = 400
     history += trainer.run(progress=False)                # steps 151..400, the same run continued
     train_wall, train_cpu = time.perf_counter() - t0, time.process_time() - c0
-print(f"400 steps in {train_wall:.1f} s wall, {train_cpu:.1f} s CPU ({machine.machine_summary()})")
+print(tr(f"400 steps in {train_wall:.1f} s wall, {train_cpu:.1f} s CPU ({machine.machine_summary()})"))
 
 # %%
 steps = [r["step"] for r in history if "loss" in r]
 fig, ax = plt.subplots(figsize=(6, 3))
-ax.plot(steps, [r["loss"] for r in history if "loss" in r], label="training loss (mean of 10 steps)")
+ax.plot(steps, [r["loss"] for r in history if "loss" in r], label=tr("training loss (mean of 10 steps)"))
 val = [r for r in history if "valid_loss" in r]
-ax.plot([r["step"] for r in val], [r["valid_loss"] for r in val], "o", label="validation loss")
+ax.plot([r["step"] for r in val], [r["valid_loss"] for r in val], "o", label=tr("validation loss"))
 ax.axvline(150, color="gray", ls=":", lw=1)
-ax.text(152, ax.get_ylim()[1] * 0.9, "copy kept: 'half'", fontsize=8, color="gray", va="top")
-ax.set(xlabel="step", ylabel="label-smoothed cross-entropy", yscale="log", title="dates-en-ko, batch 64")
+ax.text(152, ax.get_ylim()[1] * 0.9, tr("copy kept: 'half'"), fontsize=8, color="gray", va="top")
+ax.set(xlabel=tr("step"), ylabel=tr("label-smoothed cross-entropy"), yscale="log", title=tr("dates-en-ko, batch 64"))
 ax.grid(alpha=0.3)
 ax.legend(fontsize=8)
 plt.tight_layout()
@@ -420,11 +421,11 @@ refs = half_greedy["refs"]
 differ = [i for i, (g, b) in enumerate(zip(half_greedy["hyps"], half_beam["hyps"])) if g != b]
 beam_right = [i for i in differ if half_beam["hyps"][i] == refs[i]]
 greedy_right = [i for i in differ if half_greedy["hyps"][i] == refs[i]]
-print(f"half-trained model, 1,000 test sentences: the outputs differ on {len(differ)};")
-print(f"  beam right and greedy wrong: {len(beam_right)}; greedy right and beam wrong: {len(greedy_right)}")
+print(tr(f"half-trained model, 1,000 test sentences: the outputs differ on {len(differ)};"))
+print(tr(f"  beam right and greedy wrong: {len(beam_right)}; greedy right and beam wrong: {len(greedy_right)}"))
 for i in differ[:6]:
-    print(f"  {' '.join(task.test[i][0]):30s} ref {refs[i]:22s} greedy {half_greedy['hyps'][i]:22s} "
-          f"beam {half_beam['hyps'][i]}")
+    print(tr(f"  {' '.join(task.test[i][0]):30s} ref {refs[i]:22s} greedy {half_greedy['hyps'][i]:22s} "
+             f"beam {half_beam['hyps'][i]}"))
 
 # %% [markdown]
 # Take the first sentence where beam search is right and greedy decoding is wrong, and score
@@ -444,15 +445,15 @@ def token_logprobs(m, src_tokens, out_tokens):
 if beam_right:
     example = beam_right[0]
     ex_src = task.test[example][0]
-    print("source:   ", " ".join(ex_src), "   reference:", refs[example])
-    for name, out in (("greedy", half_greedy["hyps"][example]), ("beam 4", half_beam["hyps"][example])):
+    print(tr("source:   "), " ".join(ex_src), tr("   reference:"), refs[example])
+    for name, out in ((tr("greedy"), half_greedy["hyps"][example]), (tr("beam 4"), half_beam["hyps"][example])):
         tokens = out.split()
         lp = token_logprobs(half, ex_src, tokens)
         pen = decoding.length_penalty(len(lp), 0.6)
-        print(f"{name:7s} {out:24s} log P per token {np.round(lp, 2)}  log P = {sum(lp):6.3f}  "
-              f"lp = {pen:.3f}  score = {sum(lp) / pen:6.3f}")
+        print(tr(f"{name:7s} {out:24s} log P per token {np.round(lp, 2)}  log P = {sum(lp):6.3f}  "
+                 f"lp = {pen:.3f}  score = {sum(lp) / pen:6.3f}"))
 else:
-    print("beam search never fixed a greedy mistake on this machine's run: nothing to show here")
+    print(tr("beam search never fixed a greedy mistake on this machine's run: nothing to show here"))
 
 # %%
 if beam_right:
@@ -480,8 +481,8 @@ if beam_right:
         fig, ax = plt.subplots(figsize=(8, 2.8))
         ax.bar(range(len(top)), p0[top], color=["C1" if is_year[t] else "C0" for t in top])
         ax.set_xticks(range(len(top)), [vocab.token(int(t)) for t in top], fontsize=8)
-        ax.set(ylabel="P(first token)", title=f"first output token for '{' '.join(ex_src)}' (half-trained model); "
-               f"orange: years, all years together {p0[is_year].sum():.0%}{font_note}")
+        ax.set(ylabel=tr("P(first token)"), title=tr(f"first output token for '{' '.join(ex_src)}' (half-trained model); "
+                                                 f"orange: years, all years together {p0[is_year].sum():.0%}{font_note}"))
         ax.grid(alpha=0.3)
         plt.tight_layout()
         plt.show()
@@ -489,9 +490,9 @@ if beam_right:
                p0[is_year].max() < p0[~is_year].max() < p0[is_year].sum(),
                f"best year {p0[is_year].max():.2f}, best other token {p0[~is_year].max():.2f}, all years {p0[is_year].sum():.2f}")
     n_best = decoding.beam_search(half, src_ids, vocab.bos_id, vocab.eos_id, beam_size=4, alpha=0.6, n_best=4)[0]
-    print("beam_search(n_best=4), best first:")
+    print(tr("beam_search(n_best=4), best first:"))
     for ids, score in n_best:
-        print(f"  score {score:7.3f}   {' '.join(vocab.decode(ids))}")
+        print(tr(f"  score {score:7.3f}   {' '.join(vocab.decode(ids))}"))
 
 # %% [markdown]
 # Beam search is not always right, and it does not always find the most probable output
@@ -510,9 +511,9 @@ for i in differ:
     raw_prefers_greedy += lp_g > lp_b
     same_length += len(g_out) == len(b_out)
     longer_by_penalty += len(b_out) > len(g_out) and lp_g > lp_b
-print(f"of the {len(differ)} sentences where the outputs differ: {same_length} have outputs of the same length; "
-      f"greedy's output has the larger raw log P in {raw_prefers_greedy}; beam search chose a longer output with "
-      f"the smaller raw log P in {longer_by_penalty}: there the length penalty (alpha = 0.6) decided")
+print(tr(f"of the {len(differ)} sentences where the outputs differ: {same_length} have outputs of the same length; "
+         f"greedy's output has the larger raw log P in {raw_prefers_greedy}; beam search chose a longer output with "
+         f"the smaller raw log P in {longer_by_penalty}: there the length penalty (alpha = 0.6) decided"))
 
 # %% [markdown]
 # ### What $\alpha$ does to the output length
@@ -532,7 +533,7 @@ alphas = [0.0, 0.3, 0.6, 1.0, 1.5, 2.0, 3.0]
 sweep_src = [translate.source_ids(vocab, s) for s, _ in task.test[:300]]
 sweep_ref = [vocab.encode(t) for _, t in task.test[:300]]
 ref_len = np.array([len(r) for r in sweep_ref])
-print(f"reference lengths: {dict(sorted(Counter(ref_len.tolist()).items()))} (tokens: sentences)")
+print(tr(f"reference lengths: {dict(sorted(Counter(ref_len.tolist()).items()))} (tokens: sentences)"))
 mean_len, shorter, longer, exact = [], [], [], []
 with one_blas_thread(1):
     for a in alphas:
@@ -542,16 +543,16 @@ with one_blas_thread(1):
         shorter.append(np.mean(n_out < ref_len))
         longer.append(np.mean(n_out > ref_len))
         exact.append(np.mean([o == r for o, r in zip(outs, sweep_ref)]))
-        print(f"alpha = {a:3.1f}: mean output length {mean_len[-1]:6.3f} tokens (references {ref_len.mean():.3f}); "
-              f"shorter than the reference: {shorter[-1]:5.1%}, longer: {longer[-1]:5.1%}; exact match {exact[-1]:.1%}")
+        print(tr(f"alpha = {a:3.1f}: mean output length {mean_len[-1]:6.3f} tokens (references {ref_len.mean():.3f}); "
+                 f"shorter than the reference: {shorter[-1]:5.1%}, longer: {longer[-1]:5.1%}; exact match {exact[-1]:.1%}"))
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))
-ax1.plot(alphas, 100 * np.array(shorter), "o-", label="shorter than the reference")
-ax1.plot(alphas, 100 * np.array(longer), "s-", label="longer than the reference")
-ax1.set(xlabel=r"length penalty $\alpha$", ylabel="% of outputs", title="beam 4, half-trained model, 300 sentences")
+ax1.plot(alphas, 100 * np.array(shorter), "o-", label=tr("shorter than the reference"))
+ax1.plot(alphas, 100 * np.array(longer), "s-", label=tr("longer than the reference"))
+ax1.set(xlabel=tr(r"length penalty $\alpha$"), ylabel=tr("% of outputs"), title=tr("beam 4, half-trained model, 300 sentences"))
 ax1.legend(fontsize=8)
 ax2.plot(alphas, 100 * np.array(exact), "o-", color="C2")
-ax2.set(xlabel=r"length penalty $\alpha$", ylabel="exact match (%)", title="the same outputs, scored")
+ax2.set(xlabel=tr(r"length penalty $\alpha$"), ylabel=tr("exact match (%)"), title=tr("the same outputs, scored"))
 for ax in (ax1, ax2):
     ax.axvline(0.6, color="C3", lw=1, ls="--")
     ax.grid(alpha=0.3)
@@ -635,7 +636,7 @@ for n in range(1, 5):
     total = sum(hyp_n.values())
     log_sum += np.log(matched / total)
     missing = [" ".join(g) for g in hyp_n if g not in ref_n]
-    print(f"p_{n} = {matched}/{total} = {matched / total:.4f}   not in the reference: {missing}")
+    print(tr(f"p_{n} = {matched}/{total} = {matched / total:.4f}   not in the reference: {missing}"))
 c, r = len(hypothesis), len(reference)
 bp = 1.0 if c >= r else np.exp(1 - r / c)
 bleu_by_hand = 100 * bp * np.exp(log_sum / 4)
@@ -651,8 +652,8 @@ assert abs(package.score - bleu_by_hand) < 1e-9
 # %%
 parrot = ["the"] * 7
 hyp_1, ref_1 = ngrams(parrot, 1), ngrams(reference, 1)
-print(f"'{' '.join(parrot)}': p_1 = {min(hyp_1[('the',)], ref_1[('the',)])}/7 with clipping "
-      f"(the reference has 'the' 3 times), it would be 7/7 without")
+print(tr(f"'{' '.join(parrot)}': p_1 = {min(hyp_1[('the',)], ref_1[('the',)])}/7 with clipping "
+         f"(the reference has 'the' 3 times), it would be 7/7 without"))
 
 # %% [markdown]
 # On one short sentence BLEU is brittle. The greedy output of section 3 shares most of its
@@ -665,9 +666,13 @@ print(f"'{' '.join(parrot)}': p_1 = {min(hyp_1[('the',)], ref_1[('the',)])}/7 wi
 # sentence's own counts, and what they say about each precision printed:
 
 # %%
+from IPython.display import display
+
+from lessonkit.prose import Markdown
+
 if beam_right:
     one = metrics.corpus_bleu([half_greedy["hyps"][example]], [refs[example]])
-    print(f"'{half_greedy['hyps'][example]}' against '{refs[example]}': {one}")
+    print(tr(f"'{half_greedy['hyps'][example]}' against '{refs[example]}': {one}"))
     hyp_tokens, ref_tokens = half_greedy["hyps"][example].split(), refs[example].split()
     counts = []
     for n in range(1, 5):
@@ -676,12 +681,12 @@ if beam_right:
 
     def reading(n, matched, total):
         if total == 0:
-            return f"$p_{n}$: the output has no {n}-gram at all, so $p_{n} = 0$ and BLEU is 0"
+            return tr(f"$p_{n}$: the output has no {n}-gram at all, so $p_{n} = 0$ and BLEU is 0")
         if matched == 0:
-            return f"$p_{n}$: 0 of its {total} {n}-gram(s) match, so the printed value is smoothing, not a match"
-        return f"$p_{n}$: {matched} of its {total} {n}-gram(s) match, a real match"
+            return tr(f"$p_{n}$: 0 of its {total} {n}-gram(s) match, so the printed value is smoothing, not a match")
+        return tr(f"$p_{n}$: {matched} of its {total} {n}-gram(s) match, a real match")
 
-    show_markdown("; ".join(reading(n, m, t) for n, (m, t) in enumerate(counts, 1)) + ".")
+    display(Markdown("; ".join(reading(n, m, t) for n, (m, t) in enumerate(counts, 1)) + "."))   # each reading is tr'd
     claim_true("with fewer than 4 tokens the sentence scores 0", len(hyp_tokens) >= 4 or one.score == 0,
                f"{len(hyp_tokens)} tokens, BLEU {one.score}")
 
@@ -704,14 +709,14 @@ try:
     import sacrebleu
 except ImportError:
     sacrebleu = None
-    print("sacrebleu is not installed: comparison skipped (pip install sacrebleu==2.6.0)")
+    print(tr("sacrebleu is not installed: comparison skipped (pip install sacrebleu==2.6.0)"))
 if sacrebleu is not None:
     theirs_bleu = sacrebleu.corpus_bleu(hyps, [refs])
     theirs_chrf = sacrebleu.corpus_chrf(hyps, [refs])
     print(f"sacrebleu {sacrebleu.__version__}:  ", theirs_bleu)
     print(f"sacrebleu chrF:        {theirs_chrf.score:.4f}")
-    print(f"|difference|: BLEU {abs(ours_bleu.score - theirs_bleu.score):.1e}, "
-          f"chrF {abs(ours_chrf - theirs_chrf.score):.1e}")
+    print(tr(f"|difference|: BLEU {abs(ours_bleu.score - theirs_bleu.score):.1e}, "
+             f"chrF {abs(ours_chrf - theirs_chrf.score):.1e}"))
     assert abs(ours_bleu.score - theirs_bleu.score) < 1e-6 and abs(ours_chrf - theirs_chrf.score) < 1e-6
 
 # %% [markdown]
@@ -731,12 +736,12 @@ my_prediction_10_2 = None   # a number from 0 to 100
 
 # %%
 pair_hyp, pair_ref = "2024년 3월 6일 화요일", "2024년 3월 5일 화요일"      # one wrong day
-print(f"one sentence, '{pair_hyp}' vs '{pair_ref}':")
-print(f"   words:      {metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize='13a')}")
-print(f"   characters: {metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize='char')}")
-print("the 1,000 greedy outputs of the half-trained model:")
-print(f"   words:      BLEU {metrics.corpus_bleu(hyps, refs, tokenize='13a').score:6.2f}")
-print(f"   characters: BLEU {metrics.corpus_bleu(hyps, refs, tokenize='char').score:6.2f}")
+print(tr(f"one sentence, '{pair_hyp}' vs '{pair_ref}':"))
+print(tr(f"   words:      {metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize='13a')}"))
+print(tr(f"   characters: {metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize='char')}"))
+print(tr("the 1,000 greedy outputs of the half-trained model:"))
+print(tr(f"   words:      BLEU {metrics.corpus_bleu(hyps, refs, tokenize='13a').score:6.2f}"))
+print(tr(f"   characters: BLEU {metrics.corpus_bleu(hyps, refs, tokenize='char').score:6.2f}"))
 
 # %% tags=["reveal"]
 from lessonkit.predict import reveal
@@ -771,8 +776,8 @@ reveal(my_prediction_10_2, metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize=
 # %%
 for hyp, ref in (("einundzwanzig", "einunddreißig"), ("dreitausendvierhunderteinundzwanzig",
                                                      "dreitausendvierhundertzweiundzwanzig")):
-    print(f"{hyp:38s} vs {ref:38s}: word BLEU {metrics.corpus_bleu([hyp], [ref]).score:5.1f}, "
-          f"chrF {metrics.corpus_chrf([hyp], [ref]):5.1f}")
+    print(tr(f"{hyp:38s} vs {ref:38s}: word BLEU {metrics.corpus_bleu([hyp], [ref]).score:5.1f}, "
+             f"chrF {metrics.corpus_chrf([hyp], [ref]):5.1f}"))
 from num2words import num2words
 
 assert [num2words(n, lang="de") for n in (21, 31, 3421, 3422)] == ["einundzwanzig", "einunddreißig",
@@ -793,13 +798,13 @@ assert [num2words(n, lang="de") for n in (21, 31, 3421, 3422)] == ["einundzwanzi
 with one_blas_thread(1):
     full_greedy = translate.score_translations(model, vocab, task.test, strategy=decoding.Greedy(), **levels)
     full_beam = translate.score_translations(model, vocab, task.test, strategy=decoding.Beam(4), **levels)
-print(f"{'model':22s}{'decoder':>10s}{'BLEU':>9s}{'chrF':>9s}{'exact match':>14s}{'seconds':>10s}")
-for name, runs in (("half-trained (150 steps)", (half_greedy, half_beam)), ("trained (400 steps)", (full_greedy, full_beam))):
-    for decoder, r in zip(("greedy", "beam 4"), runs):
+print(f"{tr('model'):22s}{tr('decoder'):>10s}{'BLEU':>9s}{'chrF':>9s}{tr('exact match'):>14s}{tr('seconds'):>10s}")
+for name, runs in ((tr("half-trained (150 steps)"), (half_greedy, half_beam)), (tr("trained (400 steps)"), (full_greedy, full_beam))):
+    for decoder, r in zip((tr("greedy"), tr("beam 4")), runs):
         print(f"{name:22s}{decoder:>10s}{r['bleu']:9.2f}{r['chrf']:9.2f}{r['exact_match']:14.1%}{r['seconds']:10.1f}")
 print(f"({machine.machine_summary()})")
 wrong = [i for i, (h, r) in enumerate(zip(full_beam["hyps"], full_beam["refs"])) if h != r]
-print(f"trained model, beam 4: {len(wrong)} of {len(task.test)} test sentences wrong", wrong[:5])
+print(tr(f"trained model, beam 4: {len(wrong)} of {len(task.test)} test sentences wrong"), wrong[:5])
 probes = {}
 for text in ("Tuesday, March 5, 2024", "Monday, March 5, 2024", "Sunday, January 1, 1950"):
     probes[text] = " ".join(translate.translate_tokens(model, vocab, [tokenize(text, "word")], decoding.Beam(4))[0])
@@ -850,15 +855,15 @@ def draw_heads(weights, rows, cols, title):
                 image = ax.imshow(weights[i, j], cmap="viridis", vmin=0, vmax=1)
                 ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=8)
                 ax.set_yticks(range(len(rows)), rows, fontsize=8)
-                ax.set_title(f"layer {i + 1}, head {j + 1}", fontsize=8)
-        fig.colorbar(image, ax=axes, shrink=0.7, label="attention weight")
+                ax.set_title(tr(f"layer {i + 1}, head {j + 1}"), fontsize=8)
+        fig.colorbar(image, ax=axes, shrink=0.7, label=tr("attention weight"))
         fig.suptitle(title + font_note, fontsize=9)
         plt.show()
 
 
 draw_heads(maps["encoder_decoder"], dec_labels, src_labels,
-           f"encoder-decoder attention: rows = decoder input (<bos> + output), columns = source\n"
-           f"'{' '.join(sentence)}' -> '{' '.join(output)}' (beam 4)")
+           tr(f"encoder-decoder attention: rows = decoder input (<bos> + output), columns = source\n"
+              f"'{' '.join(sentence)}' -> '{' '.join(output)}' (beam 4)"))
 # Korean writes year, month, day, weekday: decoder row i (<bos>, then each output word) predicts the
 # word that translates this source word.
 aligned_src = np.array([src_labels.index(word) for word in ("2024", "March", "5", "Tuesday", "<eos>")])
@@ -873,20 +878,20 @@ aligned_src = np.array([src_labels.index(word) for word in ("2024", "March", "5"
 # What the maps drawn show, head by head, counted from their weights:
 
 # %%
-print("decoder row i looks up source position aligned_src[i]:", aligned_src)
+print(tr("decoder row i looks up source position aligned_src[i]:"), aligned_src)
 N_layers, n_heads = maps["encoder_decoder"].shape[:2]
 
 
 def head_names(heads):
-    return ", ".join(f"{j + 1}" for j in heads) or "none"
+    return ", ".join(f"{j + 1}" for j in heads) or tr("none")
 
 
 picks = maps["encoder_decoder"].argmax(axis=-1)                                       # (N, h, T): each row's key
 aligned_rows = (picks == aligned_src).sum(axis=-1)                                    # (N, h)
 eos_rows = (picks == len(src_labels) - 1).sum(axis=-1)                                # (N, h)
 rows_n = len(dec_labels)
-print("rows (of 5) whose largest weight is on the aligned source word:\n", aligned_rows)
-print("rows (of 5) whose largest weight is on the source <eos>:\n", eos_rows)
+print(tr("rows (of 5) whose largest weight is on the aligned source word:\n"), aligned_rows)
+print(tr("rows (of 5) whose largest weight is on the source <eos>:\n"), eos_rows)
 claim_true("in the second layer at least one head aligns every row", (aligned_rows[-1] == rows_n).any(),
            f"aligned rows per head {aligned_rows[-1]}")
 show_markdown(
@@ -898,9 +903,9 @@ show_markdown(
 
 # %%
 draw_heads(maps["decoder_self"], dec_labels, dec_labels,
-           "decoder masked self-attention: rows and columns = decoder input (<bos> + output)")
+           tr("decoder masked self-attention: rows and columns = decoder input (<bos> + output)"))
 draw_heads(maps["encoder_self"], src_labels, src_labels,
-           "encoder self-attention: rows and columns = source (+ <eos>)")
+           tr("encoder self-attention: rows and columns = source (+ <eos>)"))
 
 # %% [markdown]
 # One sentence can mislead, so we measure each head over the test sentences written in the
@@ -926,13 +931,13 @@ batch = same_form[:200]
 src_batch = np.array([translate.source_ids(vocab, s) for s, _ in batch])               # (B, 7): 6 words + <eos>
 dec_batch = np.array([[vocab.bos_id] + vocab.encode(t) for _, t in batch])             # (B, 5): <bos> + 4 words
 assert src_batch.shape == (len(batch), len(src_labels)) and dec_batch.shape == (len(batch), len(dec_labels))
-print(f"{len(same_form)} test sentences in this form; the first {len(batch)} stacked")
+print(tr(f"{len(same_form)} test sentences in this form; the first {len(batch)} stacked"))
 batch_maps = translate.attention_maps(model, src_batch, dec_batch)                    # each (N, B, h, ., .)
 rows = np.arange(len(dec_labels))
 later = rows[1:]                                 # decoder rows 1..4: row 0 (<bos>) can only attend to itself
 keys = np.arange(len(src_labels))                # encoder positions
-print(f"{'head':>14s}{'enc-dec alignment':>19s}{'dec diagonal':>14s}{'dec <bos>':>11s}"
-      f"{'enc diagonal':>14s}{'enc <eos>':>11s}")
+print(f"{tr('head'):>14s}{tr('enc-dec alignment'):>19s}{tr('dec diagonal'):>14s}{tr('dec <bos>'):>11s}"
+      f"{tr('enc diagonal'):>14s}{tr('enc <eos>'):>11s}")
 head_table, ed_eos = {}, {}
 for layer in range(model.cfg.N):
     for head in range(model.cfg.h):
@@ -942,20 +947,20 @@ for layer in range(model.cfg.N):
         head_table[layer, head] = scores = (ed[:, rows, aligned_src].mean(), ds[:, later, later].mean(),
                                             ds[:, later, 0].mean(), es[:, keys, keys].mean(), es[:, :, -1].mean())
         ed_eos[layer, head] = ed[:, :, -1].mean()                                        # enc-dec weight on <eos>
-        print(f"layer {layer + 1}, head {head + 1}" + "".join(f"{s:{w}.2f}" for s, w in zip(scores, (19, 14, 11, 14, 11))))
+        print(tr(f"layer {layer + 1}, head {head + 1}") + "".join(f"{s:{w}.2f}" for s, w in zip(scores, (19, 14, 11, 14, 11))))
 
 
 def heads_where(column, above):
-    found = [f"layer {k[0] + 1} head {k[1] + 1}" for k, v in head_table.items() if v[column] > above]
-    return ", ".join(found) or "none"
+    found = [tr(f"layer {k[0] + 1} head {k[1] + 1}") for k, v in head_table.items() if v[column] > above]
+    return ", ".join(found) or tr("none")
 
 
 columns = np.array(list(head_table.values()))                                          # (N*h, 5)
-print("\nencoder-decoder heads with more than 0.8 on the aligned source word:", heads_where(0, 0.8))
-print("decoder self-attention heads with more than 0.6 on the diagonal:     ", heads_where(1, 0.6))
-print("decoder self-attention heads with more than 0.6 on <bos>:            ", heads_where(2, 0.6))
-print(f"encoder self-attention: diagonal {columns[:, 3].min():.2f} to {columns[:, 3].max():.2f}, "
-      f"<eos> {columns[:, 4].min():.2f} to {columns[:, 4].max():.2f} (every head)")
+print(tr("\nencoder-decoder heads with more than 0.8 on the aligned source word:"), heads_where(0, 0.8))
+print(tr("decoder self-attention heads with more than 0.6 on the diagonal:     "), heads_where(1, 0.6))
+print(tr("decoder self-attention heads with more than 0.6 on <bos>:            "), heads_where(2, 0.6))
+print(tr(f"encoder self-attention: diagonal {columns[:, 3].min():.2f} to {columns[:, 3].max():.2f}, "
+         f"<eos> {columns[:, 4].min():.2f} to {columns[:, 4].max():.2f} (every head)"))
 
 # %% [markdown]
 # How to read it. The numbers are those of the run printed above: another machine's floating
@@ -969,31 +974,32 @@ year_heads = [j for j in range(model.cfg.h)
               if (maps["decoder_self"][last, j, year_row + 1:].argmax(axis=-1) == year_row).all()]
 aligned_last = [j for j in range(model.cfg.h) if head_table[last, j][0] > 0.8]
 claim_true("encoder-decoder attention in the upper layer is an alignment (a head above 0.8)", bool(aligned_last))
-claim_true("decoder self-attention has previous-token heads (a diagonal above 0.6)", heads_where(1, 0.6) != "none")
+claim_true("decoder self-attention has previous-token heads (a diagonal above 0.6)", heads_where(1, 0.6) != tr("none"))
 claim_true("encoder self-attention has no clean pattern (no head above 0.8 on one key kind)",
            columns[:, 3].max() < 0.8 and columns[:, 4].max() < 0.8,
            f"diagonal up to {columns[:, 3].max():.2f}, <eos> up to {columns[:, 4].max():.2f}")
 first_eos = [ed_eos[0, j] for j in range(model.cfg.h)]
-show_markdown("\n".join([
+year_sentence = (tr(f"In the map of the one sentence drawn, head(s) {head_names(year_heads)} of layer {last + 1} "
+                    "look hardest at the year from every later row.") if year_heads else
+                 tr(f"In the map of the one sentence drawn, no head of layer {last + 1} looks hardest at the "
+                    "year from every later row."))
+show_markdown(
     f"* **Encoder-decoder attention** in the last layer is an **alignment**: heads {head_names(aligned_last)} of "
     f"layer {last + 1} put more than 0.8 of their weight on the source word that the next output token "
     f"translates, on average over all {len(batch)} sentences ({', '.join(f'{head_table[last, j][0]:.2f}' for j in aligned_last)}), "
     f"not only in the one drawn. The first layer's heads reach at most {columns[:model.cfg.h, 0].max():.2f} and "
     f"put {min(first_eos):.2f} to {max(first_eos):.2f} of their weight on the source `<eos>`. Translation models "
     "before the Transformer learned such alignments with a dedicated attention (Bahdanau et al., 2014); here it "
-    "appears in the upper layer of cross-attention, once the first layer has gathered context.",
+    "appears in the upper layer of cross-attention, once the first layer has gathered context.\n"
     f"* **Decoder self-attention** has **previous-token heads** ({heads_where(1, 0.6)}): a large diagonal means "
     "looking at the token just written (row $i$ holds output token $i-1$), which tells the model which part of "
     f"the date comes next. Heads with more than 0.6 on `<bos>` from the later rows: {heads_where(2, 0.6)}; for an "
     "output whose format is fixed, knowing the position is nearly all such a head needs, and `<bos>` is a cheap "
-    "place to park. " + (f"In the map of the one sentence drawn, head(s) {head_names(year_heads)} of layer {last + 1} "
-                         "look hardest at the year from every later row." if year_heads else
-                         f"In the map of the one sentence drawn, no head of layer {last + 1} looks hardest at the "
-                         "year from every later row."),
+    f"place to park. {year_sentence}\n"
     f"* **Encoder self-attention** has no clean pattern: over {len(batch)} sentences every head puts "
     f"{columns[:, 3].min():.2f} to {columns[:, 3].max():.2f} on its own position and "
     f"{columns[:, 4].min():.2f} to {columns[:, 4].max():.2f} on the source `<eos>`, a mix of the two. This task "
-    "hardly needs the encoder to mix words, since each source word translates on its own."]))
+    "hardly needs the encoder to mix words, since each source word translates on its own.")
 
 # %% [markdown]
 # Attention weights show where information is read from, not what is done with it; a head with
@@ -1040,7 +1046,7 @@ def flops_tex(x):
     return f"${mantissa} \\cdot 10^{{{int(exponent)}}}$"
 
 
-Markdown("\n".join(["| system | | BLEU En-De | BLEU En-Fr | training FLOPs En-De | training FLOPs En-Fr |",
+Markdown("\n".join([tr("| system | | BLEU En-De | BLEU En-Fr | training FLOPs En-De | training FLOPs En-Fr |"),
                     "| --- | --- | ---: | ---: | ---: | ---: |"]
                    + [f"| {name} | {kind} | {de or ''} | {fr or ''} | {flops_tex(cde) if cde else ''} | "
                       f"{flops_tex(cfr) if cfr else ''} |" for name, kind, de, fr, cde, cfr in TABLE2]))
@@ -1055,8 +1061,8 @@ rows = {name: {"kind": kind, "de": de and float(de), "fr": fr and float(fr), "co
         for name, kind, de, fr, cde, cfr in TABLE2}
 for name, seconds in TRAINING.items():
     estimate = seconds * GPUS * P100_FLOPS
-    print(f"{name}: {seconds / 3600:.0f} h x {GPUS} GPUs x {P100_FLOPS:.1e} FLOP/s = {estimate:.2e} FLOPs "
-          f"(Table 2: {rows[name]['cost_de']:.1e})")
+    print(tr(f"{name}: {seconds / 3600:.0f} h x {GPUS} GPUs x {P100_FLOPS:.1e} FLOP/s = {estimate:.2e} FLOPs "
+             f"(Table 2: {rows[name]['cost_de']:.1e})"))
     assert abs(estimate - rows[name]["cost_de"]) / rows[name]["cost_de"] < 0.05     # the table rounds to 2 digits
 
 earlier = {n: r for n, r in rows.items() if r["kind"] != "this paper"}
@@ -1072,11 +1078,11 @@ claim_true("§6.1: even the base model beats every earlier En-De result", base["
 claim_true("§6.1: on En-Fr the big model beats every earlier single model", PAPER_TEXT_EN_FR_BIG > best_fr_single[0])
 claim("§6.1: ... at less than 1/4 of the training cost of that model", big["cost_fr"] / fr_single_cost, high=0.25)
 below_text = [n for n, r in earlier.items() if r["kind"] == "ensemble" and r["fr"] and r["fr"] > PAPER_TEXT_EN_FR_BIG]
-show_markdown("\n".join([
+show_markdown(
     f"* **English-German.** The big model's {big['de']} is {big['de'] - best_de[0]:.2f} BLEU above the best earlier "
     f"result, an ensemble ({best_de[1]}, {best_de[0]}): the \"more than 2.0 BLEU, including ensembles\" of §6.1. Even "
     f"the base model ({base['de']}) is above every earlier row, at {flops_tex(base['cost_de'])} FLOPs, "
-    f"{cheapest_de[0] / base['cost_de']:.1f} times less than the cheapest of them ({cheapest_de[1]}).",
+    f"{cheapest_de[0] / base['cost_de']:.1f} times less than the cheapest of them ({cheapest_de[1]}).\n"
     f"* **English-French.** §6.1 claims the best **single** model: {PAPER_TEXT_EN_FR_BIG} in its text (Table 2 "
     f"prints {big['fr']} for the same model), against {best_fr_single[0]} for the best earlier single model "
     f"({best_fr_single[1]}), at {big['cost_fr'] / fr_single_cost:.2f} of its training cost. The ensembles are another "
@@ -1084,8 +1090,7 @@ show_markdown("\n".join([
     f"{len(below_text)} of them ({' and '.join(below_text)}), and the paper claims to beat ensembles only on "
     f"English-German (§6.1, and §7: \"in the "
     "former task our best model outperforms even all previously reported ensembles\"). Read that claim as made for one "
-    "language pair, not both.",
-]))
+    "language pair, not both.")
 
 # %% [markdown]
 # **The toy run's cost, two ways.** The dates model of §2 trained on one CPU core. Its
@@ -1142,8 +1147,8 @@ with one_blas_thread(1):                                               # one cor
     best = min(cpu_time(lambda: a32 @ a32) for _ in range(5))
 core_flops = 2 * 1024 ** 3 / best
 toy_paper_way = train_cpu * core_flops
-print(f"counted: {np.mean(per_step) / 1e9:.2f} GFLOPs per step x {trainer.step} steps = {toy_counted:.2e} FLOPs")
-print(f"the paper's way: {train_cpu:.1f} CPU s x {core_flops / 1e9:.0f} GFLOP/s (one core, float32) = {toy_paper_way:.2e} FLOPs")
+print(tr(f"counted: {np.mean(per_step) / 1e9:.2f} GFLOPs per step x {trainer.step} steps = {toy_counted:.2e} FLOPs"))
+print(tr(f"the paper's way: {train_cpu:.1f} CPU s x {core_flops / 1e9:.0f} GFLOP/s (one core, float32) = {toy_paper_way:.2e} FLOPs"))
 claim_true("the paper's way gives more than the count (a run rarely keeps the processor at its best rate)",
            toy_paper_way > toy_counted, f"{toy_paper_way:.2e} vs {toy_counted:.2e}")
 show_markdown(
@@ -1361,5 +1366,5 @@ check_greedy_decode(greedy_solution)
 
 # %%
 wall, cpu, load0 = time.perf_counter() - NOTEBOOK_START[0], time.process_time() - NOTEBOOK_START[1], NOTEBOOK_START[2]
-print(f"this notebook: {wall:.0f} s wall, {cpu:.0f} s CPU in this kernel; 1-min load {load0:.1f} at the start, "
-      f"{os.getloadavg()[0]:.1f} now; {machine.machine_summary()}")
+print(tr(f"this notebook: {wall:.0f} s wall, {cpu:.0f} s CPU in this kernel; 1-min load {load0:.1f} at the start, "
+         f"{os.getloadavg()[0]:.1f} now; {machine.machine_summary()}"))

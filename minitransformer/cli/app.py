@@ -90,6 +90,9 @@ def main(argv=None) -> int:
         code = _main(list(sys.argv[1:] if argv is None else argv))
         if code == 0 and streams.output_lost() == "stdout":
             code = OUTPUT_CLOSED            # the output was cut short: say so in the exit code, quietly
+    distributed = sys.modules.get(f"{__package__.rpartition('.')[0]}.distributed")
+    if distributed is not None:
+        distributed.sentinel_quiet()        # the run ends in its own words: a killed rank's line is not needed
     if code and RANKS.several:
         # MPI_Finalize, which a normal exit calls, would wait for ranks that may be stuck in a
         # collective: leave at once, and mpiexec stops the others.

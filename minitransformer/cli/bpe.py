@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import os
+import io
 import sys
 import time
 from dataclasses import dataclass
 
-from .common import CliError, Parser, about, add_common, positive_int
+from .common import CliError, Parser, about, add_common, add_parents_option, check_output_file, positive_int
 
 
 @dataclass(frozen=True)
@@ -17,10 +17,11 @@ class LearnRequest:
     merges: int
     min_frequency: int
     output: str
+    parents: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> LearnRequest:
-        return cls(tuple(args.files), args.merges, args.min_frequency, args.output)
+        return cls(tuple(args.files), args.merges, args.min_frequency, args.output, args.parents)
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ def register(sub) -> None:
     q.add_argument("--min-frequency", type=positive_int, default=2, metavar="F",
                    help="stop when no pair of symbols occurs F times or more (default 2, as subword-nmt)")
     q.add_argument("-o", "--output", required=True, metavar="CODES", help="the codes file to write")
+    add_parents_option(q)
     add_common(q, backend_option=False)
     q.set_defaults(handler=lambda args: learn(LearnRequest.from_args(args)))
     q = bpe_commands.add_parser("apply", help="apply merges to standard input, line by line",
@@ -59,27 +61,29 @@ def register(sub) -> None:
     q.set_defaults(handler=lambda args: apply(ApplyRequest.from_args(args)))
 
 
-def stdin_text() -> str:
-    """All of standard input, decoded as UTF-8 (an undecodable line is an error naming it)."""
+def stdin_lines():
+    """(line number, text) of each line of standard input, its newline kept if it has one, decoded as UTF-8,
+    read with the limits of every reader (files.bounded_lines): an undecodable line, or one over a limit,
+    is an error naming it."""
+    from ..files import InputLimitError, bounded_lines  # noqa: PLC0415
+
     buffer = getattr(sys.stdin, "buffer", None)
     if buffer is None:                          # a text stream without bytes underneath (a test's StringIO)
-        return sys.stdin.read()
-    data = buffer.read()
+        buffer = io.BytesIO(sys.stdin.read().encode("utf-8", "surrogateescape"))
     try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        lineno = data.count(b"\n", 0, exc.start) + 1
-        raise CliError(f"not valid UTF-8 text ({exc.reason})", f"standard input, line {lineno}") from None
+        for lineno, raw in bounded_lines(buffer, "standard input", "text, one sentence a line"):
+            try:
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise CliError(f"not valid UTF-8 text ({exc.reason})", f"standard input, line {lineno}") from None
+    except InputLimitError as exc:
+        raise CliError(exc.problem, f"standard input, line {exc.lineno}") from None
 
 
 def learn(req: LearnRequest) -> int:
     from ..data.bpe import BPE, read_corpus, write_codes  # noqa: PLC0415
-    from ..files import check_writable_dir  # noqa: PLC0415
 
-    if not req.output.strip() or os.path.isdir(req.output):
-        raise CliError("name a codes file to write (not a folder)", f"--output {req.output}")
-    with about(f"--output {req.output}"):
-        check_writable_dir(os.path.dirname(os.path.abspath(req.output)))
+    check_output_file(req.output, "--output", [("a file to learn from", f) for f in req.files], req.parents)
     with about(" ".join(req.files)):
         counts = read_corpus(list(req.files))
     if not counts:
@@ -104,10 +108,11 @@ def apply(req: ApplyRequest) -> int:
         bpe = BPE(read_codes(req.codes))
     # One output line per input line: split on "\n" only (str.splitlines would also split on
     # "\r", "\x0b", "\u2028" ...), and each line keeps its own ending, as subword-nmt's does.
-    lines = stdin_text().split("\n")
+    # Nothing is written unless every line can be (a bad line stops the command with no output).
     out = []
-    for lineno, line in enumerate(lines, start=1):
+    for lineno, line in stdin_lines():
+        text = line.removesuffix("\n")
         with about(f"standard input, line {lineno}"):
-            out.append(bpe.apply(line))
-    sys.stdout.write("\n".join(out))
+            out.append(bpe.apply(text) + line[len(text):])
+    sys.stdout.write("".join(out))
     return 0

@@ -26,6 +26,10 @@ DEBUG_VARIABLE = "MINITRANSFORMER_DEBUG"
 # {dataclass: {field: option}}.
 OPTION_NAMES = {"TrainSettings": {"warmup_steps": "--warmup"}, "Sample": {"seed": "--sample-seed"}}
 
+# The dataclasses whose fields the options set: a message of theirs starts "TransformerConfig: ...", which
+# the user never typed (the "(which)" names the option), so ``message`` drops it.
+OPTION_CLASSES = ("TrainSettings", "TransformerConfig", "Sample", "Beam")
+
 # The exit code of a command whose standard output was closed before it finished: 128 + SIGPIPE.
 OUTPUT_CLOSED = 141
 
@@ -76,6 +80,8 @@ def message(exc: BaseException, which: str | None = None) -> str:
     path = which.split(" ", 1)[-1] if which else None
     if path and text.startswith(f"{path}: "):
         text = text[len(path) + 2:]
+    for name in OPTION_CLASSES:
+        text = text.removeprefix(f"{name}: ")
     return text
 
 
@@ -117,20 +123,46 @@ def quiet_numpy():
         yield
 
 
-def check_output_dir(path: str, option: str) -> None:
-    """``files.check_writable_dir`` for the folder an option names: a folder that is not one, or
-    cannot be written (permissions, a read-only mount), is a usage error (2); a full disk is a
-    run-time failure (1); both name the option."""
-    from ..files import check_writable_dir  # noqa: PLC0415
+PARENTS_HINT = "give --parents to create them all"
 
-    which = f"{option} {path}"
-    with about(which):
-        try:
-            check_writable_dir(path)
-        except OSError as exc:
-            if isinstance(exc, BAD_INPUT):
-                raise
-            raise CliError(message(exc, which), which, 1) from exc
+
+def add_parents_option(p: argparse.ArgumentParser) -> None:
+    """``--parents``: the one way to ask a command to create more than the last missing folder of its output."""
+    p.add_argument("--parents", action="store_true",
+                   help="create every missing folder of the output path (as mkdir -p); without it, only the last "
+                        "missing folder is created and a mistyped path is an error")
+
+
+def _output_check(which: str):
+    """A bad output path is a usage error (2); a full disk is a run-time failure (1); both name ``which``."""
+    @contextmanager
+    def checking():
+        with about(which):
+            try:
+                yield
+            except OSError as exc:
+                if isinstance(exc, BAD_INPUT):
+                    raise
+                raise CliError(message(exc, which), which, 1) from exc
+    return checking()
+
+
+def check_output_dir(path: str, option: str, parents: bool = False) -> None:
+    """``files.check_output_folder`` for the folder an option names: created if it is the one missing
+    folder (every missing one with ``parents``), and writable; each problem names the option."""
+    from ..files import check_output_folder  # noqa: PLC0415
+
+    with _output_check(f"{option} {path}"):
+        check_output_folder(path, parents, PARENTS_HINT)
+
+
+def check_output_file(path: str, option: str, inputs=(), parents: bool = False) -> None:
+    """``files.check_output_file`` for the file an option names: a file name, not one of the command's
+    ``inputs`` ((what, path) pairs), in a folder that exists or is the one created; the error names the option."""
+    from ..files import check_output_file as check  # noqa: PLC0415
+
+    with _output_check(f"{option} {path}"):
+        check(path, inputs, parents, PARENTS_HINT)
 
 
 def debug_requested(argv: list[str]) -> bool:
@@ -200,6 +232,7 @@ def load_checkpoint(path: str, option: str):
         return load(path)
 
 
-__all__ = ["BAD_INPUT", "CliError", "DEBUG_VARIABLE", "OPTION_NAMES", "OUTPUT_CLOSED", "Parser", "RANKS", "Terminated",
-           "about", "add_common", "check_output_dir", "debug_requested", "load_checkpoint", "memory_for", "message",
-           "non_negative_int", "positive_float", "positive_int", "quiet_numpy", "set_backend"]
+__all__ = ["BAD_INPUT", "CliError", "DEBUG_VARIABLE", "OPTION_CLASSES", "OPTION_NAMES", "OUTPUT_CLOSED", "Parser",
+           "RANKS", "Terminated", "about", "add_common", "add_parents_option", "check_output_dir", "check_output_file",
+           "debug_requested", "load_checkpoint", "memory_for", "message", "non_negative_int", "positive_float",
+           "positive_int", "quiet_numpy", "set_backend"]

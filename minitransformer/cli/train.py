@@ -18,6 +18,7 @@ from .common import (
     CliError,
     about,
     add_common,
+    add_parents_option,
     check_output_dir,
     load_checkpoint,
     memory_for,
@@ -53,6 +54,7 @@ class TrainRequest:
     progress_every: float = 30.0
     backend: str | None = None
     argv: tuple[str, ...] = ()           # the whole command line, for the resume command
+    parents: bool = False                # --parents: create every missing folder of --out
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TrainRequest:
@@ -62,7 +64,7 @@ class TrainRequest:
         return cls(args.task, args.data, args.level, args.bpe_merges, args.header, args.max_length, args.preset,
                    tuple(args.set or ()), settings, tuple(args.eval) if args.eval else None, args.out,
                    args.overwrite, args.resume, args.check_sync_every, not args.no_progress, args.progress_every,
-                   args.backend, tuple(args.argv))
+                   args.backend, tuple(args.argv), args.parents)
 
     @property
     def source(self) -> str:
@@ -114,7 +116,8 @@ def register(sub) -> None:
     # Every TrainSettings field is an option (options.add_options), checked and explained by the field itself.
     p.set_defaults(settings_options=add_options(p, TrainSettings, aliases=OPTION_NAMES["TrainSettings"]))
     add_eval_option(p)
-    p.add_argument("--out", help="output directory (default: runs/TASK)")
+    p.add_argument("--out", help="output directory (default: runs/TASK); its folder must exist (see --parents)")
+    add_parents_option(p)
     p.add_argument("--overwrite", action="store_true",
                    help="start afresh even if --out holds an earlier run's checkpoint (it is replaced)")
     p.add_argument("--resume", help="continue from this checkpoint")
@@ -134,14 +137,27 @@ def _ranks(req: TrainRequest):
     On ranks other than 0, standard output and error go to /dev/null: rank 0 speaks for the run
     (an error only one rank meets still reaches the terminal, see ``app.main``)."""
     from .. import distributed  # noqa: PLC0415
+    from ..errors import EnvironmentVariableError  # noqa: PLC0415
 
+    rank, size, _ = distributed.launched()
+    if rank == 0 and size > 1:
+        # Before MPI starts: the one process left to speak if a rank is killed (distributed.start_sentinel).
+        if req.resume:
+            distributed.start_sentinel(distributed.lost_rank_message(
+                f"the checkpoint it resumed from, {req.resume}, is intact",
+                resume_command(list(req.argv), req.resume, size)))
+        else:
+            distributed.start_sentinel(distributed.lost_rank_message(
+                "no checkpoint was saved yet", None) + "; start it again: " + shlex.join(
+                    ["mpiexec", "-n", str(size), "python", "-m", "minitransformer", *req.argv]))
     try:
         comm = distributed.world()
-    except distributed.MPIUnavailable as exc:
+    except (distributed.MPIUnavailable, EnvironmentVariableError) as exc:
         raise CliError(str(exc), exc.variable, 2) from None
     if comm.size > 1:
         RANKS.several = True
         comm.check_every = req.check_sync_every
+        comm.resume_hint = lambda path: resume_command(list(req.argv), path, comm.size)
     if not comm.is_root:
         sys.stdout = sys.stderr = open(os.devnull, "w", encoding="utf-8")      # for the rest of the process
     return comm
@@ -158,6 +174,19 @@ def _check_options(req: TrainRequest) -> None:
             if given:
                 raise CliError(f"{option} applies to --data files only; task {req.task!r} fixes its own "
                                "tokenization and splits (--level bpe excepted)", option)
+
+
+def _check_outputs(req: TrainRequest, out_dir: str) -> None:
+    """No file the run writes into ``out_dir`` is its --data file (files.refuse_inputs; --resume may be
+    the folder's own checkpoint: that is how a run continues)."""
+    from ..files import refuse_inputs  # noqa: PLC0415
+    from ..snapshots import output_files  # noqa: PLC0415
+
+    if req.data is None:
+        return
+    for path in output_files(out_dir):
+        with about(f"--out {out_dir}"):
+            refuse_inputs(path, [("--data", req.data)])
 
 
 def _resumed(req: TrainRequest, changes: dict):
@@ -208,9 +237,12 @@ def run(req: TrainRequest) -> int:
     if req.out is not None and not req.out.strip():
         raise CliError("the output folder is empty; leave --out out for runs/TASK, or name a folder", "--out")
     out_dir = req.out if req.out is not None else os.path.join("runs", task.name)
+    _check_outputs(req, out_dir)
     if not comm.is_root:                        # rank 0 alone writes into the folder and holds its lock
         return _train_locked(req, task, out_dir, ckpt, saved, seed, changes, strategies, comm)
-    check_output_dir(out_dir, "--out")
+    # --out as typed creates its last missing folder (all of them with --parents); the default,
+    # runs/TASK, is the package's own choice, and may create runs/ too.
+    check_output_dir(out_dir, "--out", parents=req.parents or req.out is None)
     with _run_lock(out_dir):
         return _train_locked(req, task, out_dir, ckpt, saved, seed, changes, strategies, comm)
 
@@ -223,11 +255,36 @@ def _settings(req: TrainRequest, task, ckpt, saved, seed: int):
     given = {**req.settings, "seed": seed}
     preset, recipe = settings_for(task, preset=req.preset)
     if saved is None:
+        _check_rules(recipe, req.settings, "the task's")
         return preset, recipe.with_given(given)
     # A resumed run continues with its own settings and model; options given now override the settings.
     preset = ckpt.extra.get("preset") or req.preset or preset
+    _check_rules(saved, req.settings, "the checkpoint's")
     with about(f"--resume {req.resume}"):
         return preset, saved.with_given(given)
+
+
+def _check_rules(base, given: dict, whose: str) -> None:
+    """The rules between the settings (``settings.check_rules``), on ``base`` with the options ``given``,
+    in the options' words: ``--keep-last 2``, and ``the task's --keep-last 5`` for a value not given."""
+    from dataclasses import asdict  # noqa: PLC0415
+
+    from ..settings import RuleError, check_rules  # noqa: PLC0415
+
+    def option(name: str) -> str:
+        return OPTION_NAMES["TrainSettings"].get(name, "--" + name.replace("_", "-"))
+
+    def words(name: str, *value) -> str:
+        if not value:
+            return option(name)
+        if value[0] is None:
+            return f"no {option(name)}"
+        return ("" if name in given else f"{whose} ") + f"{option(name)} {value[0]}"
+
+    try:
+        check_rules({**asdict(base), **given}, words)
+    except RuleError as exc:
+        raise CliError(str(exc), "/".join(map(option, exc.fields))) from None
 
 
 def _train_locked(req: TrainRequest, task, out_dir: str, ckpt, saved, seed: int, changes: dict, strategies: list,

@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import io
+import os
 import sys
 import textwrap
 from dataclasses import dataclass
 
-from .common import CliError, about, add_common, check_output_dir, load_checkpoint, memory_for, quiet_numpy, set_backend
+from .common import (
+    CliError,
+    about,
+    add_common,
+    add_parents_option,
+    check_output_dir,
+    load_checkpoint,
+    memory_for,
+    quiet_numpy,
+    set_backend,
+)
 from .scoring import (
     check_decoding_fits,
     check_levels,
@@ -26,11 +38,12 @@ class TranslateRequest:
     level: str | None = None
     attention: str | None = None     # a folder for the first sentence's heatmaps
     backend: str | None = None
+    parents: bool = False            # --parents: create every missing folder of --attention
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> TranslateRequest:
         return cls(tuple(args.text), args.checkpoint, DecoderChoice.from_args(args), args.level, args.attention,
-                   args.backend)
+                   args.backend, args.parents)
 
 
 def _phrasings() -> str:
@@ -65,6 +78,7 @@ def register(sub) -> None:
                    help="source tokenization (default: the checkpoint's)")
     p.add_argument("--attention", metavar="OUT_DIR",
                    help="also save attention heatmaps (every layer and head) for the first sentence")
+    add_parents_option(p)
     add_common(p)
     p.set_defaults(handler=lambda args: run(TranslateRequest.from_args(args)))
 
@@ -77,26 +91,29 @@ def stdin_lines() -> list[str]:
     and every later output would be misaligned with its input. Bytes that are not
     valid in the stream's encoding are an error naming the line.
     """
+    from ..files import InputLimitError, bounded_lines  # noqa: PLC0415
+
     stream = sys.stdin
     if stream is None:
         return []
     buffer = getattr(stream, "buffer", None)
+    encoding, errors = getattr(stream, "encoding", None) or "utf-8", getattr(stream, "errors", None) or "strict"
     if buffer is None:                       # a text stream without bytes underneath (a test's StringIO)
-        text = stream.read()
-    else:
-        data = buffer.read()
-        encoding, errors = stream.encoding or "utf-8", stream.errors or "strict"
-        try:
-            text = data.decode(encoding, errors)
-        except UnicodeDecodeError as exc:
-            line_start = data.rfind(b"\n", 0, exc.start) + 1
-            lineno = data.count(b"\n", 0, exc.start) + 1
-            raise CliError(f"not valid {encoding} text ({exc.reason} at byte {exc.start - line_start + 1} of the "
-                           "line)", f"standard input, line {lineno}") from None
-    lines = text.split("\n")
-    if lines[-1] == "":
-        lines.pop()                          # the newline that ends the last line starts no new one
-    return [line[:-1] if line.endswith("\r") else line for line in lines]
+        encoding, errors = "utf-8", "surrogateescape"
+        buffer = io.BytesIO(stream.read().encode(encoding, errors))
+    lines = []
+    try:
+        # Read with the limits of every reader of user text (files.bounded_lines: 1 MB a line, 1 GB in all).
+        for lineno, raw in bounded_lines(buffer, "standard input", "text, one sentence a line"):
+            try:
+                line = raw.removesuffix(b"\n").decode(encoding, errors)
+            except UnicodeDecodeError as exc:
+                raise CliError(f"not valid {encoding} text ({exc.reason} at byte {exc.start + 1} of the line)",
+                               f"standard input, line {lineno}") from None
+            lines.append(line[:-1] if line.endswith("\r") else line)
+    except InputLimitError as exc:
+        raise CliError(exc.problem, f"standard input, line {exc.lineno}") from None
+    return lines
 
 
 def read_sentences(text: tuple[str, ...]) -> list[tuple[str, str]]:
@@ -138,6 +155,17 @@ def _tokenized(ckpt, sentences, src_level: str, bpe) -> list[list[str]]:
     return sources
 
 
+def _check_attention_folder(req: TranslateRequest) -> None:
+    """--attention's folder: the one rule of outputs (files.py), for each heatmap it will hold."""
+    from ..files import refuse_inputs  # noqa: PLC0415
+    from ..translate import ATTENTION_KINDS  # noqa: PLC0415
+
+    for kind in ATTENTION_KINDS:
+        with about(f"--attention {req.attention}"):
+            refuse_inputs(os.path.join(req.attention, f"{kind}.png"), [("--checkpoint", req.checkpoint)])
+    check_output_dir(req.attention, "--attention", req.parents)
+
+
 def run(req: TranslateRequest) -> int:
     from ..data.registry import saved_task  # noqa: PLC0415
     from ..data.vocab import detokenize  # noqa: PLC0415
@@ -149,7 +177,7 @@ def run(req: TranslateRequest) -> int:
         if not req.attention.strip():
             raise CliError("the folder for the heatmaps is empty; name a folder, or leave --attention out",
                            "--attention")
-        check_output_dir(req.attention, "--attention")
+        _check_attention_folder(req)
     sentences = read_sentences(req.text)
     with memory_for("loading the checkpoint", f"--checkpoint {req.checkpoint}"):
         ckpt = load_checkpoint(req.checkpoint, "--checkpoint")

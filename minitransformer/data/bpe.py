@@ -62,7 +62,8 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 
-from ..files import atomic_write_text, open_to_read
+from .. import files
+from ..files import InputLimitError, atomic_write_text, bounded_lines, open_to_read
 from .bpe_learn import _as_counts, initial_symbols, learn_bpe, learn_bpe_by_recounting, read_corpus, word_counts
 from .bpe_words import (
     _WHITESPACE,
@@ -299,11 +300,17 @@ def read_codes(path: str | os.PathLike) -> list[Merge]:
 
     Like subword-nmt: "\\r\\n" line endings and spaces at the ends of a line are accepted,
     empty lines at the end of the file are ignored. Version 0.1 files (no "#version: 0.2"
-    line; they put the end-of-word marker on a symbol of its own) are refused.
+    line; they put the end-of-word marker on a symbol of its own) are refused. The file is read
+    with the limits of every reader (``files.bounded_lines``): 1 MB a line, ``files.MAX_CODES_BYTES``
+    in all (``--codes /dev/zero`` is refused after one line's limit).
     """
     name = os.fspath(path)
     with open_to_read(path, "BPE codes file") as f:
-        raw_lines = f.read().split(b"\n")
+        try:
+            raw_lines = [raw.removesuffix(b"\n") for _, raw in
+                         bounded_lines(f, name, "a BPE codes file", max_total_bytes=files.MAX_CODES_BYTES)]
+        except InputLimitError as exc:
+            raise CodesFileError(str(exc)) from None
     while raw_lines and not raw_lines[-1].strip(b"\r "):
         raw_lines.pop()                                # the final newline, and empty lines after it
     lines = []

@@ -13,7 +13,7 @@ import os
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 
-from ..files import open_to_read
+from ..files import InputLimitError, bounded_lines, open_to_read
 from .bpe_words import BPEError, BPETextError, Merge, _merge_symbols, check_word, line_words, word_symbols
 from .tsv import read_tsv_rows
 
@@ -281,7 +281,8 @@ def read_corpus(paths: Iterable[str | os.PathLike]) -> Counter[str]:
 
     Lines are split on "\n" only; a UTF-8 byte-order mark is skipped. Each problem names
     its file and line: bytes that are not UTF-8, a TSV line without exactly two columns
-    (``data.tsv``), a word breaking a rule of ``check_word`` (BPETextError).
+    (``data.tsv``), a word breaking a rule of ``check_word`` (BPETextError), a line or a
+    file over the limits of every reader (``files.bounded_lines``: 1 MB a line, 1 GB in all).
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
@@ -294,12 +295,16 @@ def read_corpus(paths: Iterable[str | os.PathLike]) -> Counter[str]:
                 counts.update(line_words(tgt, f"{name}:{lineno}: target: "))
             continue
         with open_to_read(name, "text file") as f:
-            data = f.read()
-        for lineno, raw in enumerate(data.removeprefix(b"\xef\xbb\xbf").split(b"\n"), start=1):
             try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise BPETextError(f"{name}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start + 1} of the "
-                                   "line)") from None
-            counts.update(line_words(line, f"{name}:{lineno}: "))
+                for lineno, raw in bounded_lines(f, name, "a text file of sentences"):
+                    if lineno == 1:
+                        raw = raw.removeprefix(b"\xef\xbb\xbf")
+                    try:
+                        line = raw.removesuffix(b"\n").decode("utf-8")
+                    except UnicodeDecodeError as exc:
+                        raise BPETextError(f"{name}:{lineno}: not valid UTF-8 ({exc.reason} at byte {exc.start + 1} "
+                                           "of the line)") from None
+                    counts.update(line_words(line, f"{name}:{lineno}: "))
+            except InputLimitError as exc:
+                raise BPETextError(str(exc)) from None
     return counts

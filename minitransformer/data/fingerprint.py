@@ -7,7 +7,12 @@ A run saves two digests in its checkpoint (``extra["data"]``):
              the lines of the file they came from
     split    SHA-256 of which pairs are in train, in valid and in test
 
-and the sizes of the three splits. The split of a ``--data`` file is drawn from
+and the sizes of the three splits; a byte-pair encoded task adds
+
+    merges   SHA-256 of the merges that made its tokens (``merges_digest``), so a
+             checkpoint whose stored merges were changed says so at load, instead
+             of tokenizing the same text otherwise and blaming the data on resume.
+ The split of a ``--data`` file is drawn from
 its distinct sources in the order they first appear, so an edited, reordered or
 re-seeded file splits differently: pairs that were trained on would then be in
 the "held-out" test set. Comparing the digests catches that (``compare``): the
@@ -46,13 +51,23 @@ def digest(pairs) -> str:
     return _digest_lines(_pair_lines(pairs))
 
 
-def fingerprint(name: str, train, valid, test) -> dict:
-    """The fingerprint of a task's three splits (lists of token pairs): a JSON-ready dict."""
+def merges_digest(bpe: dict) -> str:
+    """SHA-256 (hex) of byte-pair merges in their saved form (``BPE.to_dict()``: merges and symbols, in order)."""
+    return hashlib.sha256(json.dumps(bpe, sort_keys=True, ensure_ascii=False).encode("utf-8", "surrogatepass")
+                          ).hexdigest()
+
+
+def fingerprint(name: str, train, valid, test, bpe: dict | None = None) -> dict:
+    """The fingerprint of a task's three splits (lists of token pairs): a JSON-ready dict. ``bpe``: the
+    merges that made the tokens (``BPE.to_dict()``), if byte-pair encoded; their digest is kept too."""
     lines = {"train": _pair_lines(train), "valid": _pair_lines(valid), "test": _pair_lines(test)}
     parts = {split: _digest_lines(split_lines) for split, split_lines in lines.items()}
     split = hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
-    return {"task": name, "corpus": _digest_lines(set().union(*lines.values())), "split": split,
-            "sizes": [len(train), len(valid), len(test)], "since_step": 0}
+    fp = {"task": name, "corpus": _digest_lines(set().union(*lines.values())), "split": split,
+          "sizes": [len(train), len(valid), len(test)], "since_step": 0}
+    if bpe is not None:
+        fp["merges"] = merges_digest(bpe)
+    return fp
 
 
 def check(saved) -> str | None:
@@ -62,6 +77,8 @@ def check(saved) -> str | None:
     for key in ("task", "corpus", "split"):
         if not isinstance(saved.get(key), str):
             return f"field {key!r} must be a string, got {saved.get(key)!r}"
+    if "merges" in saved and not isinstance(saved["merges"], str):
+        return f"field 'merges' must be a string, got {saved['merges']!r}"
     sizes = saved.get("sizes")
     if not (isinstance(sizes, list) and len(sizes) == 3
             and all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in sizes)):
@@ -76,11 +93,19 @@ def _sizes(fp: dict) -> str:
     return "{:,} train / {:,} valid / {:,} test pairs".format(*fp["sizes"])
 
 
+def describe(fp: dict) -> str:
+    """"1,000 train / 100 valid / 100 test pairs of 'copy'": the data a fingerprint stands for, in words."""
+    return f"{_sizes(fp)} of {fp['task']!r}"
+
+
 def compare(saved: dict, now: dict) -> str | None:
     """None if ``now`` is the data ``saved`` describes; else a sentence saying how it differs."""
+    if "merges" in saved and "merges" in now and saved["merges"] != now["merges"]:
+        return ("the byte-pair merges differ from those the checkpoint was trained with (the text may be the "
+                "same; its pieces are not)")
     if saved["corpus"] != now["corpus"]:
-        return (f"the data differs from what the checkpoint was trained on (then: {_sizes(saved)} of "
-                f"{saved['task']!r}; now: {_sizes(now)} of {now['task']!r})")
+        return (f"the data differs from what the checkpoint was trained on (then: {describe(saved)}; "
+                f"now: {describe(now)})")
     if saved["split"] != now["split"]:
         return ("the same pairs are split differently into train / valid / test than when the checkpoint was "
                 "trained (the lines of the file were reordered, or another seed was given), so pairs it trained "
@@ -117,5 +142,5 @@ def proves_held_out(fp: dict | None) -> bool:
     return fp is not None and fp.get("since_step", 0) == 0
 
 
-__all__ = ["digest", "fingerprint", "check", "compare", "for_resume", "proves_held_out", "DataMismatchError",
-           "SPLIT_NAMES"]
+__all__ = ["digest", "fingerprint", "merges_digest", "check", "describe", "compare", "for_resume", "proves_held_out",
+           "DataMismatchError", "SPLIT_NAMES"]

@@ -72,7 +72,8 @@ class TaskData:
     def fingerprint(self) -> dict:
         """Digests of the corpus and of its split (``data.fingerprint``), saved in checkpoints so a
         resume or an evaluation can tell whether it sees the data the model was trained on."""
-        return _fingerprint.fingerprint(self.name, self.train, self.valid, self.test)
+        return _fingerprint.fingerprint(self.name, self.train, self.valid, self.test,
+                                        self.bpe.to_dict() if self.bpe is not None else None)
 
 
 def bpe_of(levels: dict) -> BPE | None:

@@ -47,7 +47,7 @@ from .cky import ViterbiParser
 from .evalb import bracket_f1
 from .loading import Task
 from .posterior import PosteriorParser
-from .trees import XX, Tree, linearize, read_linearized
+from .trees import XX, Tree, escape_word, linearize, read_linearized
 
 __all__ = ["TASKS", "PARSE_MAX_OUTPUT", "PARSE_RECIPE", "parse_text_splits", "render_tree", "tree_scores",
            "reference_scores", "without_tags"]
@@ -92,13 +92,15 @@ def _vocab(train):
 # -- the hooks ------------------------------------------------------------------------------
 
 def without_tags(tree: Tree) -> str:
-    """A bracket string with each ``(XX word)`` written as the bare word: ``(S (NP Alice) (VP slept))``."""
+    """A bracket string with each ``(XX word)`` written as the bare word: ``(S (NP Alice) (VP slept))``.
+    A bracket inside a word is written as ``str(tree)`` writes it (``trees.escape_word``: ``-LRB-``, ``-RRB-``),
+    so the words ``( ) ) (`` print as ``(S -LRB- -RRB- -RRB- -LRB-)`` and ``parse_tree`` reads the line back."""
     parts = []
     for child in tree.children:
         if isinstance(child, str):
-            parts.append(child)
+            parts.append(escape_word(child))
         elif child.is_preterminal() and child.label == XX:
-            parts.append(child.children[0])
+            parts.append(escape_word(child.children[0]))
         else:
             parts.append(without_tags(child))
     return f"({tree.label} {' '.join(parts)})"

@@ -10,7 +10,10 @@ a tree into such a sentence and back:
   word (a ``str``). A *preterminal* is a node whose one child is a word: its
   label is the part-of-speech tag. Bracket strings in the Penn Treebank style
   go both ways: ``parse_tree("(S (NP (NNP Alice)) (VP (VI slept)))")`` and
-  ``str(tree)``.
+  ``str(tree)``. A bracket inside a word is written as the Penn Treebank writes
+  it, ``(`` as ``-LRB-`` and ``)`` as ``-RRB-`` (``escape_word``), and read back
+  (``unescape_word``), so every bracket of a printed tree is its structure: the
+  words ``( )`` print as ``(S -LRB- -RRB-)``, never as another tree.
 * ``linearize(tree)``: the tree as target tokens, the way Vinyals et al. wrote
   it, a depth-first walk that opens a bracket with its label and closes it
   with its label again, each part-of-speech tag replaced by ``XX``::
@@ -78,9 +81,10 @@ is missing, never move a word), in this order, and names every step it took
 7. Too few leaves for the sentence: the missing ones are appended as the
    root's last children. Too many: the surplus leaves are removed from the
    right, and constituents left empty are removed as in step 5.
-8. A leaf written as a word other than the sentence's word at its place is
-   read as the sentence's word (leaves are read by position; an ``XX`` leaf
-   never needs this step).
+8. A leaf written as a word other than the sentence's word at its place
+   (as typed, or escaped as ``linearize`` writes it) is read as the
+   sentence's word (leaves are read by position; an ``XX`` leaf never needs
+   this step).
 
 The leaves become preterminals ``(XX word)`` over the sentence's words,
 so a read-back tree has the same words as the gold tree and evalb can compare
@@ -96,11 +100,31 @@ from .vocab import SPECIALS
 
 __all__ = [
     "Tree", "parse_tree", "evalb_label", "linearize", "read_linearized", "ReadBack",
-    "right_branching", "target_tokens", "XX", "ROOT_LABEL",
+    "right_branching", "target_tokens", "escape_word", "unescape_word", "XX", "ROOT_LABEL",
 ]
 
 XX = "XX"            # the placeholder for every part-of-speech tag (Vinyals et al., 2015)
 ROOT_LABEL = "S"     # the label of a root added by the repair rule (step 6)
+
+
+# A bracket inside a word, as the Penn Treebank writes it: a tree's text then holds "(" and ")"
+# only as its structure, whatever its words are.
+_BRACKET_ESCAPES = (("(", "-LRB-"), (")", "-RRB-"))
+
+
+def escape_word(word: str) -> str:
+    """``word`` with each ``(`` written ``-LRB-`` and each ``)`` written ``-RRB-``: how a tree prints a word."""
+    for bracket, name in _BRACKET_ESCAPES:
+        word = word.replace(bracket, name)
+    return word
+
+
+def unescape_word(word: str) -> str:
+    """The inverse of ``escape_word``: ``-LRB-`` is ``(`` and ``-RRB-`` is ``)`` (as in the Penn Treebank, whose
+    text writes the bracket that way too)."""
+    for bracket, name in _BRACKET_ESCAPES:
+        word = word.replace(name, bracket)
+    return word
 
 
 class Tree(NamedTuple):
@@ -144,7 +168,7 @@ class Tree(NamedTuple):
         return f"parse_tree({str(self)!r})"
 
     def __str__(self) -> str:
-        parts = [child if isinstance(child, str) else str(child) for child in self.children]
+        parts = [escape_word(child) if isinstance(child, str) else str(child) for child in self.children]
         return f"({self.label} {' '.join(parts)})"
 
 
@@ -174,7 +198,8 @@ def parse_tree(text: str) -> Tree:
     """Read one Penn-Treebank-style bracket string, such as ``(NP (DT the) (NN dog))``.
 
     Every bracket is ``(LABEL child ...)`` with at least one child, a child
-    being a bracket or a word. Anything else (unbalanced brackets, a bracket
+    being a bracket or a word (``-LRB-`` and ``-RRB-`` in a word are read as
+    brackets, ``unescape_word``). Anything else (unbalanced brackets, a bracket
     without a label or without children, text after the tree) is a ValueError
     naming the character offset.
     """
@@ -209,7 +234,7 @@ def parse_tree(text: str) -> Tree:
         elif tokens[k - 1][0] == "(":
             continue                     # the label, already taken by the "(" above
         else:
-            stack[-1][1].append(tok)
+            stack[-1][1].append(unescape_word(tok))
     if stack:
         raise ValueError(f"unbalanced brackets: {len(stack)} bracket(s) still open at the end, "
                          f"innermost ({stack[-1][0]} ...)")
@@ -240,10 +265,11 @@ def linearize(tree: Tree, words: bool = False) -> list[str]:
 
     ``(S (NP (NNP Alice)) (VP (VI slept)))`` -> ``["(S", "(NP", "XX", ")NP", "(VP", "XX", ")VP", ")S"]``.
     words=True: the word itself in place of each ``XX`` (``["(S", "(NP", "Alice", ")NP", ...]``),
-    the target of the parse tasks. Labels lose their function tags (``evalb_label``).
+    the target of the parse tasks, its brackets escaped (``escape_word``: a word is never read as
+    a bracket token). Labels lose their function tags (``evalb_label``).
     """
     if tree.is_preterminal():
-        return [tree.children[0] if words else XX]
+        return [escape_word(tree.children[0]) if words else XX]
     if any(isinstance(child, str) for child in tree.children):
         raise ValueError(f"({tree.label} ...) mixes words and brackets; every word needs a tag: {tree}")
     label = evalb_label(tree.label)
@@ -339,7 +365,7 @@ def read_linearized(tokens: Sequence[str], words: Sequence[str]) -> ReadBack:
     elif have > n:
         repairs.append(f"step 7: {have} leaves for {n} words; the last {have - n} removed")
         root = _keep_leaves(root, n)
-    wrong = [k for k, leaf in enumerate(_leaves(root)) if leaf != XX and leaf != words[k]]
+    wrong = [k for k, leaf in enumerate(_leaves(root)) if leaf not in (XX, words[k], escape_word(words[k]))]
     if wrong:
         repairs.append(f"step 8: {len(wrong)} leaves are not the sentence's words at their places (first: "
                        f"position {wrong[0]}, {_leaves(root)[wrong[0]]!r} for {words[wrong[0]]!r}); read as the "

@@ -7,12 +7,12 @@ wrong (``path:lineno: problem``) instead of training on a misaligned corpus.
 
 from __future__ import annotations
 
-import itertools
 import os
 import re
 from collections.abc import Iterable
 
-from ..files import atomic_write_text, open_to_read
+from .. import files
+from ..files import InputLimitError, atomic_write_text, bounded_lines, open_to_read
 
 
 class DataError(ValueError):
@@ -37,10 +37,9 @@ def looks_like_header(src: str, tgt: str) -> bool:
 
 
 # Caps applied while reading, so that /dev/zero or a binary file is refused, not read until the
-# memory runs out. A sentence pair is a few hundred bytes; the largest corpus this package can
-# train on in reasonable time is far below a gigabyte.
-MAX_LINE_BYTES = 1_000_000
-MAX_FILE_BYTES = 1_000_000_000
+# memory runs out: those of every reader of user text, defined in files.py (1 MB a line, 1 GB in all).
+MAX_LINE_BYTES = files.MAX_LINE_BYTES
+MAX_FILE_BYTES = files.MAX_TEXT_BYTES
 
 
 def load_tsv(path: str | os.PathLike, header: bool = False) -> list[tuple[str, str]]:
@@ -48,8 +47,8 @@ def load_tsv(path: str | os.PathLike, header: bool = False) -> list[tuple[str, s
     return [(src, tgt) for _, src, tgt in read_tsv_rows(path, header)]
 
 
-def read_tsv_rows(path: str | os.PathLike, header: bool = False, max_line_bytes: int = MAX_LINE_BYTES,
-                  max_file_bytes: int = MAX_FILE_BYTES) -> list[tuple[int, str, str]]:
+def read_tsv_rows(path: str | os.PathLike, header: bool = False, max_line_bytes: int | None = None,
+                  max_file_bytes: int | None = None) -> list[tuple[int, str, str]]:
     """Read (line number, source, target) rows from a UTF-8 TSV file.
 
     * ``header=True``: the first non-blank line holds column names and is skipped.
@@ -63,7 +62,8 @@ def read_tsv_rows(path: str | os.PathLike, header: bool = False, max_line_bytes:
     * A missing file, a directory or an unreadable file raise FileNotFoundError,
       IsADirectoryError or PermissionError, each naming the path.
     * Nothing is read without a limit: a line longer than ``max_line_bytes``, or
-      a file longer than ``max_file_bytes``, is a DataError as soon as it is met
+      a file longer than ``max_file_bytes`` (default: files.MAX_LINE_BYTES and
+      files.MAX_TEXT_BYTES), is a DataError as soon as it is met
       (``--data /dev/zero`` stops after one megabyte).
     * A line holding carriage returns is reported as a file with CR line ends
       (classic Mac OS), which is what it almost always is.
@@ -74,26 +74,18 @@ def read_tsv_rows(path: str | os.PathLike, header: bool = False, max_line_bytes:
         return _parse_rows(f, path, header, max_line_bytes, max_file_bytes)
 
 
-def _raw_lines(f, path, max_line_bytes: int, max_file_bytes: int):
-    """(line number, bytes without the newline) of an open binary file, within both limits."""
-    total = 0
-    for lineno in itertools.count(1):
-        raw = f.readline(max_line_bytes + 1)        # never more than one line's limit at a time
-        if not raw:
-            return
-        total += len(raw)
-        if total > max_file_bytes:
-            raise DataError(f"{path}:{lineno}: the file is larger than {max_file_bytes:,} bytes, more than a corpus "
-                            "this package can train on; use a part of it")
-        if len(raw) > max_line_bytes and not raw.endswith(b"\n"):
-            cr = b"\r" in raw
-            raise DataError(f"{path}:{lineno}: the line is longer than {max_line_bytes:,} bytes"
-                            + (": the file seems to use CR line ends (classic Mac OS); convert them to newlines"
-                               if cr else "; is this a text file of sentence pairs?"))
-        yield lineno, raw.removesuffix(b"\n")
+def _raw_lines(f, path, max_line_bytes: int | None, max_file_bytes: int | None):
+    """(line number, bytes without the newline) of an open binary file, within both limits (files.bounded_lines)."""
+    try:
+        for lineno, raw in bounded_lines(f, os.fspath(path), "a text file of sentence pairs", max_line_bytes,
+                                         max_file_bytes):
+            yield lineno, raw.removesuffix(b"\n")
+    except InputLimitError as exc:
+        raise DataError(str(exc)) from None
 
 
-def _parse_rows(f, path, header: bool, max_line_bytes: int, max_file_bytes: int) -> list[tuple[int, str, str]]:
+def _parse_rows(f, path, header: bool, max_line_bytes: int | None, max_file_bytes: int | None
+                ) -> list[tuple[int, str, str]]:
     pairs: list[tuple[int, str, str]] = []
     skip_header, skipped = header, None
     for lineno, raw in _raw_lines(f, path, max_line_bytes, max_file_bytes):
