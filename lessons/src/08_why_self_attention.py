@@ -81,6 +81,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 from threadpoolctl import threadpool_limits
 
+from lessonkit.i18n import tr
 from minitransformer import backend
 
 backend.set_default_dtype("float64")   # new parameters in float64: gradient checks need it (lesson 0)
@@ -119,7 +120,7 @@ sentence = ("The old fisherman , who had sold his catch at the harbour market ev
 words = sentence.split()
 i_ref, i_he = words.index("fisherman"), words.index("he")
 print(" ".join(f"[{w}]" if i in (i_ref, i_he) else w for i, w in enumerate(words)))
-print(f"'fisherman' is token {i_ref}, 'he' is token {i_he}: {i_he - i_ref} tokens apart")
+print(tr(f"'fisherman' is token {i_ref}, 'he' is token {i_he}: {i_he - i_ref} tokens apart"))
 # The text below: 30 tokens apart, so 30 recurrent steps, or 15 convolutions of width 3 (each reaches 2 further).
 assert i_he - i_ref == 30 and math.ceil((i_he - i_ref) / (3 - 1)) == 15
 
@@ -293,7 +294,7 @@ for dilation in (1, 2):
     G = rng.standard_normal(y.shape)
     report = gradcheck(lambda: (conv1d_forward(x, W, b, dilation)[0] * G).sum(),
                        {"x": x, "W": W, "b": b}, dict(zip(["x", "W", "b"], conv1d_backward(G, cache))))
-    print(f"dilation {dilation}:\n{report}")
+    print(tr(f"dilation {dilation}:\n{report}"))
     report.assert_ok()
 
 
@@ -346,7 +347,7 @@ x = rng.standard_normal((2, 12, 8))
 r = 2
 banded = mha.forward(x, mask=band_mask(12, r))
 windowed = restricted_mha_forward(mha, x, r)
-print(f"windows vs band mask: max |difference| = {np.abs(banded - windowed).max():.1e}")
+print(tr(f"windows vs band mask: max |difference| = {np.abs(banded - windowed).max():.1e}"))
 
 # The band mask's backward is the package's; check it, and see where the gradient goes.
 G = np.zeros_like(banded)
@@ -357,7 +358,7 @@ report = gradcheck(lambda: (mha.forward(x, mask=band_mask(12, r)) * G).sum(), {"
 print(report)
 report.assert_ok()
 reached = np.flatnonzero(np.abs(dx).sum(axis=(0, 2)))
-print("positions whose input gets a gradient from output 11:", reached)
+print(tr("positions whose input gets a gradient from output 11:"), reached)
 assert list(reached) == [9, 10, 11]                   # as the text below says
 
 
@@ -433,9 +434,12 @@ def formula_flops(name, n, d, k, r):
             "restricted": 8 * n * d * d + 4 * n * (2 * r + 1) * d}[name]
 
 
+# The name each layer goes by in the tables and plots below (the Korean edition shows it in Korean).
+shown = {"recurrent": tr("recurrent"), "conv": tr("conv"), "attention": tr("attention"), "restricted": tr("restricted")}
+
 k, r, d = 3, 8, 64
 layers = make_layers(d, k, r, rng)
-print(f"d = {d}, k = {k}, r = {r}       counted FLOPs (= formula?)          matmul calls")
+print(tr(f"d = {d}, k = {k}, r = {r}       counted FLOPs (= formula?)          matmul calls"))
 for n in (16, 64, 256):
     x = rng.standard_normal((1, n, d))
     row = []
@@ -444,9 +448,9 @@ for n in (16, 64, 256):
             layer(x)
         assert c.flops == formula_flops(name, n, d, k, r), (name, n, c.flops)
         row.append((name, c.flops, c.calls))
-    print(f"n = {n:3d}: " + "  ".join(f"{name} {fl / 1e6:6.2f}M" for name, fl, _ in row)
+    print(f"n = {n:3d}: " + "  ".join(f"{shown[name]} {fl / 1e6:6.2f}M" for name, fl, _ in row)
           + "  | " + " ".join(f"{calls}" for _, _, calls in row))
-print("every count equals its formula exactly")
+print(tr("every count equals its formula exactly"))
 
 # %% [markdown]
 # The FLOPs grow as Table 1 says: the recurrent layer and the convolution linearly in $n$,
@@ -483,7 +487,7 @@ second_half_alone = {
     "attention": mha.forward(x[:, half:], x)}                                # queries: second half; keys: all inputs
 for name in full:
     err = np.abs(full[name] - second_half_alone[name]).max()
-    print(f"{name:9s}: second half computed from inputs only, max |error| = {err:.1e}")
+    print(tr(f"{shown[name]:9s}: second half computed from inputs only, max |error| = {err:.1e}"))
 
 # %% [markdown]
 # The convolution and attention can hand the two halves (or $n$ pieces) to different
@@ -513,11 +517,11 @@ W_x, W_h, b = init_weight(6, 6, rng), init_weight(6, 6, rng), rng.standard_norma
 W_conv = rng.standard_normal((3, 6, 6))
 mha = MultiHeadAttention(6, 2, rng)
 same = {
-    "recurrent": np.abs(recurrent_forward(x, W_x, W_h, b)[0] - table1.recurrent_forward(x, W_x, W_h, b)).max(),
-    "conv (dilation 2)": np.abs(conv1d_forward(x, W_conv, b, 2)[0] - table1.conv1d_forward(x, W_conv, b, 2)).max(),
-    "restricted": np.abs(restricted_mha_forward(mha, x, 2) - table1.restricted_mha_forward(mha, x, 2)).max(),
+    tr("recurrent"): np.abs(recurrent_forward(x, W_x, W_h, b)[0] - table1.recurrent_forward(x, W_x, W_h, b)).max(),
+    tr("conv (dilation 2)"): np.abs(conv1d_forward(x, W_conv, b, 2)[0] - table1.conv1d_forward(x, W_conv, b, 2)).max(),
+    tr("restricted"): np.abs(restricted_mha_forward(mha, x, 2) - table1.restricted_mha_forward(mha, x, 2)).max(),
 }
-print("script vs notebook, max |difference|:", {name: float(v) for name, v in same.items()})
+print(tr("script vs notebook, max |difference|:"), {name: float(v) for name, v in same.items()})
 assert max(same.values()) < 1e-12
 
 # %%
@@ -526,17 +530,17 @@ import json
 with open("experiments/lesson08_table1.json") as f:
     sweep = json.load(f)
 made = sweep["provenance"][0]                    # commit, command, dates, machine, BLAS threads, load
-print("offline sweep:", made["command"], "at commit", made["commit"][:10])
-print(f"  {made['started']} on {made['machine']['cpu']}, {made['machine']['cores']} cores, "
-      f"NumPy {made['machine']['numpy']}, {sweep['settings']['dtype']}, "
-      f"{sweep['settings']['blas_threads']} BLAS thread, load average "
-      f"{made['load_average']['start'][0]:.1f} -> {made['load_average']['end'][0]:.1f}, "
-      f"{made['wall_seconds']} s")
+print(tr("offline sweep:"), made["command"], tr("at commit"), made["commit"][:10])
+print(tr(f"  {made['started']} on {made['machine']['cpu']}, {made['machine']['cores']} cores, "
+         f"NumPy {made['machine']['numpy']}, {sweep['settings']['dtype']}, "
+         f"{sweep['settings']['blas_threads']} BLAS thread, load average "
+         f"{made['load_average']['start'][0]:.1f} -> {made['load_average']['end'][0]:.1f}, "
+         f"{made['wall_seconds']} s"))
 wall_over_cpu = np.concatenate([np.ravel(np.array(sweep["n_sweep"]["wall_s"][name])
                                          / np.array(sweep["n_sweep"]["time_s"][name]))
                                 for name in sweep["n_sweep"]["time_s"]])
-print(f"  wall-clock minima / CPU-time minima, measured separately: median {np.median(wall_over_cpu):.2f}, "
-      f"from {wall_over_cpu.min():.2f} to {wall_over_cpu.max():.2f} (above 1: time other processes took)")
+print(tr(f"  wall-clock minima / CPU-time minima, measured separately: median {np.median(wall_over_cpu):.2f}, "
+         f"from {wall_over_cpu.min():.2f} to {wall_over_cpu.max():.2f} (above 1: time other processes took)"))
 
 # The live piece: the same layers of this notebook, d = 64, n up to 256, float32, one BLAS thread, measured by
 # the script's own function (FLOPs and calls counted, CPU time timed).
@@ -571,18 +575,19 @@ with threadpool_limits(1):
         rounds += 1
 live_time = live["time_s"]
 for name in names:
-    print(f"live {name:10s}" + "".join(f"  n={n}: {t * 1e3:6.3f} ms" for n, t in zip(live_n, live_time[name])))
-print(f"(each time: the minimum over {rounds} round{'s' if rounds > 1 else ''} of {table1.LIVE['repeats']} repeats)")
+    print(tr(f"live {shown[name]:10s}") + "".join(f"  n={n}: {t * 1e3:6.3f} ms" for n, t in zip(live_n, live_time[name])))
+print(tr(f"(each time: the minimum over {rounds} rounds of {table1.LIVE['repeats']} repeats)") if rounds > 1
+      else tr(f"(each time: the minimum over {rounds} round of {table1.LIVE['repeats']} repeats)"))
 
 slopes = live_slopes(live)
 for check in sweep["live_check"]:
     key = "flops" if check["metric"].startswith("matmul FLOPs") else "calls" if check["metric"].startswith("matmul calls") else "slope"
     value = slopes if key == "slope" else [v for name in names for v in live[key][name]]
     _record.assert_live(check, value)
-print("the live piece agrees with the record: FLOPs and calls exactly; time slopes n = 64 -> 256 "
-      + ", ".join(f"{name} {p:.2f}" for name, p in zip(names, slopes))
-      + f" (record: {', '.join(f'{v:.2f}' for v in slope_check['recorded'])}, "
-      f"tolerance ±{slope_check['tolerance']})")
+print(tr("the live piece agrees with the record: FLOPs and calls exactly; time slopes n = 64 -> 256 ")
+      + ", ".join(f"{shown[name]} {p:.2f}" for name, p in zip(names, slopes))
+      + tr(f" (record: {', '.join(f'{v:.2f}' for v in slope_check['recorded'])}, "
+           f"tolerance ±{slope_check['tolerance']})"))
 
 # %% [markdown]
 # Time and FLOPs against $n$ (at $d = 64$), time against $d$ (at $n = 64$), and the
@@ -606,20 +611,20 @@ for name in names:
     t_d = np.array([row[0] for row in sweep["d_sweep"]["time_s"][name]])
     f_n = np.array(sweep["n_sweep"]["flops"][name][0])
     c = colors[name]
-    axes[0].loglog(ns, t_n * 1e3, "o-", color=c, label=name)
+    axes[0].loglog(ns, t_n * 1e3, "o-", color=c, label=shown[name])
     axes[0].loglog(ns, t_n[-1] * 1e3 * table1_cost[name](ns, d_fixed) / table1_cost[name](ns[-1], d_fixed), "--", color=c)
     axes[0].loglog(live_n, np.array(live_time[name]) * 1e3, "o", mfc="none", color=c, ms=9)
-    axes[1].loglog(ns, f_n, "o-", color=c, label=name)
-    axes[3].loglog(ns, sweep["n_sweep"]["calls"][name][0], "o-", color=c, label=name)
-    axes[2].loglog(ds, t_d * 1e3, "o-", color=c, label=name)
+    axes[1].loglog(ns, f_n, "o-", color=c, label=shown[name])
+    axes[3].loglog(ns, sweep["n_sweep"]["calls"][name][0], "o-", color=c, label=shown[name])
+    axes[2].loglog(ds, t_d * 1e3, "o-", color=c, label=shown[name])
     axes[2].loglog(ds, t_d[-1] * 1e3 * table1_cost[name](n_fixed, ds) / table1_cost[name](n_fixed, ds[-1]), "--", color=c)
 t_one = np.array(sweep["n_sweep"]["time_s"]["recurrent FLOPs as one product"][0])
-axes[0].loglog(ns, t_one * 1e3, "x:", color="C0", label="recurrent FLOPs\nas one product")
-axes[0].set(title=f"time per layer, d = {d_fixed}", xlabel="n", ylabel="ms")
-axes[1].set(title=f"matrix-product FLOPs (counted), d = {d_fixed}", xlabel="n", ylabel="FLOPs")
-axes[2].set(title=f"time per layer, n = {n_fixed}", xlabel="d", ylabel="ms")
+axes[0].loglog(ns, t_one * 1e3, "x:", color="C0", label=tr("recurrent FLOPs\nas one product"))
+axes[0].set(title=tr(f"time per layer, d = {d_fixed}"), xlabel="n", ylabel="ms")
+axes[1].set(title=tr(f"matrix-product FLOPs (counted), d = {d_fixed}"), xlabel="n", ylabel="FLOPs")
+axes[2].set(title=tr(f"time per layer, n = {n_fixed}"), xlabel="d", ylabel="ms")
 axes[3].loglog(ns, ns, ":", color="gray", label="n")
-axes[3].set(title="matmul calls per layer (counted);\nthe recurrent ones form a chain", xlabel="n", ylabel="calls")
+axes[3].set(title=tr("matmul calls per layer (counted);\nthe recurrent ones form a chain"), xlabel="n", ylabel=tr("calls"))
 axes[0].legend(fontsize=8)
 axes[3].legend(fontsize=8)
 fig.tight_layout()
@@ -635,10 +640,10 @@ p_n = {name: slope(ns, np.array(sweep["n_sweep"]["time_s"][name][0])) for name i
 q_d = {name: slope(ds, np.array([row[0] for row in sweep["d_sweep"]["time_s"][name]])) for name in names}
 p_n_small = {name: slope(ns[:4], np.array(sweep["n_sweep"]["time_s"][name][0][:4])) for name in names}
 for name in names:
-    print(f"{name:10s} time ∝ n^{p_n[name]:.2f} (n = {ns[-4]}..{ns[-1]}), n^{p_n_small[name]:.2f} (n = {ns[0]}..{ns[3]}),"
-          f"  ∝ d^{q_d[name]:.2f} (d = {ds[-4]}..{ds[-1]})")
+    print(tr(f"{shown[name]:10s} time ∝ n^{p_n[name]:.2f} (n = {ns[-4]}..{ns[-1]}), n^{p_n_small[name]:.2f} (n = {ns[0]}..{ns[3]}),"
+             f"  ∝ d^{q_d[name]:.2f} (d = {ds[-4]}..{ds[-1]})"))
 ratio = np.array(sweep["n_sweep"]["time_s"]["recurrent"][0]) / t_one
-print(f"the recurrent loop vs the same FLOPs as one product: {ratio.min():.0f}x to {ratio.max():.0f}x slower")
+print(tr(f"the recurrent loop vs the same FLOPs as one product: {ratio.min():.0f}x to {ratio.max():.0f}x slower"))
 
 # %% [markdown]
 # What the plots show, read against Table 1 (the exponents are the fits printed above, over
@@ -651,37 +656,36 @@ from lessonkit.prose import claim, claim_true, show_markdown
 def exponent_words(p, table_p):
     """How a measured exponent reads against the table's."""
     if abs(p - table_p) <= 0.15:
-        return f"close to Table 1's {table_p}"
-    return f"{'below' if p < table_p else 'above'} Table 1's {table_p}"
+        return tr(f"close to Table 1's {table_p}")
+    return tr(f"below Table 1's {table_p}") if p < table_p else tr(f"above Table 1's {table_p}")
 
 
 claim_true("attention's time grows faster than linearly in n at large n", p_n["attention"] > 1.3, f"p = {p_n['attention']:.2f}")
 claim_true("restricted attention grows more slowly than full attention", p_n["restricted"] < p_n["attention"],
            f"{p_n['restricted']:.2f} vs {p_n['attention']:.2f}")
-show_markdown("\n".join([
+show_markdown(
     f"* **Attention** grows like $n^{{{p_n['attention']:.2f}}}$ at the largest $n$ ({exponent_words(p_n['attention'], 2)}), "
     f"and like $n^{{{p_n_small['attention']:.2f}}}$ at the smallest ($n = {ns[0]}..{ns[3]}$), where its FLOPs are "
     "mostly the projections, $8nd^2$, linear in $n$ (and the fixed cost of each call flattens the time further): "
-    "Table 1's row lists only the $n^2 d$ part, the part that relates positions to each other.",
+    "Table 1's row lists only the $n^2 d$ part, the part that relates positions to each other.\n"
     f"* **Recurrent** and **convolution** grow as $n^{{{p_n['recurrent']:.2f}}}$ and $n^{{{p_n['conv']:.2f}}}$, "
     f"{exponent_words(p_n['recurrent'], 1)} and {exponent_words(p_n['conv'], 1)}. Against $d$ (at $n = {n_fixed}$, "
     f"$d = {ds[-4]}..{ds[-1]}$) they grow as $d^{{{q_d['recurrent']:.2f}}}$ ({exponent_words(q_d['recurrent'], 2)}) "
     f"and $d^{{{q_d['conv']:.2f}}}$ ({exponent_words(q_d['conv'], 2)}), although the FLOPs of both grow as $d^2$ "
     "(counted, §3): a time exponent below 2 is a fixed cost per matrix-product call that still counts at these "
-    "widths, and the recurrent layer pays it $n$ times per forward, the convolution $k$ times.",
+    "widths, and the recurrent layer pays it $n$ times per forward, the convolution $k$ times.\n"
     f"* Against $d$ at $n = {n_fixed}$, attention grows as $d^{{{q_d['attention']:.2f}}}$, not like Table 1's "
     "$n^2 d$ (exponent 1 in $d$): with $n < d$ its projections, $8nd^2$, are most of its work. That is the regime "
-    "the paper argues for.",
+    "the paper argues for.\n"
     f"* **Restricted** attention grows as $n^{{{p_n['restricted']:.2f}}}$ over $n = {ns[-4]}..{ns[-1]}$: "
     f"{exponent_words(p_n['restricted'], 1)}, since its FLOPs, $8nd^2 + 4n(2r+1)d$, are linear in $n$ but each "
     "window is a tiny product whose fixed cost is paid per query, and that share shrinks as $n$ grows. At "
     f"$n = {ns[-1]}$ it is {sweep['n_sweep']['time_s']['attention'][0][-1] / sweep['n_sweep']['time_s']['restricted'][0][-1]:.1f}"
-    " times faster than full attention.",
+    " times faster than full attention.\n"
     f"* The dotted line is the recurrent layer's FLOPs done as one product, as if every $h_{{t-1}}$ were known in "
     f"advance (it is not; this is not a recurrent layer, only a lower bound). The real loop is {ratio.min():.0f} to "
     f"{ratio.max():.0f} times slower: the price of the sequential operations, on one core. With more cores the "
-    "one product could be spread over them and the loop could not, so there the gap can only grow.",
-]))
+    "one product could be spread over them and the loop could not, so there the gap can only grow.")
 
 # %% [markdown]
 # ### When is self-attention cheaper than recurrence?
@@ -710,8 +714,8 @@ t_rec = np.array(sweep["grid"]["time_s"]["recurrent"])
 flops_ratio = 2 + grid_n[None, :] / grid_d[:, None]
 
 fig, axes = plt.subplots(1, 2, figsize=(13, 4.4), layout="constrained")
-for ax, values, title in ((axes[0], flops_ratio, "FLOPs: attention / recurrent = 2 + n/d"),
-                          (axes[1], t_att / t_rec, "measured time: attention / recurrent")):
+for ax, values, title in ((axes[0], flops_ratio, tr("FLOPs: attention / recurrent = 2 + n/d")),
+                          (axes[1], t_att / t_rec, tr("measured time: attention / recurrent"))):
     im = ax.imshow(np.log2(values), origin="lower", cmap="RdBu_r", vmin=-6, vmax=6, aspect="auto")
     for i in range(len(grid_d)):
         for j in range(len(grid_n)):
@@ -721,11 +725,11 @@ for ax, values, title in ((axes[0], flops_ratio, "FLOPs: attention / recurrent =
            yticklabels=grid_d, xlabel="n", ylabel="d", ylim=(-0.5, len(grid_d) - 0.5))
     ax.grid(False)
     ax.legend(loc="upper left", fontsize=8)
-fig.colorbar(im, ax=axes, shrink=0.85, label="log2 of the ratio (blue: attention cheaper)")
+fig.colorbar(im, ax=axes, shrink=0.85, label=tr("log2 of the ratio (blue: attention cheaper)"))
 plt.show()
 for i, d_ in enumerate(grid_d):
-    faster = grid_n[t_att[i] < t_rec[i]]
-    print(f"d = {d_:3d}: attention measured faster at n = {', '.join(map(str, faster)) or 'none'}")
+    faster = ", ".join(map(str, grid_n[t_att[i] < t_rec[i]])) or tr("none")
+    print(tr(f"d = {d_:3d}: attention measured faster at n = {faster}"))
 
 time_ratio = t_att / t_rec
 claim_true("measured, attention is relatively cheaper than its FLOPs say, in every cell of the grid",
@@ -734,6 +738,9 @@ band = {int(d_): grid_n[t_att[i] < t_rec[i]] for i, d_ in enumerate(grid_d)}
 with_band = [d_ for d_, f in band.items() if len(f)]
 without = [d_ for d_, f in band.items() if not len(f)]
 claim_true("the narrowest layers have a band of n where attention is faster", grid_d[0] in with_band, str(band))
+wide_layers = tr(f"For the wide layers, $d$ = {', '.join(map(str, without))}, attention is slower at every $n$ of the "
+                 "grid, though by less than its FLOPs predict: there the loop's slowness per FLOP no longer outweighs "
+                 "attention's extra projections. ") if without else ""
 show_markdown(
     "In FLOPs the ratio never drops below 2. In time it is below the FLOP ratio in every cell: the recurrent "
     "layer's $n$ small products in a row run far below the speed of attention's few large ones (the dotted line "
@@ -742,10 +749,7 @@ show_markdown(
     "layer over a band of $n$ (printed above), which for the narrowest reaches far above the diagonal, $n \\gg d$: "
     "the loop's cost per step is mostly the fixed cost of a call, not FLOPs. At the smallest $n$ the two are closer "
     "(attention pays for its extra projections), and at the largest $n$ attention's $n^2$ takes over. "
-    + (f"For the wide layers, $d$ = {', '.join(map(str, without))}, attention is slower at every $n$ of the grid, "
-       "though by less than its FLOPs predict: there the loop's slowness per FLOP no longer outweighs attention's "
-       "extra projections. " if without else "")
-    + "So the paper's $n < d$ describes how the FLOPs grow; how efficiently each kind of work runs moves the "
+    f"{wide_layers}So the paper's $n < d$ describes how the FLOPs grow; how efficiently each kind of work runs moves the "
     "measured boundary, on this CPU in attention's favour for narrow layers. (Cells near a ratio of 1 change "
     "between runs on a shared machine; read the pattern, not single cells.)")
 
@@ -767,8 +771,8 @@ t_conv = np.array(sweep["n_sweep"]["time_s"]["conv"][0])
 t_rec_loop = np.array(sweep["n_sweep"]["time_s"]["recurrent"][0])
 f_conv = np.array(sweep["n_sweep"]["flops"]["conv"][0])
 f_rec = np.array(sweep["n_sweep"]["flops"]["recurrent"][0])
-print(f"d = {d_fixed}, k = {k}   FLOPs conv/recurrent   time conv/recurrent loop   time conv/(recurrent FLOPs as "
-      "one product)   GFLOP/s: loop, one product, conv")
+print(tr(f"d = {d_fixed}, k = {k}   FLOPs conv/recurrent   time conv/recurrent loop   time conv/(recurrent FLOPs as "
+         "one product)   GFLOP/s: loop, one product, conv"))
 for i, n_ in enumerate(ns):
     print(f"n = {n_:5d}   {f_conv[i] / f_rec[i]:20.2f}   {t_conv[i] / t_rec_loop[i]:24.2f}   "
           f"{t_conv[i] / t_one[i]:38.2f}   {f_rec[i] / t_rec_loop[i] / 1e9:7.1f} {f_rec[i] / t_one[i] / 1e9:6.1f} "
@@ -822,7 +826,7 @@ x = rng.standard_normal((2, 9, 6))
 w_depth, W_point, b = rng.standard_normal((3, 6)), rng.standard_normal((6, 5)), rng.standard_normal(5)
 as_full = conv1d_forward(x, w_depth[:, :, None] * W_point[None], b)[0]    # W_j = diag(w_j) W_p
 err = np.abs(separable_conv_forward(x, w_depth, W_point, b) - as_full).max()
-print(f"separable vs the full convolution with W_j = diag(w_j) W_p: max |difference| = {err:.1e}")
+print(tr(f"separable vs the full convolution with W_j = diag(w_j) W_p: max |difference| = {err:.1e}"))
 assert err < 1e-12
 
 # %% [markdown]
@@ -845,9 +849,9 @@ def counted(fn):
 d = 64
 mha, ffn = MultiHeadAttention(d, 1, rng), FeedForward(d, 4 * d, rng)
 W_full = np.stack([init_weight(d, d, rng) for _ in range(3)])
-print(f"d = {d}: matrix-product FLOPs of one forward (one sentence), counted")
-print(f"{'n':>5s} {'separable, k = 3':>17s} {'conv, k = 3':>12s} {'separable, k = n':>17s} {'attention + FFN':>16s}"
-      f" {'ratio':>6s}")
+print(tr(f"d = {d}: matrix-product FLOPs of one forward (one sentence), counted"))
+print(f"{'n':>5s} {tr('separable, k = 3'):>17s} {tr('conv, k = 3'):>12s} {tr('separable, k = n'):>17s} "
+      f"{tr('attention + FFN'):>16s} {tr('ratio'):>6s}")
 sep_rows = []
 for n_ in (16, 64, 256):
     x = rng.standard_normal((1, n_, d))
@@ -860,7 +864,7 @@ for n_ in (16, 64, 256):
     assert att_ffn == 8 * n_ * d * d + 4 * n_ * n_ * d + 16 * n_ * d * d
     sep_rows.append((n_, sep3 / conv3, sep_n / att_ffn))
     print(f"{n_:5d} {sep3:17,d} {conv3:12,d} {sep_n:17,d} {att_ffn:16,d} {sep_n / att_ffn:6.2f}")
-print("every count equals its formula: separable 2knd + 2nd², attention 8nd² + 4n²d, FFN 16nd²")
+print(tr("every count equals its formula: separable 2knd + 2nd², attention 8nd² + 4n²d, FFN 16nd²"))
 claim_true("the separable convolution at k = 3 costs a fraction of the full one", all(a < 0.5 for _, a, _ in sep_rows),
            str(sep_rows))
 
@@ -999,13 +1003,16 @@ def path_lengths(n, k=3, r=4, d=8, seed=0):
     }
 
 
+shown.update({"recurrent (steps)": tr("recurrent (steps)"), "conv, contiguous": tr("conv, contiguous"),
+              "conv, dilated k^(l-1)": tr("conv, dilated k^(l-1)"), "restricted attention": tr("restricted attention"),
+              "self-attention": tr("self-attention")})
 path_n = [4, 8, 16, 32, 64, 128]
 t0 = time.perf_counter()
 measured = [path_lengths(n) for n in path_n]
-print(f"measured in {time.perf_counter() - t0:.1f} s")
+print(tr(f"measured in {time.perf_counter() - t0:.1f} s"))
 print(f"{'n':>22s}" + "".join(f"{n:6d}" for n in path_n))
 for name in measured[0]:
-    print(f"{name:>22s}" + "".join(f"{m[name]:6d}" for m in measured))
+    print(f"{shown[name]:>22s}" + "".join(f"{m[name]:6d}" for m in measured))
 
 
 # %% [markdown]
@@ -1040,15 +1047,15 @@ fine_n = np.arange(2, 129)
 fig, ax = plt.subplots(figsize=(7, 4.5))
 for i, name in enumerate(formulas):
     ax.plot(fine_n, [formulas[name](n) for n in fine_n], "-", color=f"C{i}", alpha=0.6)
-    ax.plot(path_n, [m[name] for m in measured], "o", color=f"C{i}", label=name)
+    ax.plot(path_n, [m[name] for m in measured], "o", color=f"C{i}", label=shown[name])
     assert all(m[name] == formulas[name](n) for n, m in zip(path_n, measured)), name
-ax.set(xscale="log", yscale="log", xlabel="n (positions apart: n - 1)",
-       ylabel="path length (layers, or recurrent steps)",
-       title="output n-1 depends on input 0 after ... (dots: measured)")
+ax.set(xscale="log", yscale="log", xlabel=tr("n (positions apart: n - 1)"),
+       ylabel=tr("path length (layers, or recurrent steps)"),
+       title=tr("output n-1 depends on input 0 after ... (dots: measured)"))
 ax.set_xticks(path_n, labels=path_n)
 ax.legend(fontsize=8)
 plt.show()
-print("every measured path length equals its formula")
+print(tr("every measured path length equals its formula"))
 
 # %% [markdown]
 # **What the gradient looks like.** For $n = 32$, the gradient reaching each input position
@@ -1065,10 +1072,10 @@ print("every measured path length equals its formula")
 n, d, k_demo, r_demo, L_show = 32, 8, 3, 3, 10
 rng_demo = np.random.default_rng(1)
 makers = {
-    "conv, contiguous (k = 3)": lambda L: Conv(d, k_demo, 1, rng_demo),
-    "conv, dilated (k = 3)": lambda L: Conv(d, k_demo, k_demo ** (L - 1), rng_demo),
-    "restricted attention (r = 3)": lambda L: SelfAttention(d, r_demo, rng_demo),
-    "self-attention": lambda L: SelfAttention(d, None, rng_demo),
+    tr("conv, contiguous (k = 3)"): lambda L: Conv(d, k_demo, 1, rng_demo),
+    tr("conv, dilated (k = 3)"): lambda L: Conv(d, k_demo, k_demo ** (L - 1), rng_demo),
+    tr("restricted attention (r = 3)"): lambda L: SelfAttention(d, r_demo, rng_demo),
+    tr("self-attention"): lambda L: SelfAttention(d, None, rng_demo),
 }
 x = rng_demo.standard_normal((1, n, d))
 grads = {}
@@ -1083,15 +1090,15 @@ for ax, (title, make) in zip(axes, makers.items()):
     im = ax.imshow(np.ma.masked_invalid(np.log10(np.where(g > 0, g, np.nan))),   # exact zeros: white
                    cmap="viridis", aspect="auto", vmin=-6, vmax=1,
                    extent=(-0.5, n - 0.5, L_show + 0.5, 0.5))
-    ax.set(title=title, xlabel="input position j", yticks=range(1, L_show + 1))
+    ax.set(title=title, xlabel=tr("input position j"), yticks=range(1, L_show + 1))
     ax.grid(False)
-axes[0].set_ylabel("layers in the stack")
+axes[0].set_ylabel(tr("layers in the stack"))
 fig.colorbar(im, ax=axes, shrink=0.9, label=r"$\log_{10} \|\partial (g \cdot y_{n-1}) / \partial x_j\|$")
 plt.show()
-g_top = grads["restricted attention (r = 3)"][-1]              # the 10-layer restricted stack
+g_top = grads[tr("restricted attention (r = 3)")][-1]              # the 10-layer restricted stack
 orders = np.log10(g_top.max() / g_top[g_top > 0].min())
-print(f"restricted stack, {L_show} layers: gradient norms from {g_top[g_top > 0].min():.1e} (farthest reached) "
-      f"to {g_top.max():.1e}: {orders:.1f} orders of magnitude")
+print(tr(f"restricted stack, {L_show} layers: gradient norms from {g_top[g_top > 0].min():.1e} (farthest reached) "
+         f"to {g_top.max():.1e}: {orders:.1f} orders of magnitude"))
 
 # %% [markdown]
 # **Why the length matters.** Connected is not the same as learnable. In the recurrent layer
@@ -1110,19 +1117,21 @@ g_last[0, -1] = rng_g.standard_normal(d)
 fig, ax = plt.subplots(figsize=(7, 4))
 W_x = init_weight(d, d, rng_g)
 W_h0 = init_weight(d, d, rng_g)
-norms = {}                                          # gradient norm at input j, by distance (n - 1) - j
+norms, legend = {}, {}                              # gradient norm at input j, by distance (n - 1) - j; its label
 for scale in (1, 3):
     _, cache = recurrent_forward(x, W_x, scale * W_h0, np.zeros(d))
     dx = recurrent_backward(g_last, cache)[0]
     norms[f"recurrent, W_h at {scale}x Glorot"] = np.linalg.norm(dx[0], axis=-1)[::-1]
+    legend[f"recurrent, W_h at {scale}x Glorot"] = tr(f"recurrent, W_h at {scale}x Glorot")
 attention = MultiHeadAttention(d, 4, rng_g)
 attention.forward(x)
 dx = attention.backward(g_last)
 norms["self-attention, one layer"] = np.linalg.norm(dx[0], axis=-1)[::-1]
-for label, norm in norms.items():
-    ax.semilogy(np.arange(n), norm, "o-", ms=3, label=label)
-ax.set(xlabel="distance (n - 1) - j", ylabel=r"$\|\partial (g \cdot y_{n-1}) / \partial x_j\|$",
-       title="gradient reaching input j from output n-1")
+legend["self-attention, one layer"] = tr("self-attention, one layer")
+for key, norm in norms.items():
+    ax.semilogy(np.arange(n), norm, "o-", ms=3, label=legend[key])
+ax.set(xlabel=tr("distance (n - 1) - j"), ylabel=r"$\|\partial (g \cdot y_{n-1}) / \partial x_j\|$",
+       title=tr("gradient reaching input j from output n-1"))
 ax.legend(fontsize=8)
 plt.show()
 
@@ -1147,8 +1156,11 @@ show_markdown(f"With Glorot weights the recurrent gradient falls by {-fade['recu
 n_sentence = i_he - i_ref + 1
 assert (i_he - i_ref, n_sentence) == (30, 31)                    # the text above
 for name, length in path_lengths(n_sentence).items():
-    unit = "step" if "steps" in name else "layer"
-    print(f"{name:22s} {length:3d} {unit}{'s' if length != 1 else ''}")
+    if "steps" in name:
+        unit = tr("step") if length == 1 else tr("steps")
+    else:
+        unit = tr("layer") if length == 1 else tr("layers")
+    print(f"{shown[name]:22s} {length:3d} {unit}")
 
 # %% [markdown]
 # ## 6. Restricted self-attention: cheaper, but longer paths
@@ -1162,10 +1174,10 @@ for name, length in path_lengths(n_sentence).items():
 # %%
 rs = np.array(sweep["r_sweep"]["r"])
 fig, axes = plt.subplots(1, 2, figsize=(13, 4))
-axes[0].loglog(rs, np.array(sweep["r_sweep"]["time_s"]) * 1e3, "o-", color="C3", label="restricted, measured")
-axes[0].axhline(sweep["r_sweep"]["full_attention_time_s"] * 1e3, color="C2", ls="--", label="full attention, measured")
-axes[0].set(title=f"time per layer, n = {sweep['r_sweep']['n']}, d = {sweep['r_sweep']['d']}",
-            xlabel="r (keys on each side)", ylabel="ms")
+axes[0].loglog(rs, np.array(sweep["r_sweep"]["time_s"]) * 1e3, "o-", color="C3", label=tr("restricted, measured"))
+axes[0].axhline(sweep["r_sweep"]["full_attention_time_s"] * 1e3, color="C2", ls="--", label=tr("full attention, measured"))
+axes[0].set(title=tr(f"time per layer, n = {sweep['r_sweep']['n']}, d = {sweep['r_sweep']['d']}"),
+            xlabel=tr("r (keys on each side)"), ylabel="ms")
 axes[0].legend(fontsize=8)
 flops_r = np.array(sweep["r_sweep"]["flops"])
 assert all(f == formula_flops("restricted", sweep["r_sweep"]["n"], sweep["r_sweep"]["d"], 3, r_)
@@ -1174,16 +1186,16 @@ assert all(f == formula_flops("restricted", sweep["r_sweep"]["n"], sweep["r_swee
 r_list, n_path = [1, 2, 4, 8, 16, 32, 63], 64
 rng_r = np.random.default_rng(3)
 path_r = [layers_until_connected(lambda L: SelfAttention(8, r_, rng_r), n_path, 8, rng_r) for r_ in r_list]
-axes[1].loglog(r_list, path_r, "o", color="C3", label="restricted, measured")
+axes[1].loglog(r_list, path_r, "o", color="C3", label=tr("restricted, measured"))
 axes[1].loglog(r_list, [math.ceil((n_path - 1) / r_) for r_ in r_list], "-", color="C3", alpha=0.5,
                label="⌈(n−1)/r⌉")
-axes[1].axhline(1, color="C2", ls="--", label="full self-attention (measured: 1)")
-axes[1].set(title=f"path length, n = {n_path}", xlabel="r (keys on each side)", ylabel="layers")
+axes[1].axhline(1, color="C2", ls="--", label=tr("full self-attention (measured: 1)"))
+axes[1].set(title=tr(f"path length, n = {n_path}"), xlabel=tr("r (keys on each side)"), ylabel=tr("layers"))
 axes[1].set_xticks(r_list, labels=r_list)
 axes[1].legend(fontsize=8)
 fig.tight_layout()
 plt.show()
-print("path length vs r at n = 64:", dict(zip(r_list, path_r)))
+print(tr("path length vs r at n = 64:"), dict(zip(r_list, path_r)))
 
 # %% [markdown]
 # The trade is plain: a smaller $r$ buys a cheaper layer (until the projections, $8nd^2$,
@@ -1213,13 +1225,13 @@ print("path length vs r at n = 64:", dict(zip(r_list, path_r)))
 # %%
 calls_conv = sweep["n_sweep"]["calls"]["conv"][0]
 calls_rec = sweep["n_sweep"]["calls"]["recurrent"][0]
-print(f"matrix-product calls per layer, n = {ns[0]} .. {ns[-1]}:")
-print(f"  convolution: {calls_conv}")
-print(f"  recurrent:   {calls_rec}")
-print(f"path length (layers) of dilated convolutions, k = 3, n = {path_n}: {[m['conv, dilated k^(l-1)'] for m in measured]}")
-print(f"path length (layers), n = {path_n}:")
-print(f"  self-attention:               {[m['self-attention'] for m in measured]}")
-print(f"  restricted self-attention, r = 4: {[m['restricted attention'] for m in measured]}")
+print(tr(f"matrix-product calls per layer, n = {ns[0]} .. {ns[-1]}:"))
+print(tr(f"  convolution: {calls_conv}"))
+print(tr(f"  recurrent:   {calls_rec}"))
+print(tr(f"path length (layers) of dilated convolutions, k = 3, n = {path_n}: {[m['conv, dilated k^(l-1)'] for m in measured]}"))
+print(tr(f"path length (layers), n = {path_n}:"))
+print(tr(f"  self-attention:               {[m['self-attention'] for m in measured]}"))
+print(tr(f"  restricted self-attention, r = 4: {[m['restricted attention'] for m in measured]}"))
 
 
 # %% [markdown]
@@ -1273,8 +1285,8 @@ B, n, d_k = 2, 5, 4
 Q, K, V = (rng.standard_normal((B, n, d_k)) for _ in range(3))
 W_q, W_k, v = init_weight(d_k, d_k, rng), init_weight(d_k, d_k, rng), rng.standard_normal(d_k)
 out, cache = additive_attention_forward(Q, K, V, W_q, W_k, v)
-print("rows of A sum to 1:", np.allclose(cache.A.sum(-1), 1), "| output", out.shape,
-      "| the same as the sweep script's:",
+print(tr("rows of A sum to 1:"), np.allclose(cache.A.sum(-1), 1), tr("| output"), out.shape,
+      tr("| the same as the sweep script's:"),
       np.allclose(out, table1.additive_attention_forward(Q, K, V, W_q, W_k, v)))
 
 # Live: time and peak memory, n = 128 and 256, d_k = 64, float32, one BLAS thread.
@@ -1299,9 +1311,9 @@ with threadpool_limits(1):
                "dot-product": lambda: attention_forward(Q[:, None], K[:, None], V[:, None])}
         t = {name: table1.min_time(fn, repeats=5) for name, fn in fns.items()}
         m = {name: peak_bytes(fn) for name, fn in fns.items()}
-        print(f"n = {n}, d_k = {d_k}: additive {t['additive'] * 1e3:.2f} ms, {m['additive'] / 2**20:.1f} MiB | "
-              f"dot-product {t['dot-product'] * 1e3:.2f} ms, {m['dot-product'] / 2**20:.2f} MiB | "
-              f"{t['additive'] / t['dot-product']:.0f}x the time, {m['additive'] / m['dot-product']:.0f}x the memory")
+        print(tr(f"n = {n}, d_k = {d_k}: additive {t['additive'] * 1e3:.2f} ms, {m['additive'] / 2**20:.1f} MiB | "
+                 f"dot-product {t['dot-product'] * 1e3:.2f} ms, {m['dot-product'] / 2**20:.2f} MiB | "
+                 f"{t['additive'] / t['dot-product']:.0f}x the time, {m['additive'] / m['dot-product']:.0f}x the memory"))
 
 # %%
 add = sweep["additive"]
@@ -1311,23 +1323,23 @@ m_add, m_dot = np.array(add["peak_bytes"]["additive"]), np.array(add["peak_bytes
 fig, axes = plt.subplots(1, 3, figsize=(15, 4))
 for i, dk in enumerate(add_dk):
     if dk in (8, 64, 256):
-        axes[0].loglog(add_n, t_add[i] * 1e3, "o-", color=f"C{i}", label=f"additive, d_k = {dk}")
-        axes[0].loglog(add_n, t_dot[i] * 1e3, "s--", color=f"C{i}", label=f"dot-product, d_k = {dk}")
+        axes[0].loglog(add_n, t_add[i] * 1e3, "o-", color=f"C{i}", label=tr(f"additive, d_k = {dk}"))
+        axes[0].loglog(add_n, t_dot[i] * 1e3, "s--", color=f"C{i}", label=tr(f"dot-product, d_k = {dk}"))
 j = list(add_n).index(128)
-axes[1].loglog(add_dk, t_add[:, j] / t_dot[:, j], "o-", color="k", label="time")
-axes[1].loglog(add_dk, m_add[:, j] / m_dot[:, j], "s--", color="C4", label="peak memory")
-axes[2].loglog(add_n, m_add[list(add_dk).index(64)] / 2**20, "o-", label="additive, d_k = 64")
-axes[2].loglog(add_n, m_dot[list(add_dk).index(64)] / 2**20, "s--", label="dot-product, d_k = 64")
-axes[0].set(title="time", xlabel="n", ylabel="ms")
-axes[1].set(title="additive / dot-product at n = 128", xlabel="d_k = d_a", ylabel="ratio")
-axes[2].set(title="peak memory of one call", xlabel="n", ylabel="MiB")
+axes[1].loglog(add_dk, t_add[:, j] / t_dot[:, j], "o-", color="k", label=tr("time"))
+axes[1].loglog(add_dk, m_add[:, j] / m_dot[:, j], "s--", color="C4", label=tr("peak memory"))
+axes[2].loglog(add_n, m_add[list(add_dk).index(64)] / 2**20, "o-", label=tr("additive, d_k = 64"))
+axes[2].loglog(add_n, m_dot[list(add_dk).index(64)] / 2**20, "s--", label=tr("dot-product, d_k = 64"))
+axes[0].set(title=tr("time"), xlabel="n", ylabel="ms")
+axes[1].set(title=tr("additive / dot-product at n = 128"), xlabel="d_k = d_a", ylabel=tr("ratio"))
+axes[2].set(title=tr("peak memory of one call"), xlabel="n", ylabel="MiB")
 for ax in axes:
     ax.legend(fontsize=7)
 fig.tight_layout()
 plt.show()
-print(f"n = 128: additive takes {t_add[0, j] / t_dot[0, j]:.0f}x (d_k = {add_dk[0]}) to "
-      f"{t_add[-1, j] / t_dot[-1, j]:.0f}x (d_k = {add_dk[-1]}) the time of dot-product attention, "
-      f"and {m_add[0, j] / m_dot[0, j]:.0f}x to {m_add[-1, j] / m_dot[-1, j]:.0f}x the peak memory")
+print(tr(f"n = 128: additive takes {t_add[0, j] / t_dot[0, j]:.0f}x (d_k = {add_dk[0]}) to "
+         f"{t_add[-1, j] / t_dot[-1, j]:.0f}x (d_k = {add_dk[-1]}) the time of dot-product attention, "
+         f"and {m_add[0, j] / m_dot[0, j]:.0f}x to {m_add[-1, j] / m_dot[-1, j]:.0f}x the peak memory"))
 tensor = 4 * 128 * 128 * 64                                                  # float32 bytes of (n, n, d_k)
 claim("the (n, n, d_k) tensor is most of additive attention's peak memory at n = 128, d_k = 64 (its share)",
       tensor / m_add[list(add_dk).index(64), j], low=0.5, high=1.0)
@@ -1355,15 +1367,15 @@ paper = {"recurrent": ("O(n·d²)", "O(n)", "O(n)"), "conv": ("O(k·n·d²)", "O
          "attention": ("O(n²·d)", "O(1)", "O(1)"), "restricted": ("O(r·n·d)", "O(1)", "O(n/r)")}
 flops_formula = {"recurrent": "4nd²", "conv": "2d²(kn − k(k−1)/2)", "attention": "8nd² + 4n²d",
                  "restricted": "8nd² + 4n(2r+1)d"}
-lines = ["| layer | Table 1: cost, sequential ops, path | FLOPs (counted = formula) | time ∝ n^p, p = | "
-         f"time ∝ d^q, q = | matmul calls, n = {ns[0]} / {ns[-1]} | path length, n = 16 / 64 / 128 |",
+lines = [tr("| layer | Table 1: cost, sequential ops, path | FLOPs (counted = formula) | time ∝ n^p, p = | "
+            f"time ∝ d^q, q = | matmul calls, n = {ns[0]} / {ns[-1]} | path length, n = 16 / 64 / 128 |"),
          "| --- | --- | --- | ---: | ---: | --- | --- |"]
 for name in names:
     t_n = np.array(sweep["n_sweep"]["time_s"][name][0])
     t_d = np.array([row[0] for row in sweep["d_sweep"]["time_s"][name]])
     calls = sweep["n_sweep"]["calls"][name][0]
     paths = [m[path_key[name]] for n_, m in zip(path_n, measured) if n_ in (16, 64, 128)]
-    lines.append(f"| {name} | {', '.join(paper[name])} | {flops_formula[name]} | {slope(ns, t_n):.2f} | "
+    lines.append(f"| {shown[name]} | {', '.join(paper[name])} | {flops_formula[name]} | {slope(ns, t_n):.2f} | "
                  f"{slope(ds, t_d):.2f} | {calls[0]} / {calls[-1]} | {' / '.join(map(str, paths))} |")
 Markdown("\n".join(lines))
 
@@ -1377,11 +1389,12 @@ claim_true("only the recurrent layer's matmul calls grow with n",
                if nm != "recurrent") and sweep["n_sweep"]["calls"]["recurrent"][0][-1] > sweep["n_sweep"]["calls"]["recurrent"][0][0],
            str({nm: sweep["n_sweep"]["calls"][nm][0] for nm in names}))
 fastest_in_n = max(names, key=lambda nm: p_n[nm])
+exponents_d = ", ".join(f"{shown[nm]} {q_d[nm]:.2f}" for nm in names)
 show_markdown(
     "Only the recurrent layer's calls grow with $n$ (sequential operations $O(n)$); "
-    f"the time exponent in $n$ is largest for {fastest_in_n} ($p = {p_n[fastest_in_n]:.2f}$; Table 1's $O(n^2 d)$), "
-    "and against $d$ the exponents are " + ", ".join(f"{nm} {q_d[nm]:.2f}" for nm in names)
-    + ": the FLOPs of the first three grow as $d^2$, their measured times more slowly, at these widths. Only full "
+    f"the time exponent in $n$ is largest for {shown[fastest_in_n]} ($p = {p_n[fastest_in_n]:.2f}$; Table 1's $O(n^2 d)$), "
+    f"and against $d$ the exponents are {exponents_d}"
+    ": the FLOPs of the first three grow as $d^2$, their measured times more slowly, at these widths. Only full "
     "self-attention keeps its path at one layer. The time exponents are measured on one shared CPU core and "
     "drift with the machine's load; the FLOPs and the path lengths are exact.")
 
@@ -1470,10 +1483,10 @@ W_gate = f32(rng_tr.standard_normal((d_tr, n_experts)))
 W1 = f32(rng_tr.standard_normal((n_experts, d_tr, 4 * d_tr)) / math.sqrt(d_tr))
 W2 = f32(rng_tr.standard_normal((n_experts, 4 * d_tr, d_tr)) / math.sqrt(4 * d_tr))
 variants_tr = {
-    "recurrent (W_h full)": (lambda x: recurrent_forward(x, W_x, W_h, b_tr)[0], 2 * d_tr * d_tr + d_tr),
-    f"factorized, rank {rank}": (lambda x: factorized_recurrent_forward(x, W_x, U, V, b_tr),
+    tr("recurrent (W_h full)"): (lambda x: recurrent_forward(x, W_x, W_h, b_tr)[0], 2 * d_tr * d_tr + d_tr),
+    tr(f"factorized, rank {rank}"): (lambda x: factorized_recurrent_forward(x, W_x, U, V, b_tr),
                                  d_tr * d_tr + 2 * d_tr * rank + d_tr),
-    f"recurrent, {n_experts} experts, recurrent": (
+    tr(f"recurrent, {n_experts} experts, recurrent"): (
         lambda x: recurrent_forward(moe_forward(recurrent_forward(x, W_x, W_h, b_tr)[0], W_gate, W1, W2),
                                     W_x2, W_h2, b_tr)[0],
         2 * (2 * d_tr * d_tr + d_tr) + d_tr * n_experts + n_experts * 8 * d_tr * d_tr),
@@ -1488,9 +1501,9 @@ with threadpool_limits(1):
         second_alone = fn(x_tr[:, half_tr:])                   # the second half from its inputs only
         err = float(np.abs(full_out[:, half_tr:] - second_alone).max())
         rows_tr.append((name, params, c.flops / n_tr, c.calls, table1.min_time(lambda: fn(x_tr), repeats=5), err))
-print(f"n = {n_tr}, d = {d_tr}, one sentence, float32, 1 BLAS thread")
-print(f"{'layer':34s}{'parameters':>12s}{'FLOPs/position':>16s}{'matmul calls':>14s}{'time (ms)':>11s}"
-      f"{'2nd half alone: max error':>28s}")
+print(tr(f"n = {n_tr}, d = {d_tr}, one sentence, float32, 1 BLAS thread"))
+print(f"{tr('layer'):34s}{tr('parameters'):>12s}{tr('FLOPs/position'):>16s}{tr('matmul calls'):>14s}{tr('time (ms)'):>11s}"
+      f"{tr('2nd half alone: max error'):>28s}")
 for name, params, flops, calls, t, err in rows_tr:
     print(f"{name:34s}{params:12,d}{flops:16,.0f}{calls:14d}{1e3 * t:11.2f}{err:28.2f}")
 
@@ -1558,10 +1571,10 @@ with threadpool_limits(1):
             xb = f32(rng_mem.standard_normal((max(B_fit, 1), n_m, d_mem)))
             t = table1.min_time(lambda: fn(xb), repeats=3) if B_fit else math.nan
             mem_rows.append((name, n_m, per_sentence, B_fit, t / (max(B_fit, 1) * n_m)))
-print(f"d = {d_mem}, a memory budget of {budget / 2**20:.0f} MiB, float32, 1 BLAS thread")
-print(f"{'layer':16s}{'n':>6s}{'KiB per sentence':>18s}{'sentences that fit':>20s}{'µs per token':>14s}")
+print(tr(f"d = {d_mem}, a memory budget of {budget / 2**20:.0f} MiB, float32, 1 BLAS thread"))
+print(f"{tr('layer'):16s}{'n':>6s}{tr('KiB per sentence'):>18s}{tr('sentences that fit'):>20s}{tr('µs per token'):>14s}")
 for name, n_m, per, B_fit, tpt in mem_rows:
-    print(f"{name:16s}{n_m:6d}{per / 2**10:18.1f}{B_fit:20d}{1e6 * tpt:14.2f}")
+    print(f"{shown[name]:16s}{n_m:6d}{per / 2**10:18.1f}{B_fit:20d}{1e6 * tpt:14.2f}")
 
 # %%
 rec_mem = [(n_m, per, B_fit, tpt) for name, n_m, per, B_fit, tpt in mem_rows if name == "recurrent"]
@@ -1573,17 +1586,18 @@ claim_true("fewer sentences fit as n grows, for both layers",
            all(a[2] > b[2] for a, b in zip(rec_mem, rec_mem[1:])) and att_mem[0][2] > att_mem[-1][2])
 fig, axes = plt.subplots(1, 2, figsize=(12, 3.8))
 for rows_, name, c in ((rec_mem, "recurrent", "C0"), (att_mem, "self-attention", "C2")):
-    axes[0].loglog([r[0] for r in rows_], [r[2] for r in rows_], "o-", color=c, label=name)
-    axes[1].loglog([r[0] for r in rows_], [1e6 * r[3] for r in rows_], "o-", color=c, label=name)
-axes[0].set(xlabel="sentence length n", ylabel="sentences per batch", title=f"what fits {budget / 2**20:.0f} MiB")
-axes[1].set(xlabel="sentence length n", ylabel="µs per token (forward + backward)",
-            title="time per token at that batch (one core)")
+    axes[0].loglog([r[0] for r in rows_], [r[2] for r in rows_], "o-", color=c, label=shown[name])
+    axes[1].loglog([r[0] for r in rows_], [1e6 * r[3] for r in rows_], "o-", color=c, label=shown[name])
+axes[0].set(xlabel=tr("sentence length n"), ylabel=tr("sentences per batch"), title=tr(f"what fits {budget / 2**20:.0f} MiB"))
+axes[1].set(xlabel=tr("sentence length n"), ylabel=tr("µs per token (forward + backward)"),
+            title=tr("time per token at that batch (one core)"))
 for ax in axes:
     ax.legend(fontsize=8)
 fig.tight_layout()
 plt.show()
 first, last = rec_mem[0], rec_mem[-1]
 att_first, att_last = att_mem[0], att_mem[-1]
+none_fit = "" if all(r[2] for r in att_mem) else tr(f"at $n = {att_last[0]}$ not one sentence fits the budget; ")
 show_markdown(
     f"In this run a sentence costs the recurrent layer {first[1] / 2**10:.0f} KiB at $n = {first[0]}$ and "
     f"{last[1] / 2**10:.0f} KiB at $n = {last[0]}$, so the budget holds {first[2]} sentences of the first and "
@@ -1596,9 +1610,8 @@ show_markdown(
     f"long $n$: each of its products covers every position of the batch ({att_first[2] * att_first[0]:,} rows at "
     f"$n = {att_first[0]}$, {max(att_last[2], 1) * att_last[0]:,} at $n = {att_last[0]}$), but its $n^2$ scores make "
     f"the memory per sentence ({att_first[1] / 2**10:.0f} KiB, then {att_last[1] / 2**20:.0f} MiB) and the time per "
-    f"token ({1e6 * att_first[3]:.2f} µs, then {1e6 * max(r[3] for r in att_mem if r[2]):.2f} µs) grow; "
-    + ("" if all(r[2] for r in att_mem) else f"at $n = {att_last[0]}$ not one sentence fits the budget; ")
-    + "that is what §4's restricted attention is for (sections 6 and 14).")
+    f"token ({1e6 * att_first[3]:.2f} µs, then {1e6 * max(r[3] for r in att_mem if r[2]):.2f} µs) grow; {none_fit}"
+    "that is what §4's restricted attention is for (sections 6 and 14).")
 
 # %% [markdown]
 # ## 13. The recurrent encoder–decoder, trained beside the Transformer (§1, §6.1)
@@ -1644,14 +1657,14 @@ report.assert_ok()
 with open("experiments/lesson08_rnn_vs_transformer.json") as f:
     race = json.load(f)
 made = race["provenance"][-1]
-print("record:", made["command"], "at commit", made["commit"][:10], "on", made["machine"]["cpu"],
-      f"({made['machine']['cores']} cores), load average {made['load_average']['start'][0]:.1f} at the start")
-print(f"task {race['task']}, {race['steps']} steps of {race['batch']} sentence pairs; learning-rate factors tried "
-      f"{race['factors']}, chosen {race['chosen_factor']}")
-print(f"Transformer: {race['transformer_params']:,} parameters (d_model {race['transformer']['d_model']}, "
-      f"N {race['transformer']['N']}, h {race['transformer']['h']}, d_ff {race['transformer']['d_ff']}); "
-      f"recurrent: {race['rnn']['params']:,} (width {race['rnn']['width']}, {race['rnn']['layers']} LSTM layers "
-      "each side)")
+print(tr("record:"), made["command"], tr("at commit"), made["commit"][:10], tr("on"), made["machine"]["cpu"],
+      tr(f"({made['machine']['cores']} cores), load average {made['load_average']['start'][0]:.1f} at the start"))
+print(tr(f"task {race['task']}, {race['steps']} steps of {race['batch']} sentence pairs; learning-rate factors tried "
+         f"{race['factors']}, chosen {race['chosen_factor']}"))
+print(tr(f"Transformer: {race['transformer_params']:,} parameters (d_model {race['transformer']['d_model']}, "
+         f"N {race['transformer']['N']}, h {race['transformer']['h']}, d_ff {race['transformer']['d_ff']}); "
+         f"recurrent: {race['rnn']['params']:,} (width {race['rnn']['width']}, {race['rnn']['layers']} LSTM layers "
+         "each side)"))
 
 # %% [markdown]
 # **What must run in a row.** One training step of each, counted as in §3 on a batch of the task: every
@@ -1692,9 +1705,11 @@ for label, pairs_ in (("short", by_length[:race["batch"]]), ("long", by_length[-
             if name == "recurrent" else None
         step_counts[name, label] = (b.src.shape[1], b.tgt_in.shape[1], c.calls, chain, c.flops)
 race_limits.unregister()
+shown.update({"Transformer": tr("Transformer"), "short": tr("short"), "long": tr("long")})
 for (name, label), (S_, T_, calls, chain, flops) in step_counts.items():
-    print(f"{name:12s} {label:5s} batch (S = {S_}, T = {T_}): {calls:4d} matmul calls, "
-          f"{'' if chain is None else f'{chain} of them in one chain, '}{flops / 1e9:.2f} GFLOPs")
+    in_chain = "" if chain is None else tr(f"{chain} of them in one chain, ")
+    print(tr(f"{shown[name]:12s} {shown[label]:5s} batch (S = {S_}, T = {T_}): {calls:4d} matmul calls, "
+             f"{in_chain}{flops / 1e9:.2f} GFLOPs"))
 claim_true("the Transformer's calls per step do not depend on the sentence length; the recurrent model's grow",
            step_counts["Transformer", "short"][2] == step_counts["Transformer", "long"][2]
            and step_counts["recurrent", "short"][2] < step_counts["recurrent", "long"][2])
@@ -1705,7 +1720,8 @@ claim_true("the Transformer's calls per step do not depend on the sentence lengt
 
 # %%
 race_runs = race["runs"]
-race_names = {"transformer": "Transformer", "transformer-p0": "Transformer, no dropout", "rnn": "recurrent (LSTM)"}
+race_names = {"transformer": tr("Transformer"), "transformer-p0": tr("Transformer, no dropout"),
+              "rnn": tr("recurrent (LSTM)")}
 race_colors = {"transformer": "C2", "transformer-p0": "C1", "rnn": "C0"}
 fig, axes = plt.subplots(1, 2, figsize=(13, 4))
 for r in race_runs:
@@ -1714,12 +1730,12 @@ for r in race_runs:
     label_ = race_names[r["model"]] if r["seed"] == race_runs[0]["seed"] else None
     axes[0].plot(steps_, acc_, "-", color=race_colors[r["model"]], alpha=0.8, label=label_)
     axes[1].plot([p["train_cpu_s"] for p in r["curve"]], acc_, "-", color=race_colors[r["model"]], alpha=0.8, label=label_)
-for ax, xlabel in zip(axes, ("training step", "training CPU seconds (one core)")):
+for ax, xlabel in zip(axes, (tr("training step"), tr("training CPU seconds (one core)"))):
     ax.axhline(race["target_dev_token_acc"], color="gray", ls=":", lw=1)
-    ax.set(xlabel=xlabel, ylabel="dev token accuracy", ylim=(0.5, 1.0))
+    ax.set(xlabel=xlabel, ylabel=tr("dev token accuracy"), ylim=(0.5, 1.0))
     ax.legend(fontsize=8)
-axes[0].set_title(f"{race['task']}: {len(set(r['seed'] for r in race_runs))} seeds per model")
-axes[1].set_title("the same runs against time")
+axes[0].set_title(tr(f"{race['task']}: {len(set(r['seed'] for r in race_runs))} seeds per model"))
+axes[1].set_title(tr("the same runs against time"))
 fig.tight_layout()
 plt.show()
 
@@ -1735,14 +1751,14 @@ def race_summary(kind):
 
 
 summary = {kind: race_summary(kind) for kind in race_names}
-print(f"{'model':26s}{'ms/step':>9s}{'steps to ' + str(race['target_dev_token_acc']):>18s}"
-      f"{'CPU s to it':>22s}{'test exact match':>26s}")
+steps_to = tr(f"steps to {race['target_dev_token_acc']}")
+print(f"{tr('model'):26s}{'ms/step':>9s}{steps_to:>18s}{tr('CPU s to it'):>22s}{tr('test exact match'):>26s}")
 for kind, s_ in summary.items():
     print(f"{race_names[kind]:26s}{s_['ms']:9.1f}{str(s_['steps']):>18s}{str(s_['cpu']):>22s}"
           f"{str([round(e, 3) for e in s_['exact']]):>26s}")
 
 # %%
-tr, p0, rn = summary["transformer"], summary["transformer-p0"], summary["rnn"]
+trf, p0, rn = summary["transformer"], summary["transformer-p0"], summary["rnn"]
 per_rnn = {r["seed"]: r["step_cpu_ms_median"] for r in race_runs if r["model"] == "rnn"}
 per_tr = {r["seed"]: r["step_cpu_ms_median"] for r in race_runs if r["model"] == "transformer"}
 claim_true("in the record, a recurrent step cost less CPU time than a Transformer step on every seed",
@@ -1750,26 +1766,25 @@ claim_true("in the record, a recurrent step cost less CPU time than a Transforme
 claim_true("in the record, every model reached the target on every seed",
            all(None not in s_["steps"] for s_ in summary.values()))
 claim_true("in the record, the Transformer reached the target in fewer steps on every seed",
-           max(tr["steps"]) < min(rn["steps"]) and max(p0["steps"]) < min(rn["steps"]))
+           max(trf["steps"]) < min(rn["steps"]) and max(p0["steps"]) < min(rn["steps"]))
 flops_tr, flops_rn = step_counts["Transformer", "long"][4], step_counts["recurrent", "long"][4]
-faster = "less" if np.median(tr["cpu"]) < np.median(rn["cpu"]) else "more"
+faster = tr("less") if np.median(trf["cpu"]) < np.median(rn["cpu"]) else tr("more")
 target = race["target_dev_token_acc"]
-show_markdown("\n".join([
-    f"* **Per step, the recurrent model is cheaper here**: {rn['ms']:.0f} ms against {tr['ms']:.0f} ms for the "
-    f"Transformer (medians over seeds), {rn['ms'] / tr['ms']:.2f} of its time. Their matrix products cost about the "
+show_markdown(
+    f"* **Per step, the recurrent model is cheaper here**: {rn['ms']:.0f} ms against {trf['ms']:.0f} ms for the "
+    f"Transformer (medians over seeds), {rn['ms'] / trf['ms']:.2f} of its time. Their matrix products cost about the "
     f"same ({flops_rn / 1e9:.2f} against {flops_tr / 1e9:.2f} GFLOPs on the long batch above: equal parameters, "
     f"equal arithmetic), and with {race['batch']} sentences per batch each product of the recurrent chain is large "
     "enough to run near full speed on one core; what the Transformer spends beyond is the work a FLOP count leaves "
-    "out (softmaxes, layer normalizations, dropout masks) and its larger number of calls.",
+    "out (softmaxes, layer normalizations, dropout masks) and its larger number of calls.\n"
     f"* **Per unit of progress, the Transformer is ahead**: it reached a dev token accuracy of {target} after "
-    f"{int(np.median(tr['steps']))} steps ({int(np.median(p0['steps']))} without dropout) against "
-    f"{int(np.median(rn['steps']))} for the recurrent model, in {np.median(tr['cpu']):.1f} and "
+    f"{int(np.median(trf['steps']))} steps ({int(np.median(p0['steps']))} without dropout) against "
+    f"{int(np.median(rn['steps']))} for the recurrent model, in {np.median(trf['cpu']):.1f} and "
     f"{np.median(p0['cpu']):.1f} CPU seconds against {np.median(rn['cpu']):.1f}: {faster} time for the Transformer "
-    "with dropout, and the least without it.",
+    "with dropout, and the least without it.\n"
     f"* **At the end, all three translate the test set almost perfectly** (exact match: Transformer "
-    f"{min(tr['exact']):.3f} to {max(tr['exact']):.3f}, without dropout {min(p0['exact']):.3f} to {max(p0['exact']):.3f}, "
-    f"recurrent {min(rn['exact']):.3f} to {max(rn['exact']):.3f}): the task is too easy to separate them on quality.",
-]))
+    f"{min(trf['exact']):.3f} to {max(trf['exact']):.3f}, without dropout {min(p0['exact']):.3f} to {max(p0['exact']):.3f}, "
+    f"recurrent {min(rn['exact']):.3f} to {max(rn['exact']):.3f}): the task is too easy to separate them on quality.")
 
 # %% [markdown]
 # So, at toy scale on one core, the claim "trains significantly faster" shows only as fewer steps to the same
@@ -1795,7 +1810,7 @@ spec_race.loader.exec_module(race_script)
 with threadpool_limits(1):
     race_live = race_script.live_values(race)      # model -> dev loss after race["live"]["steps"] steps, seed 0
 backend.set_default_dtype("float64")                                       # train_one set float32
-print("the live steps agree with the record:", *race_script.check_live(race, race_live), sep="\n  ")
+print(tr("the live steps agree with the record:"), *race_script.check_live(race, race_live), sep="\n  ")
 
 # %% [markdown]
 # ## 14. Long inputs: what the paper proposes, and what came later (§4, §7)
@@ -1839,10 +1854,10 @@ for n_l in (64, 256, 1024, 4096):
         lin = linear_attention_forward(Q, K, V)
     assert c_soft.flops == 4 * n_l * n_l * d_lin and c_lin.flops == 4 * n_l * d_lin * d_lin + 2 * n_l * d_lin
     lin_rows.append((n_l, c_soft.flops, c_lin.flops, np.linalg.norm(lin - soft) / np.linalg.norm(soft)))
-print(f"one head, d_k = d_v = {d_lin}: FLOPs of Eq. (1) = 4n²d, of linear attention = 4nd² + 2nd (counted, asserted)")
+print(tr(f"one head, d_k = d_v = {d_lin}: FLOPs of Eq. (1) = 4n²d, of linear attention = 4nd² + 2nd (counted, asserted)"))
 for n_l, fs, fl, diff in lin_rows:
-    print(f"n = {n_l:5d}: Eq. (1) {fs:14,d}   linear {fl:12,d}   ratio {fs / fl:6.2f}   "
-          f"|linear - Eq. (1)| / |Eq. (1)| = {diff:.2f}")
+    print(tr(f"n = {n_l:5d}: Eq. (1) {fs:14,d}   linear {fl:12,d}   ratio {fs / fl:6.2f}   "
+             f"|linear - Eq. (1)| / |Eq. (1)| = {diff:.2f}"))
 claim_true("linear attention is a different function: its output is far from Eq. (1)'s",
            min(r[3] for r in lin_rows) > 0.1, str([round(r[3], 3) for r in lin_rows]))
 show_markdown(
@@ -1927,8 +1942,8 @@ with threadpool_limits(1):                                              # small 
         opt.step()
     test_images, test_labels = line_images(np.random.default_rng(151), 1000)
     accuracy = float((classify(test_images).argmax(axis=1) == test_labels).mean())
-print(f"trained in {time.perf_counter() - t0:.1f} s; test accuracy on 1,000 new images: {accuracy:.1%} "
-      f"(chance: {1 / N_CLASSES:.0%})")
+print(tr(f"trained in {time.perf_counter() - t0:.1f} s; test accuracy on 1,000 new images: {accuracy:.1%} "
+         f"(chance: {1 / N_CLASSES:.0%})"))
 # Float64: the OpenBLAS kernels Haswell, SkylakeX and Sandybridge gave the same accuracy (measured: 97.2%).
 claim("the unchanged encoder learns to read images (test accuracy above 90%)", accuracy, low=0.9)
 
@@ -2119,6 +2134,6 @@ mha = MultiHeadAttention(16, 4, np.random.default_rng(8))
 x = np.random.default_rng(9).standard_normal((2, 10, 16))
 full = mha.forward(x)
 change = [np.linalg.norm(solution_ablate_head(mha, x, i) - full) / np.linalg.norm(full) for i in range(mha.h)]
-print("relative change of the output, head removed:", ", ".join(f"head {i}: {c:.2f}" for i, c in enumerate(change)))
+print(tr("relative change of the output, head removed:"), ", ".join(tr(f"head {i}: {c:.2f}") for i, c in enumerate(change)))
 claim("every head, removed, changes the output by a similar amount (within a factor of 2)", max(change) / min(change),
       low=1, high=2)
