@@ -50,6 +50,7 @@ show_cost("05")
 import numpy as np
 import matplotlib.pyplot as plt
 
+from lessonkit.i18n import tr        # printed prose in the notebook's language (lessons/ko/)
 from minitransformer import backend
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
@@ -70,7 +71,7 @@ rng = np.random.default_rng(0)
 emb = Embedding(6, 4, rng)                  # V = 6 tokens, d_model = 4
 ids = np.array([[2, 5, 2]])                 # (B, S) = (1, 3): token 2 appears twice
 out = emb.forward(ids)                      # (1, 3, 4)
-print("out shape:", out.shape, "  scale:", emb.scale)
+print(tr("out shape:"), out.shape, tr("  scale:"), emb.scale)
 print("out[0, 0] == 2 * E[2]:", np.allclose(out[0, 0], 2.0 * emb.E.data[2]))
 print("out[0, 0] == out[0, 2]:", np.allclose(out[0, 0], out[0, 2]))
 assert np.allclose(out[0, 0], 2.0 * emb.E.data[2]) and np.allclose(out[0, 0], out[0, 2])
@@ -112,7 +113,7 @@ def rms(a):
     return np.sqrt((a ** 2).mean())
 
 V = 1000
-print(f"{'d_model':>7} {'rms E':>8} {'rms sqrt(d)*E':>14} {'rms PE':>7} {'std of logits y E^T':>20}")
+print(f"{'d_model':>7} {'rms E':>8} {'rms sqrt(d)*E':>14} {'rms PE':>7} {tr('std of logits y E^T'):>20}")
 for d in (64, 512):
     E = init_embedding(V, d, rng, np, np.float64)
     pe = sinusoidal_table(200, d, np, np.float64)
@@ -124,10 +125,10 @@ for d in (64, 512):
 
 fig, ax = plt.subplots(figsize=(7, 2.8))
 bins = np.linspace(-3, 3, 121)
-ax.hist(E.ravel(), bins=bins, density=True, alpha=0.6, label="entries of E (d_model = 512)")
-ax.hist((np.sqrt(d) * E).ravel(), bins=bins, density=True, alpha=0.6, label=r"entries of $\sqrt{d_{model}}\,E$")
-ax.hist(pe.ravel(), bins=bins, density=True, alpha=0.6, label="entries of PE")
-ax.set(xlabel="value", ylabel="density", title="what gets added at the bottom of the stack", ylim=(0, 3))
+ax.hist(E.ravel(), bins=bins, density=True, alpha=0.6, label=tr("entries of E (d_model = 512)"))
+ax.hist((np.sqrt(d) * E).ravel(), bins=bins, density=True, alpha=0.6, label=tr(r"entries of $\sqrt{d_{model}}\,E$"))
+ax.hist(pe.ravel(), bins=bins, density=True, alpha=0.6, label=tr("entries of PE"))
+ax.set(xlabel=tr("value"), ylabel=tr("density"), title=tr("what gets added at the bottom of the stack"), ylim=(0, 3))
 ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 
 # %% [markdown]
@@ -154,8 +155,8 @@ wrong = np.zeros((6, d))
 wrong[ids.reshape(-1)] += dout.reshape(-1, d) * np.sqrt(d)          # buffered: row 2 gets ONE update
 right = np.zeros((6, d))
 embedding_backward(dout, embedding_forward(ids, np.zeros((6, d)), np.sqrt(d))[1], right)
-print("row 2, fancy-index += :", wrong[2])
-print("row 2, scatter-add    :", right[2])
+print(tr("row 2, fancy-index += :"), wrong[2])
+print(tr("row 2, scatter-add    :"), right[2])
 
 # %% [markdown]
 # **Output projection.** $\text{logits} = y\,E^\top$ with $y$ of shape $(B,T,d_\text{model})$, so, summing over all
@@ -229,11 +230,11 @@ by_hand = (p - q) * valid[..., None] / N
 
 package = cross_entropy_backward(cache)
 numeric = numerical_gradient(lambda: cross_entropy_forward(logits, targets, pad, eps_ls)[0], logits)
-print(f"loss {loss:.4f}, the mean over N = {N} non-pad tokens")
-print(f"(p - q)/N by hand vs cross_entropy_backward: rel error {rel_error(by_hand, package):.1e}")
-print(f"cross_entropy_backward vs numerical gradient: rel error {rel_error(package, numeric):.1e}")
-print("largest gradient at a pad position:", np.abs(package[~valid]).max())
-print("largest |row sum| of the gradient: ", f"{np.abs(package.sum(axis=-1)).max():.1e}")
+print(tr(f"loss {loss:.4f}, the mean over N = {N} non-pad tokens"))
+print(tr(f"(p - q)/N by hand vs cross_entropy_backward: rel error {rel_error(by_hand, package):.1e}"))
+print(tr(f"cross_entropy_backward vs numerical gradient: rel error {rel_error(package, numeric):.1e}"))
+print(tr("largest gradient at a pad position:"), np.abs(package[~valid]).max())
+print(tr("largest |row sum| of the gradient: "), f"{np.abs(package.sum(axis=-1)).max():.1e}")
 
 # %% [markdown]
 # ## 4. Three-way tying: one matrix, three gradients, summed
@@ -261,7 +262,7 @@ from minitransformer.model import Transformer, TransformerConfig, count_paramete
 cfg = TransformerConfig(vocab_size=12, d_model=8, h=2, N=1, d_ff=16, P_drop=0.0, max_len=16)
 model = Transformer(cfg, seed=0)
 E = model.E
-print("one Parameter, three uses:", model.src_embed.E is E and model.tgt_embed.E is E and model.output_projection.E is E)
+print(tr("one Parameter, three uses:"), model.src_embed.E is E and model.tgt_embed.E is E and model.output_projection.E is E)
 
 # 0 = <pad>, 1 = <bos>, 2 = <eos>; the task: reverse the source
 src     = np.array([[3, 4, 5, 6, 7], [8, 9, 3, 0, 0]])
@@ -287,7 +288,7 @@ g_src = E.grad - g_out - g_tgt
 g_total = E.grad.copy()
 
 model.zero_grad(); loss_value(); model.backward(loss_fn.backward())
-print("step by step == Transformer.backward:", np.abs(E.grad - g_total).max())
+print(tr("step by step == Transformer.backward:"), np.abs(E.grad - g_total).max())
 
 # %%
 # (b) untie one use at a time and differentiate numerically with respect to its private copy
@@ -299,9 +300,9 @@ for name, (layer, _) in uses.items():
     layer.E = E                                            # tie it back
 
 for name, (_, analytic) in uses.items():
-    print(f"use {name:<17}: analytic piece vs numerical gradient of its own copy: rel error {rel_error(analytic, numeric[name]):.1e}")
+    print(tr(f"use {name:<17}: analytic piece vs numerical gradient of its own copy: rel error {rel_error(analytic, numeric[name]):.1e}"))
 report = gradcheck(loss_value, {"E (tied)": E.data}, {"E (tied)": g_total})
-print(f"sum of the three numerical pieces vs analytic tied gradient:   rel error {rel_error(g_total, sum(numeric.values())):.1e}")
+print(tr(f"sum of the three numerical pieces vs analytic tied gradient:   rel error {rel_error(g_total, sum(numeric.values())):.1e}"))
 print(report)
 report.assert_ok()
 
@@ -314,12 +315,12 @@ report.assert_ok()
 # %%
 fig, ax = plt.subplots(figsize=(8, 2.8))
 rows = np.arange(cfg.vocab_size)
-for k, (name, g) in enumerate([("source embedding", g_src), ("target embedding", g_tgt), ("output projection", g_out)]):
+for k, (name, g) in enumerate([(tr("source embedding"), g_src), (tr("target embedding"), g_tgt), (tr("output projection"), g_out)]):
     ax.bar(rows + (k - 1) * 0.27, np.linalg.norm(g, axis=1), width=0.27, label=name)
 ax.set_xticks(rows, ["<pad>", "<bos>", "<eos>"] + [str(t) for t in rows[3:]])
-ax.set(xlabel="row of E (token)", ylabel="norm of the row's gradient", title="what each of the three uses adds to E.grad")
+ax.set(xlabel=tr("row of E (token)"), ylabel=tr("norm of the row's gradient"), title=tr("what each of the three uses adds to E.grad"))
 ax.legend(fontsize=8); plt.tight_layout(); plt.show()
-print("tokens in src:", sorted(set(src.ravel().tolist()) - {0}), "  in tgt_in:", sorted(set(tgt_in.ravel().tolist()) - {0}))
+print(tr("tokens in src:"), sorted(set(src.ravel().tolist()) - {0}), tr("  in tgt_in:"), sorted(set(tgt_in.ravel().tolist()) - {0}))
 
 # %% [markdown]
 # **Predict.** Untied, the base model (a shared vocabulary of 37 000 tokens, $d_\text{model} = 512$) would hold three $V \times d_\text{model}$ matrices instead of one. What share of that untied model would the two extra matrices be?
@@ -350,9 +351,9 @@ reveal(my_prediction_5_2, two_more / (count_parameters(base_cfg) + two_more),
 base = TransformerConfig()                        # vocab_size = 37000, d_model = 512
 tied = count_parameters(base)
 saved = 2 * base.vocab_size * base.d_model
-print(f"tied, as in the paper : {tied:>12,}")
-print(f"untied (3 matrices)   : {tied + saved:>12,}")
-print(f"saved = 2 V d_model   : {saved:>12,}   ({saved / (tied + saved):.1%} of the untied model)")
+print(tr(f"tied, as in the paper : {tied:>12,}"))
+print(tr(f"untied (3 matrices)   : {tied + saved:>12,}"))
+print(tr(f"saved = 2 V d_model   : {saved:>12,}   ({saved / (tied + saved):.1%} of the untied model)"))
 
 
 # %% [markdown]
@@ -378,22 +379,22 @@ from lessonkit.prose import claim_true, show_markdown
 with open("experiments/sublayer_ablations.json") as f:
     ablations = json.load(f)
 made = ablations["provenance"][-1]
-print("record:", made["command"], "at commit", made["commit"][:10], "on", made["machine"]["cpu"],
-      f"({made['machine']['cores']} cores); task {ablations['task']}, {ablations['steps']} steps")
+print(tr("record:"), made["command"], tr("at commit"), made["commit"][:10], tr("on"), made["machine"]["cpu"],
+      tr(f"({made['machine']['cores']} cores); task {ablations['task']}, {ablations['steps']} steps"))
 runs = {(r["label"], r["seed"]): r for r in ablations["runs"]}
 seeds = sorted({s for lab, s in runs if lab == "base"})
-print(f"{'':8s}{'parameters':>12s}   " + "   ".join(f"seed {s}: exact, perplexity" for s in seeds))
+print(f"{'':8s}{tr('parameters'):>12s}   " + "   ".join(tr(f"seed {s}: exact, perplexity") for s in seeds))
 for label in ("base", "untied"):
-    print(f"{'tied' if label == 'base' else 'untied':8s}{runs[label, seeds[0]]['params']:12,d}   " + "   ".join(
+    print(f"{tr('tied') if label == 'base' else tr('untied'):8s}{runs[label, seeds[0]]['params']:12,d}   " + "   ".join(
         f"{runs[label, s]['exact_match']:.3f}, {runs[label, s]['ppl']:.3f}     " for s in seeds))
 
 fig, ax = plt.subplots(figsize=(7, 3.2))
 for label, color in (("base", "C0"), ("untied", "C3")):
     for s in seeds:
         curve = np.array(runs[label, s]["train_curve"])
-        ax.plot(curve[:, 0], curve[:, 1], color=color, alpha=0.7, label=("tied" if label == "base" else label)
+        ax.plot(curve[:, 0], curve[:, 1], color=color, alpha=0.7, label=(tr("tied") if label == "base" else tr("untied"))
                 if s == seeds[0] else None)
-ax.set(xlabel="step", ylabel="training loss (label-smoothed)", yscale="log", title="tied vs untied, every seed")
+ax.set(xlabel=tr("step"), ylabel=tr("training loss (label-smoothed)"), yscale="log", title=tr("tied vs untied, every seed"))
 ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 
 # %%
@@ -408,16 +409,16 @@ V_task = len(load_task(ablations["task"]).vocab)
 claim_true("untying adds two V x d_model matrices", extra == 2 * V_task * ablations["base_model"]["d_model"],
            f"{extra} against 2 x {V_task} x {ablations['base_model']['d_model']}")
 better = int((untied_ppl < tied_ppl).sum())
+verdict = (tr("At this scale the untied model learned better in the same steps: sharing saved parameters, not learning. ")
+           if better == len(seeds) else
+           tr("At this scale sharing saves parameters without making learning measurably better or faster. "))
 show_markdown(
     f"Untied, the toy model holds {extra:,} more parameters ({extra / runs['base', seeds[0]]['params']:.0%} more). "
     f"Its test perplexity is lower than the tied model's on {better} of {len(seeds)} seeds (tied "
     f"{tied_ppl.min():.3f} to {tied_ppl.max():.3f}, untied {untied_ppl.min():.3f} to {untied_ppl.max():.3f}) and its "
     f"exact match is {untied_exact.min():.3f} to {untied_exact.max():.3f} against {tied_exact.min():.3f} to "
-    f"{tied_exact.max():.3f}. "
-    + ("At this scale the untied model learned better in the same steps: sharing saved parameters, not learning. "
-       if better == len(seeds) else
-       "At this scale sharing saves parameters without making learning measurably better or faster. ")
-    + "Whether it helps at the paper's scale, with a shared vocabulary of tens of thousands of subwords, is Press "
+    f"{tied_exact.max():.3f}. {verdict}"
+    "Whether it helps at the paper's scale, with a shared vocabulary of tens of thousands of subwords, is Press "
     "and Wolf's measurement, not this one's.")
 
 # %% [markdown]
@@ -441,21 +442,21 @@ pairs_n = runs["base", seeds[0]]["embeddings_trained"]["pairs"]
 for (label, when), share in closeness.items():
     cos_t = np.mean([runs[label, s][when]["mean_cos_translation"] for s in seeds])
     cos_o = np.mean([runs[label, s][when]["mean_cos_other"] for s in seeds])
-    print(f"{'tied' if label == 'base' else 'untied':7s} {when.split('_', 1)[1].replace('_', ' '):9s}: nearest French "
-          f"word is the translation for {share.mean():.1%} of {pairs_n} pairs (seeds {np.round(share, 3)}); "
-          f"mean cosine, translations {cos_t:+.3f}, other pairs {cos_o:+.3f}")
+    print(f"{tr('tied') if label == 'base' else tr('untied'):7s} {tr('at init') if when.endswith('init') else tr('trained'):9s}: "
+          + tr(f"nearest French word is the translation for {share.mean():.1%} of {pairs_n} pairs (seeds {np.round(share, 3)}); "
+               f"mean cosine, translations {cos_t:+.3f}, other pairs {cos_o:+.3f}"))
 chance = 1 / pairs_n
+verdict = (tr("So training does move translations together here, and more so when one matrix serves both sides: the "
+              "similarity is something tying makes possible, not something every learned embedding has.")
+           if closeness["base", "embeddings_trained"].mean() > 3 * chance else
+           tr("So on this task training did not put translations near each other: nothing in the loss asks for it, "
+              "and a model can translate well with embeddings whose geometry means nothing to us."))
 show_markdown(
     f"Chance is {chance:.1%}, and before training both models sit near it ({closeness['base', 'embeddings_at_init'].mean():.1%} "
     f"tied). After training, in the tied model the nearest French word is the translation for "
     f"{closeness['base', 'embeddings_trained'].mean():.1%} of the pairs; untied, for "
-    f"{closeness['untied', 'embeddings_trained'].mean():.1%}. "
-    + ("So training does move translations together here, and more so when one matrix serves both sides: the "
-       "similarity is something tying makes possible, not something every learned embedding has."
-       if closeness["base", "embeddings_trained"].mean() > 3 * chance else
-       "So on this task training did not put translations near each other: nothing in the loss asks for it, "
-       "and a model can translate well with embeddings whose geometry means nothing to us.")
-    + " What a trained embedding encodes is what its task needed from it.")
+    f"{closeness['untied', 'embeddings_trained'].mean():.1%}. {verdict}"
+    " What a trained embedding encodes is what its task needed from it.")
 
 # %% [markdown]
 # ## Exercises

@@ -50,6 +50,7 @@ show_cost("06")
 import numpy as np
 import matplotlib.pyplot as plt
 
+from lessonkit.i18n import tr        # printed prose in the notebook's language (lessons/ko/)
 from minitransformer import backend
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
@@ -70,9 +71,9 @@ rng = np.random.default_rng(0)
 mha = MultiHeadAttention(16, 2, rng)
 x = rng.standard_normal((1, 6, 16))
 perm = rng.permutation(6)
-print("no PE:   max |attn(x[perm]) - attn(x)[perm]| =", np.abs(mha.forward(x[:, perm]) - mha.forward(x)[:, perm]).max())
+print(tr("no PE:   max |attn(x[perm]) - attn(x)[perm]| ="), np.abs(mha.forward(x[:, perm]) - mha.forward(x)[:, perm]).max())
 pe = PositionalEncoding(16, max_len=32)
-print("with PE: max |attn(pe(x[perm])) - attn(pe(x))[perm]| =",
+print(tr("with PE: max |attn(pe(x[perm])) - attn(pe(x))[perm]| ="),
       np.abs(mha.forward(pe.forward(x[:, perm])) - mha.forward(pe.forward(x))[:, perm]).max())
 
 # %% [markdown]
@@ -88,19 +89,19 @@ omega = 10000.0 ** (-np.arange(0, d_model, 2) / d_model)   # the d_model/2 frequ
 from lessonkit.prose import show_markdown
 
 longest = 2 * np.pi / omega[-1]
-print("table shape:", P.shape, "  wavelengths 2pi/omega: from", round(2 * np.pi / omega[0], 3),
-      "to", round(longest, 1), " (10000*2pi =", round(10000 * 2 * np.pi, 1), ")")
+print(tr("table shape:"), P.shape, tr("  wavelengths 2pi/omega: from"), round(2 * np.pi / omega[0], 3),
+      tr("to"), round(longest, 1), " (10000*2pi =", round(10000 * 2 * np.pi, 1), ")")
 show_markdown(f"At $d_\\text{{model}} = {d_model}$ the longest wavelength is {longest / (10000 * 2 * np.pi):.0%} of "
               f"$10000\\cdot2\\pi$; at the paper's 512 it would be "
               f"{10000 ** (-2 / 512):.1%}: the wider the model, the closer to the bound.")
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
 im = axes[0].imshow(P, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest")
-axes[0].set(xlabel="dimension", ylabel="position", title=f"PE table, d_model = {d_model}")
+axes[0].set(xlabel=tr("dimension"), ylabel=tr("position"), title=tr(f"PE table, d_model = {d_model}"))
 plt.colorbar(im, ax=axes[0])
 for dim in (8, 9, 20, 40):
-    axes[1].plot(P[:, dim], lw=1, label=f"dim {dim}")
-axes[1].set(xlabel="position", ylabel="value", title="a few columns")
+    axes[1].plot(P[:, dim], lw=1, label=tr(f"dim {dim}"))
+axes[1].set(xlabel=tr("position"), ylabel=tr("value"), title=tr("a few columns"))
 axes[1].legend(fontsize=8, loc="lower left")
 plt.tight_layout(); plt.show()
 
@@ -156,7 +157,7 @@ T = sinusoidal_table(10000, d, np, np.float64)
 for k in (1, 5, 50, 1000):
     M = shift_matrix(k, d)
     err = np.abs(T[k:] - T[:-k] @ M.T).max()               # every pos from 0 to 9999 - k at once
-    print(f"k = {k:5d}: max over {10000 - k} positions of |PE(pos+k) - M_k PE(pos)| = {err:.1e}")
+    print(tr(f"k = {k:5d}: max over {10000 - k} positions of |PE(pos+k) - M_k PE(pos)| = {err:.1e}"))
 M3, M5 = shift_matrix(3, d), shift_matrix(5, d)
 print("M_3 M_5 == M_8:", np.abs(M3 @ M5 - shift_matrix(8, d)).max(), "   M_5^T M_5 == I:", np.abs(M5.T @ M5 - np.eye(d)).max())
 
@@ -178,14 +179,14 @@ for lo, hi in windows:
     X, Y = T[lo:hi], T[lo + k:hi + k]                      # rows: PE(pos), PE(pos + k)
     M_hat_T, *_ = np.linalg.lstsq(X, Y, rcond=None)        # solves X M^T = Y
     fits[(lo, hi)] = M_hat_T.T
-    print(f"positions {lo:4d}-{hi - 1:4d}: condition number of X {np.linalg.cond(X):9.2e}, "
-          f"max |M_hat - M_k| = {np.abs(M_hat_T.T - M).max():.1e}")
-print("the two long windows against each other:", np.abs(fits[(0, 2000)] - fits[(3000, 5000)]).max())
+    print(tr(f"positions {lo:4d}-{hi - 1:4d}: condition number of X {np.linalg.cond(X):9.2e}, "
+             f"max |M_hat - M_k| = {np.abs(M_hat_T.T - M).max():.1e}"))
+print(tr("the two long windows against each other:"), np.abs(fits[(0, 2000)] - fits[(3000, 5000)]).max())
 
 fig, axes = plt.subplots(1, 3, figsize=(10, 3.2))
-for ax, (title, A) in zip(axes, [("$M_5$ from the frequencies", M),
-                                 ("least squares, pos 0-1999", fits[(0, 2000)]),
-                                 ("least squares, pos 3000-4999", fits[(3000, 5000)])]):
+for ax, (title, A) in zip(axes, [(tr("$M_5$ from the frequencies"), M),
+                                 (tr("least squares, pos 0-1999"), fits[(0, 2000)]),
+                                 (tr("least squares, pos 3000-4999"), fits[(3000, 5000)])]):
     ax.imshow(A, cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest"); ax.set_title(title, fontsize=9); ax.set_xticks([]); ax.set_yticks([])
 plt.tight_layout(); plt.show()
 
@@ -283,42 +284,42 @@ reveal(my_prediction_6_2, float(2 * np.pi / omega_512.min()), what="the longest 
 d = 64
 L_train = 64
 T = sinusoidal_table(100000, d, np, np.float64)
-print("max |PE| over 100000 positions:", np.abs(T).max())
+print(tr("max |PE| over 100000 positions:"), np.abs(T).max())
 norms_sq = (T ** 2).sum(axis=1)
-print("||PE(pos)||^2: min", norms_sq.min(), " max", norms_sq.max(), "  d_model/2 =", d / 2)
+print(tr("||PE(pos)||^2: min"), norms_sq.min(), tr(" max"), norms_sq.max(), "  d_model/2 =", d / 2)
 
 ks = np.arange(0, 512)
 sim_0 = T[ks] @ T[0] / (d / 2)                  # cosine similarity, measured from position 0
 sim_5000 = T[5000 + ks] @ T[5000] / (d / 2)     # ... and from position 5000
-print("max difference between the two curves:", np.abs(sim_0 - sim_5000).max())
+print(tr("max difference between the two curves:"), np.abs(sim_0 - sim_5000).max())
 
 omega = 10000.0 ** (-np.arange(0, d, 2) / d)
 closed_form = np.cos(ks[:, None] * omega).sum(axis=1)              # sum_i cos(k w_i)
-print("max |PE(pos) . PE(pos+k) - sum_i cos(k w_i)| at pos 0 and 5000:",
+print(tr("max |PE(pos) . PE(pos+k) - sum_i cos(k w_i)| at pos 0 and 5000:"),
       f"{max(np.abs(T[ks] @ T[0] - closed_form).max(), np.abs(T[5000 + ks] @ T[5000] - closed_form).max()):.1e}")
 M10 = shift_matrix(10, d)
 Q_random, _ = np.linalg.qr(np.random.default_rng(6).standard_normal((d, d)))   # orthogonal, not block rotations
-print("orthogonal:", np.abs(Q_random.T @ Q_random - np.eye(d)).max() < 1e-12, np.abs(M10.T @ M10 - np.eye(d)).max() < 1e-12)
-for name, M in (("M_10", M10), ("random orthogonal Q", Q_random)):
+print(tr("orthogonal:"), np.abs(Q_random.T @ Q_random - np.eye(d)).max() < 1e-12, np.abs(M10.T @ M10 - np.eye(d)).max() < 1e-12)
+for name, M in (("M_10", M10), (tr("random orthogonal Q"), Q_random)):
     quad = np.einsum("pi,ij,pj->p", T[:1000], M, T[:1000])         # PE(pos) . M PE(pos) for pos = 0..999
-    print(f"PE(pos) . {name} PE(pos), pos 0-999: from {quad.min():8.4f} to {quad.max():8.4f}")
+    print(tr(f"PE(pos) . {name} PE(pos), pos 0-999: from {quad.min():8.4f} to {quad.max():8.4f}"))
 
 M1, v, worst = shift_matrix(1, d), T[0].copy(), 0.0
 for pos in range(1, 5001):
     v = M1 @ v
     worst = max(worst, np.abs(v - T[pos]).max())
-print("max |M_1^pos PE(0) - PE(pos)| for pos up to 5000:", f"{worst:.1e}")
+print(tr("max |M_1^pos PE(0) - PE(pos)| for pos up to 5000:"), f"{worst:.1e}")
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
-axes[0].plot(ks, sim_0, lw=1.5, label="from pos 0")
-axes[0].plot(ks, sim_5000, "--", lw=1, label="from pos 5000")
-axes[0].axvline(L_train, color="k", lw=0.8); axes[0].text(L_train + 5, 0.9, "training length", fontsize=8)
-axes[0].set(xlabel="distance k", ylabel="cos similarity of PE(pos), PE(pos+k)", title="similarity vs distance")
+axes[0].plot(ks, sim_0, lw=1.5, label=tr("from pos 0"))
+axes[0].plot(ks, sim_5000, "--", lw=1, label=tr("from pos 5000"))
+axes[0].axvline(L_train, color="k", lw=0.8); axes[0].text(L_train + 5, 0.9, tr("training length"), fontsize=8)
+axes[0].set(xlabel=tr("distance k"), ylabel=tr("cos similarity of PE(pos), PE(pos+k)"), title=tr("similarity vs distance"))
 axes[0].legend(fontsize=8)
 S = T[:192] @ T[:192].T / (d / 2)
 im = axes[1].imshow(S, cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest")
 axes[1].add_patch(plt.Rectangle((-0.5, -0.5), L_train, L_train, fill=False, color="k", lw=1))
-axes[1].set(xlabel="position", ylabel="position", title="PE(p) . PE(q) / (d/2), positions 0-191 (box: 0-63)")
+axes[1].set(xlabel=tr("position"), ylabel=tr("position"), title=tr("PE(p) . PE(q) / (d/2), positions 0-191 (box: 0-63)"))
 plt.colorbar(im, ax=axes[1]); plt.tight_layout(); plt.show()
 
 # %% [markdown]
@@ -337,13 +338,13 @@ from minitransformer.model import Transformer, TransformerConfig
 cfg = TransformerConfig(vocab_size=12, d_model=16, h=2, N=1, d_ff=32, P_drop=0.0, max_len=64)
 short, longer = Transformer(cfg, seed=0), Transformer(cfg.with_(max_len=256), seed=0)
 same = all(np.array_equal(p.data, q.data) for p, q in zip(short.parameters(), longer.parameters()))
-print("same parameters for max_len 64 and 256:", same)
+print(tr("same parameters for max_len 64 and 256:"), same)
 src = rng.integers(3, 12, size=(1, 100)); tgt_in = rng.integers(3, 12, size=(1, 100))
 try:
     short.forward(src, tgt_in)
 except ShapeError as e:
     print("max_len=64 :", e)
-print("max_len=256: logits", longer.forward(src, tgt_in).shape)
+print(tr("max_len=256: logits"), longer.forward(src, tgt_in).shape)
 
 
 # %% [markdown]

@@ -53,6 +53,7 @@ show_cost("07")
 import numpy as np
 import matplotlib.pyplot as plt
 
+from lessonkit.i18n import tr        # printed prose in the notebook's language (lessons/ko/)
 from minitransformer import backend
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
@@ -82,16 +83,16 @@ def arrow(ax, x0, y0, x1, y1, label=None, side=1):
 
 fig, ax = plt.subplots(figsize=(10, 7.4))
 E, D = 2.2, 7.8                                                # x of the encoder and decoder columns
-enc = [(0.6, "src ids", "white"), (1.6, "src_embed: E[ids] · √d_model", "#f6e7c1"),
+enc = [(0.6, tr("src ids"), "white"), (1.6, "src_embed: E[ids] · √d_model", "#f6e7c1"),
        (2.6, "src_pos: + PE (§3.5)", "#e8e8e8"), (3.6, "src_dropout (§5.4)", "#e8e8e8"),
        (4.8, "res_attn: LayerNorm(x + MHA(x, x, x))", "#cfe3f5"),
        (5.9, "res_ffn: LayerNorm(x + FFN(x))", "#d4efcf")]
-dec = [(0.6, "tgt_in ids = <bos> + target", "white"), (1.6, "tgt_embed: E[ids] · √d_model", "#f6e7c1"),
+dec = [(0.6, tr("tgt_in ids = <bos> + target"), "white"), (1.6, "tgt_embed: E[ids] · √d_model", "#f6e7c1"),
        (2.6, "tgt_pos: + PE", "#e8e8e8"), (3.6, "tgt_dropout", "#e8e8e8"),
-       (4.8, "res_self: LayerNorm(y + MHA(y, y, y), causal mask)", "#cfe3f5"),
+       (4.8, tr("res_self: LayerNorm(y + MHA(y, y, y), causal mask)"), "#cfe3f5"),
        (5.9, "res_cross: LayerNorm(y + MHA(y, memory, memory))", "#f5d0d0"),
-       (7.0, "res_ffn: LayerNorm(y + FFN(y))", "#d4efcf"), (8.2, "output_projection: y Eᵀ (tied, §3.4)", "#f6e7c1"),
-       (9.2, "softmax -> P(next token)", "white")]
+       (7.0, "res_ffn: LayerNorm(y + FFN(y))", "#d4efcf"), (8.2, tr("output_projection: y Eᵀ (tied, §3.4)"), "#f6e7c1"),
+       (9.2, tr("softmax -> P(next token)"), "white")]
 for (y, t, c) in enc:
     box(ax, E, y, t, c)
 for (y, t, c) in dec:
@@ -100,21 +101,21 @@ enc_shapes = ["(B, S)", "(B, S, d_model)", "(B, S, d_model)", "(B, S, d_model)",
 for (y0, _, _), (y1, _, _), label in zip(enc, enc[1:], enc_shapes):
     arrow(ax, E, y0 + 0.31, E, y1 - 0.31, label)
 dec_shapes = ["(B, T)", "(B, T, d_model)", "(B, T, d_model)", "(B, T, d_model)", "(B, T, d_model)",
-              "(B, T, d_model)", "(B, T, d_model)", "(B, T, V) logits"]
+              "(B, T, d_model)", "(B, T, d_model)", tr("(B, T, V) logits")]
 for (y0, _, _), (y1, _, _), label in zip(dec, dec[1:], dec_shapes):
     arrow(ax, D, y0 + 0.31, D, y1 - 0.31, label)
 ax.add_patch(plt.Rectangle((E - 2.0, 4.3), 4.0, 2.1, fill=False, ls="--", ec="0.4"))
-ax.text(E - 2.05, 6.55, "encoder layer, × N  (EncoderLayer)", fontsize=7.5)
+ax.text(E - 2.05, 6.55, tr("encoder layer, × N  (EncoderLayer)"), fontsize=7.5)
 ax.add_patch(plt.Rectangle((D - 2.4, 4.3), 4.8, 3.2, fill=False, ls="--", ec="0.4"))
-ax.text(D - 2.45, 7.65, "decoder layer, × N  (DecoderLayer)", fontsize=7.5)
-box(ax, E, 7.3, "memory", "#fff3b0", w=1.6)
+ax.text(D - 2.45, 7.65, tr("decoder layer, × N  (DecoderLayer)"), fontsize=7.5)
+box(ax, E, 7.3, tr("memory"), "#fff3b0", w=1.6)
 arrow(ax, E, 6.4, E, 7.3 - 0.31, "(B, S, d_model)")
-arrow(ax, E + 0.8, 7.3, D - 2.05, 5.9, "keys, values (every decoder layer)", side=1)
-ax.text(0.0, 9.6, "src_mask (B, 1, 1, S): padding;   tgt_mask (B, 1, T, T): causal AND padding;   "
-        f"this lesson's toy: B = 2, S = 5, T = 6, d_model = {8}, V = 10, N = 2",
+arrow(ax, E + 0.8, 7.3, D - 2.05, 5.9, tr("keys, values (every decoder layer)"), side=1)
+ax.text(0.0, 9.6, tr("src_mask (B, 1, 1, S): padding;   tgt_mask (B, 1, T, T): causal AND padding;   "
+                   f"this lesson's toy: B = 2, S = 5, T = 6, d_model = {8}, V = 10, N = 2"),
         fontsize=7.5, color="0.3")
 ax.set(xlim=(-0.2, 10.4), ylim=(0, 10)); ax.axis("off")
-ax.set_title("Figure 1 of the paper, with the shapes (post-LN, as in the paper)", fontsize=10)
+ax.set_title(tr("Figure 1 of the paper, with the shapes (post-LN, as in the paper)"), fontsize=10)
 plt.show()
 
 # %% [markdown]
@@ -145,16 +146,16 @@ print("src_mask", src_mask.shape, "  tgt_mask", tgt_mask.shape)
 
 fig, axes = plt.subplots(2, 3, figsize=(9, 5.4))
 for b in range(2):
-    panels = [("encoder self-attention", np.broadcast_to(src_mask[b, 0], (src.shape[1], src.shape[1])), src[b], src[b]),
-              ("decoder attention over memory", np.broadcast_to(src_mask[b, 0], (tgt_in.shape[1], src.shape[1])), tgt_in[b], src[b]),
-              ("decoder masked self-attention", tgt_mask[b, 0], tgt_in[b], tgt_in[b])]
+    panels = [(tr("encoder self-attention"), np.broadcast_to(src_mask[b, 0], (src.shape[1], src.shape[1])), src[b], src[b]),
+              (tr("decoder attention over memory"), np.broadcast_to(src_mask[b, 0], (tgt_in.shape[1], src.shape[1])), tgt_in[b], src[b]),
+              (tr("decoder masked self-attention"), tgt_mask[b, 0], tgt_in[b], tgt_in[b])]
     for ax, (title, m, q_ids, k_ids) in zip(axes[b], panels):
         ax.imshow(m, cmap="Greens", vmin=0, vmax=1.3)
         ax.set_xticks(np.arange(m.shape[1] + 1) - 0.5, minor=True); ax.set_yticks(np.arange(m.shape[0] + 1) - 0.5, minor=True)
         ax.grid(which="minor", color="white", lw=1); ax.tick_params(which="minor", length=0)
         ax.set_xticks(range(len(k_ids)), [str(t) for t in k_ids]); ax.set_yticks(range(len(q_ids)), [str(t) for t in q_ids])
-        ax.set_title(f"sentence {b}: {title}", fontsize=8)
-        ax.set_xlabel("key (token id)", fontsize=8); ax.set_ylabel("query (token id)", fontsize=8)
+        ax.set_title(tr(f"sentence {b}: {title}"), fontsize=8)
+        ax.set_xlabel(tr("key (token id)"), fontsize=8); ax.set_ylabel(tr("query (token id)"), fontsize=8)
 plt.tight_layout(); plt.show()
 
 
@@ -174,24 +175,24 @@ def show(name, *arrays):
     print(f"{name:<44}" + "  ".join(str(tuple(a.shape)) for a in arrays))
 
 model.reseed_dropout(5)
-show("src ids (B, S)", src)
-show("tgt_in ids (B, T)", tgt_in)
-x = model.src_embed.forward(src);          show("source embedding x sqrt(d_model)", x)
-x = model.src_pos.forward(x);              show("+ positional encoding", x)
-x = model.src_dropout.forward(x);          show("dropout", x)
+show(tr("src ids (B, S)"), src)
+show(tr("tgt_in ids (B, T)"), tgt_in)
+x = model.src_embed.forward(src);          show(tr("source embedding x sqrt(d_model)"), x)
+x = model.src_pos.forward(x);              show(tr("+ positional encoding"), x)
+x = model.src_dropout.forward(x);          show(tr("dropout"), x)
 for i, layer in enumerate(model.encoder.layers):
-    x = layer.forward(x, src_mask);        show(f"encoder layer {i}: self-attn, FFN", x)
+    x = layer.forward(x, src_mask);        show(tr(f"encoder layer {i}: self-attn, FFN"), x)
 memory = x                                 # post-LN: no final norm
-show("memory (B, S, d_model)", memory)
-y = model.tgt_embed.forward(tgt_in);       show("target embedding x sqrt(d_model)", y)
-y = model.tgt_pos.forward(y);              show("+ positional encoding", y)
-y = model.tgt_dropout.forward(y);          show("dropout", y)
+show(tr("memory (B, S, d_model)"), memory)
+y = model.tgt_embed.forward(tgt_in);       show(tr("target embedding x sqrt(d_model)"), y)
+y = model.tgt_pos.forward(y);              show(tr("+ positional encoding"), y)
+y = model.tgt_dropout.forward(y);          show(tr("dropout"), y)
 for i, layer in enumerate(model.decoder.layers):
     y = layer.forward(y, memory, src_mask, tgt_mask)
-    show(f"decoder layer {i}: self-attn, cross-attn, FFN", y)
-logits = model.output_projection.forward(y);       show("logits = y E^T (B, T, V)", logits)
+    show(tr(f"decoder layer {i}: self-attn, cross-attn, FFN"), y)
+logits = model.output_projection.forward(y);       show(tr("logits = y E^T (B, T, V)"), logits)
 loss = loss_fn.forward(logits, tgt_out)
-print(f"loss (label-smoothed cross-entropy, mean over {int((tgt_out != 0).sum())} non-pad targets) = {loss:.4f}")
+print(tr(f"loss (label-smoothed cross-entropy, mean over {int((tgt_out != 0).sum())} non-pad targets) = {loss:.4f}"))
 
 # %% [markdown]
 # **Is this loss what an untrained model should give?** A model that spreads its probability evenly over
@@ -206,10 +207,10 @@ print(f"loss (label-smoothed cross-entropy, mean over {int((tgt_out != 0).sum())
 
 # %%
 sigma2 = logits.var()
-print(f"initial loss {loss:.4f}   ln V = ln {cfg.vocab_size} = {np.log(cfg.vocab_size):.4f}   "
-      f"variance of the logits {sigma2:.2f}   ln V + variance/2 = {np.log(cfg.vocab_size) + sigma2 / 2:.4f}")
+print(tr(f"initial loss {loss:.4f}   ln V = ln {cfg.vocab_size} = {np.log(cfg.vocab_size):.4f}   "
+         f"variance of the logits {sigma2:.2f}   ln V + variance/2 = {np.log(cfg.vocab_size) + sigma2 / 2:.4f}"))
 p = np.exp(logits - logits.max(-1, keepdims=True)); p /= p.sum(-1, keepdims=True)
-print(f"largest predicted probability anywhere: {p.max():.3f}   (uniform would be {1 / cfg.vocab_size:.3f})")
+print(tr(f"largest predicted probability anywhere: {p.max():.3f}   (uniform would be {1 / cfg.vocab_size:.3f})"))
 
 from lessonkit.prose import claim
 
@@ -231,19 +232,19 @@ claim("we expect a first loss of about ln V + 0.5 (within 0.3)", loss, np.log(cf
 # %%
 model.zero_grad()
 dlogits = loss_fn.backward();                                  show("dL/dlogits", dlogits)
-dy = model.output_projection.backward(dlogits);                        show("dL/d(decoder output)   [E use 1]", dy)
+dy = model.output_projection.backward(dlogits);                        show(tr("dL/d(decoder output)   [E use 1]"), dy)
 dmemory = np.zeros_like(memory)
 for i in reversed(range(cfg.N)):
     dy, dmem = model.decoder.layers[i].backward(dy)
     dmemory += dmem                                            # memory is read by every decoder layer
-    show(f"decoder layer {i}: dL/dy, dL/dmemory", dy, dmem)
-dy = model.tgt_pos.backward(model.tgt_dropout.backward(dy));   show("dL/d(target embedding)", dy)
-model.tgt_embed.backward(dy);                                  show("E.grad after the target side [E use 2]", model.E.grad)
-dx = dmemory;                                                  show("dL/dmemory, summed over decoder layers", dx)
+    show(tr(f"decoder layer {i}: dL/dy, dL/dmemory"), dy, dmem)
+dy = model.tgt_pos.backward(model.tgt_dropout.backward(dy));   show(tr("dL/d(target embedding)"), dy)
+model.tgt_embed.backward(dy);                                  show(tr("E.grad after the target side [E use 2]"), model.E.grad)
+dx = dmemory;                                                  show(tr("dL/dmemory, summed over decoder layers"), dx)
 for i in reversed(range(cfg.N)):
-    dx = model.encoder.layers[i].backward(dx);                 show(f"encoder layer {i}: dL/dx", dx)
-dx = model.src_pos.backward(model.src_dropout.backward(dx));   show("dL/d(source embedding)", dx)
-model.src_embed.backward(dx);                                  show("E.grad after the source side [E use 3]", model.E.grad)
+    dx = model.encoder.layers[i].backward(dx);                 show(tr(f"encoder layer {i}: dL/dx"), dx)
+dx = model.src_pos.backward(model.src_dropout.backward(dx));   show(tr("dL/d(source embedding)"), dx)
+model.src_embed.backward(dx);                                  show(tr("E.grad after the source side [E use 3]"), model.E.grad)
 by_hand = {name: p.grad.copy() for name, p in model.named_parameters()}
 
 # the same through the model's own forward and backward, same dropout seed
@@ -251,8 +252,8 @@ model.zero_grad(); model.reseed_dropout(5)
 logits2 = model.forward(src, tgt_in)
 loss2 = loss_fn.forward(logits2, tgt_out)
 model.backward(loss_fn.backward())
-print("\nmax |logits by hand - model.forward| :", np.abs(logits - logits2).max())
-print("max |grad by hand - model.backward| over all", len(by_hand), "tensors:",
+print(tr("\nmax |logits by hand - model.forward| :"), np.abs(logits - logits2).max())
+print(tr("max |grad by hand - model.backward| over all"), len(by_hand), tr("tensors:"),
       max(np.abs(by_hand[n] - p.grad).max() for n, p in model.named_parameters()))
 
 # %% [markdown]
@@ -276,7 +277,7 @@ def f():
 
 model.reseed_dropout(6)
 other = loss_fn.forward(model.forward(src, tgt_in), tgt_out)
-print(f"dropout is active: loss {f():.6f} with the masks of seed 5, {other:.6f} with those of seed 6")
+print(tr(f"dropout is active: loss {f():.6f} with the masks of seed 5, {other:.6f} with those of seed 6"))
 
 model.zero_grad()
 f()
@@ -285,11 +286,11 @@ params = dict(model.named_parameters())
 t0 = time.perf_counter()
 report = gradcheck(f, {n: p.data for n, p in params.items()}, {n: p.grad.copy() for n, p in params.items()})
 n_scalars = sum(p.data.size for p in params.values())
-print(f"{len(params)} tensors, {n_scalars:,} scalars, {2 * n_scalars:,} forward passes, {time.perf_counter() - t0:.1f} s")
+print(tr(f"{len(params)} tensors, {n_scalars:,} scalars, {2 * n_scalars:,} forward passes, {time.perf_counter() - t0:.1f} s"))
 worst = sorted(report.errors.items(), key=lambda kv: -kv[1])[:5]
-print("largest relative errors:", ", ".join(f"{n} {e:.1e}" for n, e in worst))
+print(tr("largest relative errors:"), ", ".join(f"{n} {e:.1e}" for n, e in worst))
 report.assert_ok()
-print("all", len(report.errors), "tensors within", report.tol)
+print(tr("all"), len(report.errors), tr("tensors within"), report.tol)
 
 groups = {}
 for name, err in report.errors.items():
@@ -297,9 +298,9 @@ for name, err in report.errors.items():
     groups[key] = max(groups.get(key, 0.0), err)
 fig, ax = plt.subplots(figsize=(8, 2.6))
 ax.bar(range(len(groups)), list(groups.values()), color="tab:blue")
-ax.axhline(report.tol, color="r", lw=1); ax.text(0, report.tol * 1.4, "tolerance", color="r", fontsize=8)
+ax.axhline(report.tol, color="r", lw=1); ax.text(0, report.tol * 1.4, tr("tolerance"), color="r", fontsize=8)
 ax.set_yscale("log"); ax.set_xticks(range(len(groups)), list(groups), rotation=30, ha="right", fontsize=7)
-ax.set(ylabel="max rel error", title="whole-model gradient check, per sub-layer", ylim=(1e-12, 1e-5))
+ax.set(ylabel=tr("max rel error"), title=tr("whole-model gradient check, per sub-layer"), ylim=(1e-12, 1e-5))
 plt.tight_layout(); plt.show()
 
 # %% [markdown]
@@ -333,16 +334,16 @@ reveal(my_prediction_7_2, TransformerConfig().vocab_size * TransformerConfig().d
 # %%
 from minitransformer.model import DecoderLayer, EncoderLayer
 
-print("tiny model: built", model.num_parameters(), " formula", count_parameters(cfg))
+print(tr("tiny model: built"), model.num_parameters(), tr(" formula"), count_parameters(cfg))
 base = TransformerConfig()                        # d_model 512, h 8, N 6, d_ff 2048, V 37000
 enc_layer = EncoderLayer(base, backend.host_rng(0), None).num_parameters()
 dec_layer = DecoderLayer(base, backend.host_rng(0), None).num_parameters()
 V, d, N = base.vocab_size, base.d_model, base.N
-parts = {"shared embedding E (V x d_model)": V * d, f"encoder ({N} x {enc_layer:,})": N * enc_layer,
-         f"decoder ({N} x {dec_layer:,})": N * dec_layer}
+parts = {tr("shared embedding E (V x d_model)"): V * d, tr(f"encoder ({N} x {enc_layer:,})"): N * enc_layer,
+         tr(f"decoder ({N} x {dec_layer:,})"): N * dec_layer}
 for k, v in parts.items():
     print(f"{k:<40}{v:>12,}")
-print(f"{'total (built layers)':<40}{sum(parts.values()):>12,}")
+print(f"{tr('total (built layers)'):<40}{sum(parts.values()):>12,}")
 print(f"{'count_parameters(TransformerConfig())':<40}{count_parameters(base):>12,}")
 
 # %% [markdown]
@@ -358,7 +359,8 @@ print(f"{'count_parameters(TransformerConfig())':<40}{count_parameters(base):>12
 # %%
 from minitransformer.model import PRESETS
 
-print(f"{'':<6}{'ours, V = 37000':>17}{'paper':>8}{'untied (3 E)':>15}   V that would give the paper's figure (+-0.5 M)")
+print(f"{'':<6}{tr('ours, V = 37000'):>17}{tr('paper'):>8}{tr('untied (3 E)'):>15}"
+      + tr("   V that would give the paper's figure (+-0.5 M)"))
 counted = {}
 for name, paper in (("base", 65e6), ("big", 213e6)):
     c = PRESETS[name].with_(vocab_size=37000)
@@ -377,18 +379,18 @@ from lessonkit.prose import show_markdown
 def gap(name):
     """'2 M under' or '1 M over': our count against the paper's, to the nearest million."""
     diff = (counted[name]["ours"] - counted[name]["paper"]) / 1e6
-    return f"{abs(diff):.0f} M {'over' if diff > 0 else 'under'}"
+    return tr(f"{abs(diff):.0f} M over") if diff > 0 else tr(f"{abs(diff):.0f} M under")
 
 
 b_, g_ = counted["base"], counted["big"]
+one_size = (tr("no single vocabulary size reproduces both figures, and the difference cannot come from the vocabulary "
+               "alone. ") if abs(b_["V"] - g_["V"]) > 1000 else tr("one vocabulary size could reproduce both figures. "))
 show_markdown(
     f"With $V = 37\\,000$ we count {b_['ours'] / 1e6:.1f} M for base ({gap('base')} the paper's "
     f"{b_['paper'] / 1e6:.0f} M) and {g_['ours'] / 1e6:.1f} M for big ({gap('big')} {g_['paper'] / 1e6:.0f} M). "
     f"Under our counting, base would need a vocabulary of roughly {round(b_['V'], -3):,.0f} tokens and big one of "
-    f"roughly {round(g_['V'], -3):,.0f}, so "
-    + ("no single vocabulary size reproduces both figures, and the difference cannot come from the vocabulary "
-       "alone. " if abs(b_["V"] - g_["V"]) > 1000 else "one vocabulary size could reproduce both figures. ")
-    + "The paper does not say how its figures were counted, and we do not guess; what is printed above is exactly "
+    f"roughly {round(g_['V'], -3):,.0f}, so {one_size}"
+    "The paper does not say how its figures were counted, and we do not guess; what is printed above is exactly "
     f"what this package's models hold. Untied embeddings would give {b_['untied'] / 1e6:.0f} M for base, "
     f"far from {b_['paper'] / 1e6:.0f} M, so the paper's figure is at least consistent with a shared matrix "
     "counted once.")
@@ -417,11 +419,11 @@ with eval_mode(model):
     cache = KVCache(model, memory, padding_mask(src, cfg.pad_id), T_max=tgt_in.shape[1])
     stepwise = np.stack([model.decode_step(tgt_in[:, t:t + 1], t, cache)   # (B, V) per step
                          for t in range(tgt_in.shape[1])], axis=1)
-print("cached K of decoder layer 0:", cache.self_kv[0][0].shape, " (B, h, T_max, d_k)")
-print("step-by-step logits", stepwise.shape, " teacher-forced", teacher_forced.shape)
+print(tr("cached K of decoder layer 0:"), cache.self_kv[0][0].shape, " (B, h, T_max, d_k)")
+print(tr("step-by-step logits"), stepwise.shape, tr(" teacher-forced"), teacher_forced.shape)
 real = tgt_in != cfg.pad_id                                      # padded positions are never decoded
-print(f"max |difference| over the real positions: {np.abs(stepwise - teacher_forced)[real].max():.1e}")
-print(f"max |difference| at the padded positions:  {np.abs(stepwise - teacher_forced)[~real].max():.1e}")
+print(tr(f"max |difference| over the real positions: {np.abs(stepwise - teacher_forced)[real].max():.1e}"))
+print(tr(f"max |difference| at the padded positions:  {np.abs(stepwise - teacher_forced)[~real].max():.1e}"))
 
 # %% [markdown]
 # The two agree to rounding (float64). The padded target positions of sentence 1 differ, and should: the
@@ -456,9 +458,9 @@ with eval_mode(model):
         outputs[name] = (after_attn, after_ffn_alone)
 moved_attn = np.abs(outputs["nudged"][0] - outputs["as is"][0])[0].max(axis=-1)
 moved_ffn = np.abs(outputs["nudged"][1] - outputs["as is"][1])[0].max(axis=-1)
-print("largest change at each position of sentence 0, position 2 nudged:")
-print("  self-attention sub-layer:", np.round(moved_attn, 4))
-print("  feed-forward sub-layer:  ", np.round(moved_ffn, 4))
+print(tr("largest change at each position of sentence 0, position 2 nudged:"))
+print(tr("  self-attention sub-layer:"), np.round(moved_attn, 4))
+print(tr("  feed-forward sub-layer:  "), np.round(moved_ffn, 4))
 assert (moved_attn > 0).all()                                   # attention: every real position reads position 2
 assert moved_ffn[2] > 0 and (moved_ffn[np.arange(len(moved_ffn)) != 2] == 0).all()   # FFN: position 2 alone, exactly
 
@@ -485,9 +487,9 @@ with eval_mode(model):
         y1 = dec0.res_self.forward(y_in, lambda z: dec0.self_attn.forward(z, mask=tgt_mask))
         y2 = dec0.res_cross.forward(y1, lambda z: dec0.cross_attn.forward(z, mem, mask=mask))
         moved[name] = (y1, y2, dec0.res_ffn.forward(y2, dec0.ffn.forward))
-for i, sub in enumerate(("masked self-attention", "encoder-decoder attention", "feed-forward")):
-    print(f"{sub:26s} output, source a against source b: max |difference| = "
-          f"{np.abs(moved['a'][i] - moved['b'][i]).max():.3g}")
+for i, sub in enumerate((tr("masked self-attention"), tr("encoder-decoder attention"), tr("feed-forward"))):
+    print(tr(f"{sub:26s} output, source a against source b: max |difference| = "
+             f"{np.abs(moved['a'][i] - moved['b'][i]).max():.3g}"))
 assert np.abs(moved["a"][0] - moved["b"][0]).max() == 0 and np.abs(moved["a"][1] - moved["b"][1]).max() > 0.01
 
 # %% [markdown]
@@ -509,9 +511,9 @@ with open("experiments/sublayer_ablations.json") as f:
 runs = {(r["label"], r["seed"]): r for r in ablations["runs"]}
 seeds = sorted({s for lab, s in runs if lab == "base"})
 made = ablations["provenance"][-1]
-print("record:", made["command"], "at commit", made["commit"][:10], f"; task {ablations['task']}, "
-      f"{ablations['steps']} steps, seeds {seeds}")
-print(f"{'model':22s}{'parameters':>12s}{'test exact match':>30s}{'perplexity':>28s}")
+print(tr("record:"), made["command"], tr("at commit"), made["commit"][:10], tr(f"; task {ablations['task']}, "
+                                                                          f"{ablations['steps']} steps, seeds {seeds}"))
+print(f"{tr('model'):22s}{tr('parameters'):>12s}{tr('test exact match'):>30s}{tr('perplexity'):>28s}")
 for label in ("base", "no FFN", "no cross-attention"):
     rs = [runs[label, s] for s in seeds]
     print(f"{label:22s}{rs[0]['params']:12,d}{str([round(r['exact_match'], 3) for r in rs]):>30s}"
@@ -524,17 +526,17 @@ exact = {label: np.array([runs[label, s]["exact_match"] for s in seeds]) for lab
 ppl = {label: np.array([runs[label, s]["ppl"] for s in seeds]) for label in exact}
 claim_true("without the encoder-decoder attention the decoder translates nothing exactly", exact["no cross-attention"].max() == 0)
 params = {label: runs[label, seeds[0]]["params"] for label in exact}
+ffn_verdict = (tr("on a task that is mostly word-for-word lookup and reordering, attention with its projections does most "
+                  "of the work. ") if exact["no FFN"].min() >= exact["base"].min() - 0.05 else
+               tr("here the feed-forward sub-layers matter. "))
 show_markdown(
     f"Without the third sub-layer the model translates none of the test numbers exactly (perplexity "
     f"{ppl['no cross-attention'].min():.2f} to {ppl['no cross-attention'].max():.2f}, against {ppl['base'].min():.3f} to "
     f"{ppl['base'].max():.3f} for the model as it is): it can only guess the French from the French before it. Without "
     f"the feed-forward sub-layers, {params['no FFN'] / params['base']:.0%} of the parameters remain, and the model "
     f"reaches an exact match of {exact['no FFN'].min():.3f} to {exact['no FFN'].max():.3f} against "
-    f"{exact['base'].min():.3f} to {exact['base'].max():.3f}: "
-    + ("on a task that is mostly word-for-word lookup and reordering, attention with its projections does most of "
-       "the work. " if exact["no FFN"].min() >= exact["base"].min() - 0.05 else
-       "here the feed-forward sub-layers matter. ")
-    + "This says what a toy task needs, not why the paper chose two and three sub-layers, which it does not say.")
+    f"{exact['base'].min():.3f} to {exact['base'].max():.3f}: {ffn_verdict}"
+    "This says what a toy task needs, not why the paper chose two and three sub-layers, which it does not say.")
 
 # %% [markdown]
 # ## Exercises
