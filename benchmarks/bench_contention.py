@@ -79,14 +79,14 @@ def install_small_products_policy(threshold: int) -> None:
     state = {"n": most}
     plain = backend.matmul
 
-    def matmul(a, b, out=None):
+    def matmul(a, b):
         mnk = (a.size // a.shape[-1]) * b.shape[-1] * a.shape[-1] if b.ndim == 2 else \
             a.shape[-2] * a.shape[-1] * b.shape[-1]
         want = 1 if mnk < threshold else most
         if want != state["n"]:
             set_threads(want)
             state["n"] = want
-        return plain(a, b, out)
+        return plain(a, b)
 
     backend.matmul = matmul
     for name in list(sys.modules):                          # modules that did `from .backend import matmul`

@@ -206,7 +206,7 @@ def torch_comparison(args) -> None:
 
 def cross_kv_comparison(args) -> None:
     """Per source: N products (as KVCache does) against one product of the N layers' weights side by side."""
-    from minitransformer.model import PRESETS
+    from minitransformer.data.registry import PRESETS
 
     print(f"# bench_decoding --cross-kv  {datetime.datetime.now().isoformat(timespec='seconds')}")
     print(f"# {machine_line('numpy')} | best of {args.repeats} x 5 rounds, all three in turn")

@@ -24,7 +24,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from minitransformer import machine
-from minitransformer.model import PRESETS, Transformer
+from minitransformer.data.registry import PRESETS
+from minitransformer.model import Transformer
 from minitransformer.optim import Adam
 
 

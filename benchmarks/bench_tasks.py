@@ -11,6 +11,7 @@ provenance (date, commit, machine, BLAS threads, load average) in a committed re
     python benchmarks/bench_tasks.py                         # every task, into benchmarks/results/tasks.json
     python benchmarks/bench_tasks.py --tasks copy reverse    # re-run two rows, keep the others
     python benchmarks/bench_tasks.py --threads 2             # OpenBLAS threads of the runs (default 1)
+    python benchmarks/bench_tasks.py --keep runs/            # also keep each run's folder (runs/NAME/)
 
 The README's task tables are rendered from that record by ``docs/readme_tables.py``.
 A benchmark, not a test: it asserts nothing about time. A run that fails, or prints
@@ -20,6 +21,7 @@ no score line, stops the script with its output (nothing half-read is recorded).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -51,10 +53,11 @@ def provenance(threads: int) -> dict:
             "machine": machine.machine_summary(), "blas_threads": threads}
 
 
-def run_task(name: str, strategies: list[str], threads: int, seed: int) -> dict:
-    """One ``train --task name`` run in a subprocess; its figures as the CLI printed them."""
+def run_task(name: str, strategies: list[str], threads: int, seed: int, keep: str | None = None) -> dict:
+    """One ``train --task name`` run in a subprocess; its figures as the CLI printed them.
+    ``keep``: a folder for the run's own (``keep/name``: checkpoint, log, curve); default a temporary one."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads), PYTHONPATH=ROOT)
-    with tempfile.TemporaryDirectory() as out:
+    with (contextlib.nullcontext(os.path.abspath(keep)) if keep else tempfile.TemporaryDirectory()) as out:
         cmd = [sys.executable, "-m", "minitransformer", "train", "--task", name, "--seed", str(seed),
                "--eval", *strategies, "--no-progress", "--out", os.path.join(out, name)]
         load_start = os.getloadavg()[0]
@@ -88,6 +91,7 @@ def main() -> int:
     p.add_argument("--eval", nargs="+", default=["greedy", "beam4"], help="strategies (train --eval)")
     p.add_argument("--threads", type=int, default=1, help="OPENBLAS_NUM_THREADS of each run (default 1)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--keep", metavar="DIR", help="keep each run's folder as DIR/NAME (default: a temporary one)")
     p.add_argument("--json", default=RECORD, help=f"record to update (default {os.path.relpath(RECORD, ROOT)})")
     args = p.parse_args()
 
@@ -103,7 +107,7 @@ def main() -> int:
     print(f"{'task':<15} {'steps':>6} {'train s':>8} {'load':>11} "
           + " ".join(f"{s + ' EM':>12} {'BLEU':>6}" for s in args.eval))
     for name in args.tasks or list(TASKS):
-        row = run_task(name, args.eval, args.threads, args.seed) | where
+        row = run_task(name, args.eval, args.threads, args.seed, args.keep) | where
         record["tasks"][name] = row
         atomic_write_text(args.json, json.dumps(record, indent=1, ensure_ascii=False) + "\n")   # after each task
         load = f"{row['load_average'][0]:.1f}-{row['load_average'][1]:.1f}"

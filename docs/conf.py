@@ -143,7 +143,20 @@ def _source_links_to_api(app, doctree):
         node.replace_self(xref)
 
 
+# The lessons link the docs pages through lessons/docs/, a copy beside the notebooks, so that the
+# links open in JupyterLab (served from lessons/) and on GitHub (lessonkit/links.py). Here the
+# pages exist once, in docs/: a lesson's link into the copy is pointed at the page itself before
+# MyST reads the notebook.
+def _lesson_links_to_pages(app, docname, source):
+    from lessonkit.links import rewrite_links, site_target  # noqa: PLC0415
+
+    if docname.startswith("lessons/"):
+        notebook = app.env.doc2path(docname, base=False)
+        source[0] = rewrite_links(source[0], lambda target: site_target(str(notebook), target))
+
+
 def setup(app):
+    app.connect("source-read", _lesson_links_to_pages)
     app.connect("doctree-read", _source_links_to_api, priority=400)   # before downloads are collected
     app.connect("missing-reference", _warn_on_missing_package_reference)
     app.connect("build-finished", _write_redirect)

@@ -76,8 +76,9 @@ def _number(value) -> float:
         raise TypeError(f"claim: the measured value must be a number, got {type(value).__name__} {value!r}") from None
 
 
-def claim(sentence: str, value, expected=None, tol=None, *, low=None, high=None, rel: bool = False):
-    """Assert that the prose's ``sentence`` still describes ``value``; return ``value``.
+def claim(sentence: str, value, expected=None, tol=None, *, low=None, high=None, rel: bool = False) -> None:
+    """Assert that the prose's ``sentence`` still describes ``value``. Returns nothing, so a claim that
+    holds shows nothing under its cell (the last line of a cell would otherwise echo the value).
 
     ``expected`` and ``tol``: |value − expected| ≤ tol (``rel=True``: tol × |expected|);
     ``low`` / ``high``: value ≥ low, value ≤ high. Give one form or both; a tolerance is required
@@ -102,7 +103,6 @@ def claim(sentence: str, value, expected=None, tol=None, *, low=None, high=None,
     if problems:
         raise AssertionError(tr(f"the sentence {sentence!r} no longer holds: this run measured {v:g}, and ")
                              + "; ".join(problems) + tr(". Rewrite the sentence (or render it from the run)."))
-    return value
 
 
 def claim_true(sentence: str, holds, detail: str = "") -> None:

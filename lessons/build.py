@@ -39,7 +39,7 @@ student edition from them (no kernel runs): solution cells removed, reveal cells
 "run this after you have written your answer", the outputs of stub, check and reveal
 cells cleared, and a header saying what the edition is and how to check an answer. DIR also
 gets the files the notebooks read (experiments/, debug_attention.py, runtimes.json), so it runs on
-its own, and a copy of docs/*.md, to which the notebooks' links to ../docs/ are pointed.
+its own, and a copy of docs/*.md, which the notebooks' links to docs/ open (lessonkit/links.py).
 
 **Runtimes.** Executing a lesson times each of its cells and writes the lesson's entry of
 ``lessons/runtimes.json`` (seconds for the lesson and for every cell over 5 s, date, commit, machine,
@@ -75,7 +75,7 @@ import time
 
 import nbformat
 
-from lessonkit import runtimes
+from lessonkit import links, runtimes
 from minitransformer.files import atomic_write_bytes, atomic_write_text
 from minitransformer.machine import machine_info
 
@@ -437,7 +437,7 @@ def student_edition(nb: nbformat.NotebookNode, lesson: str, name: str) -> nbform
         if "solution" in tags(cell):
             continue
         if cell.cell_type == "markdown":
-            cell.source = cell.source.replace("](../docs/", "](docs/")   # the copy of docs/ beside the notebooks
+            cell.source = cell.source.replace("](../docs/", "](docs/")   # (older links) the copy beside the notebooks
         if "reveal" in tags(cell):
             cell.source = f"{REVEAL_LINE}\n{cell.source}"
         if cell.cell_type == "code" and set(tags(cell)) & set(CLEARED_IN_STUDENT):
@@ -479,9 +479,11 @@ def write_student_edition(folder: pathlib.Path, numbers: list[str], found: dict[
 def copy_student_files(folder: pathlib.Path, lessons_folder: pathlib.Path = HERE) -> None:
     """Beside a student edition's notebooks: the files they read (STUDENT_FILES) and a copy of docs/*.md."""
     docs = lessons_folder.parent / "docs"
-    if docs.is_dir():                          # the lessons link ../docs/*.md: a copy beside them, links rewritten
+    if docs.is_dir():                          # the lessons link docs/*.md: a copy beside them
         (folder / "docs").mkdir(exist_ok=True)
         for page in docs.glob("*.md"):
+            shutil.copy2(page, folder / "docs" / page.name)
+        for page in (lessons_folder / "docs").glob("*.md"):      # the linked pages' copies, their links rewritten
             shutil.copy2(page, folder / "docs" / page.name)
     for name in STUDENT_FILES:
         source = lessons_folder / name
@@ -505,6 +507,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="write the student edition (no solutions, exercise outputs cleared) into DIR")
     parser.add_argument("--table", action="store_true",
                         help="print the lessons' table (number, title, paper section, runtime) in Markdown")
+    parser.add_argument("--docs", action="store_true",
+                        help="only refresh lessons/docs/, the copy of the docs pages the lessons link to "
+                             "(lessonkit/links.py; every build refreshes it too)")
     add_edition_arguments(parser)
     args = parser.parse_args(argv)
     found = lessons()
@@ -524,10 +529,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.table:
         print(lesson_table())
         return 0
+    if args.docs:
+        written = links.write_docs_copy()
+        print(f"lessons/docs/: {', '.join(written) or 'already current'}", file=sys.stderr)
+        return 0
     if args.check:
         problems = [] if args.lang not in (None, "all", "en") else \
             [d for n in chosen if (d := first_difference(found[n], notebook_path(found[n])))]
         problems += orphans() if not args.numbers and args.lang in (None, "all", "en") else []
+        problems += [f"{page}: out of date (python lessons/build.py --docs)" for page in links.stale_copies()]
         record = runtimes.load(HERE / runtimes.RECORD_NAME)
         problems += [f"{notebook_path(found[n]).name}: {p}" for n in chosen if args.lang in (None, "all", "en")
                      for p in runtime_problems(nbformat.read(notebook_path(found[n]), as_version=4), n, record)]
@@ -541,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
         for lang in editions_of(args.lang):
             failed += build_translated(n, lang, explicit=args.lang == lang, execute=not args.no_execute,
                                        timeout=args.timeout)
+    links.write_docs_copy()                     # the pages the lessons link, beside them (lessonkit/links.py)
     if failed:
         print("\n".join(failed), file=sys.stderr)
     return 1 if failed else 0

@@ -1,22 +1,31 @@
-"""Step into LayerNorm, the loss's backward and Adam's update in a debugger: the plain math.
+"""Step into LayerNorm, multi-head attention, the loss's backward and Adam's update in a debugger: the plain math.
 
 Run it plainly:                 python lessons/debug_layers.py
 Stop before the first call:     python lessons/debug_layers.py --break
 See every function that runs:   python lessons/debug_layers.py --trace
+Count pdb's `step` presses:     python lessons/debug_layers.py --presses
 
-The arrays are lesson-sized (one sentence of 3 positions, d_model = 4, a vocabulary
-of 6), so each fits on the screen. Stepping in shows the formulas of each
+The arrays are lesson-sized (one sentence of 3 positions, d_model = 4, 2 heads, a
+vocabulary of 6), so each fits on the screen. Stepping in shows the formulas of each
 docstring, one line each, on whole arrays: no closures, no blocks of rows, no
 threads. (The one speed variant among them, Adam's update in blocks, lives in
 minitransformer/layers/fast.py and runs only for parameters of 2**18 elements or
-more.) `--trace` lists every function of the package that each call enters. WALKTHROUGH is the one list of pdb commands
-that the `--break` hint prints and tests/test_debugger_walkthrough.py types;
-change it here only.
+more.) The checks of a layer's arguments (and Adam's non-finite-gradient policy) run
+in a wrapper before the layer's own method starts: `s` stops in the wrapper first, `n`
+runs the checks, `s` enters the math.
+
+`--trace` lists every function of the package that each call enters; `--presses`
+counts, for each call, the stops of pdb's `step` from entering the layer's own method to
+leaving it, how many are lines of the layer's own file, and how many presses it takes to
+reach the first line of math. WALKTHROUGH is the one list of pdb commands that the
+`--break` hint prints and tests/test_debugger_walkthrough.py types; change it here only.
 """
 
 from __future__ import annotations
 
 import argparse
+import bdb
+import inspect
 import os
 import pathlib
 import sys
@@ -29,8 +38,10 @@ from debug_attention import Transcript, line_of, run_pdb
 
 import minitransformer
 from minitransformer import backend
+from minitransformer.layers.attention import MultiHeadAttention
 from minitransformer.layers.layernorm import LayerNorm, layernorm_backward, layernorm_forward
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy, cross_entropy_backward
+from minitransformer.layers.masks import causal_mask
 from minitransformer.layers.parameter import Parameter
 from minitransformer.optim import Adam
 
@@ -43,7 +54,10 @@ ADAM_UPDATE = line_of(Adam.step, "p.data -= lr * m_hat / (xp.sqrt(v_hat) + self.
 
 # (command, what it shows). Run with --break, which stops just before `y = ln.forward(x)`.
 WALKTHROUGH = [
-    ("s", "step into LayerNorm.forward (pdb stops on its `def` line: --Call--)"),
+    ("s", "step in: pdb stops first in the wrapper that checks the arguments (layers/parameter.py, --Call--)"),
+    ("n", "the wrapper's first line: the checks of x"),
+    ("n", "run the checks (x is a float64 array whose last axis is d_model = 4); stop before the forward"),
+    ("s", "step into LayerNorm.forward itself: the math (--Call--)"),
     (f"b {LN_Y}", "a breakpoint on layernorm_forward's last formula, y = gamma x_hat + beta"),
     ("c", "the shape check runs, then mu, x - mu, var, rstd and x_hat, one line each"),
     ("p mu[0, 0], var[0, 0], rstd[0, 0]", "one position's mean, biased variance and 1/sqrt(var + eps)"),
@@ -151,22 +165,167 @@ def functions_entered(call) -> Entered:
     return Entered(list(seen), threads)
 
 
-def the_four_calls():
+def the_traced_calls():
     """(name, the layer's own file, a function that makes the call) for LayerNorm.forward,
-    LayerNorm.backward, the loss's backward and Adam.step, on the lesson-sized inputs."""
+    LayerNorm.backward, attention's forward and backward, the loss's backward and Adam.step,
+    on the lesson-sized inputs."""
     ln, x, dy, criterion, logits, targets, optimizer = lesson_inputs()
+    mha, x_attn, mask, dy_attn = attention_inputs()
     criterion.forward(logits, targets)                      # the backward below needs its cache
     return [
         ("LayerNorm.forward", "layers/layernorm.py", lambda: ln.forward(x)),   # (run in this order)
         ("LayerNorm.backward", "layers/layernorm.py", lambda: ln.backward(dy)),
+        ("MultiHeadAttention.forward", "layers/attention.py", lambda: mha.forward(x_attn, mask=mask)),
+        ("MultiHeadAttention.backward", "layers/attention.py", lambda: mha.backward(dy_attn)),
         ("the loss's backward", "layers/loss.py", criterion.backward),
         ("Adam.step", "optim.py", optimizer.step),
     ]
 
 
+def attention_inputs():
+    """Masked self-attention of one sentence: x (1, 3, d_model = 4), 2 heads of d_k = 2, a causal mask
+    (1, 1, 3, 3), and a gradient dy for the backward (float64)."""
+    rng = np.random.default_rng(1)
+    dtype = backend.default_dtype()
+    backend.set_default_dtype("float64")
+    mha = MultiHeadAttention(4, 2, rng, name="self_attn")
+    backend.set_default_dtype(dtype)
+    x = rng.standard_normal((1, 3, 4))
+    return mha, x, causal_mask(3, np), rng.standard_normal((1, 3, 4))
+
+
+# -- what pdb's `step` meets ----------------------------------------------------------------
+
+class Stop(NamedTuple):
+    """One stop of pdb's `step`: the file (relative to the package, else its name), line, code and event."""
+
+    file: str
+    line: int
+    function: str
+    event: str          # "call" (--Call--), "line", "return" (--Return--) or "exception"
+    code: object        # the frame's code object
+
+
+def _file_name(code) -> str:
+    """A code object's file, relative to the package (layers/attention.py), else its bare name."""
+    path = pathlib.Path(code.co_filename).resolve()
+    return path.relative_to(PACKAGE).as_posix() if path.is_relative_to(PACKAGE) else path.name
+
+
+class _StepPresser(bdb.Bdb):
+    """A debugger that presses `step` at every stop and writes down where it stopped: pdb's
+    own stepping (bdb's), with the prompt replaced by an automatic `s`."""
+
+    def __init__(self):
+        super().__init__()
+        self.stops: list[Stop] = []
+
+    def _stop(self, frame, event):
+        self.stops.append(Stop(_file_name(frame.f_code), frame.f_lineno, frame.f_code.co_qualname, event,
+                               frame.f_code))
+        self.set_step()
+
+    def user_call(self, frame, argument_list):
+        if self.stop_here(frame):                               # as pdb's user_call
+            self._stop(frame, "call")
+
+    def user_line(self, frame):
+        self._stop(frame, "line")
+
+    def user_return(self, frame, return_value):
+        self._stop(frame, "return")
+
+    def user_exception(self, frame, exc_info):
+        self._stop(frame, "exception")
+
+
+class Presses(NamedTuple):
+    """pdb's `step` inside one method: every stop from its --Call-- to its --Return--."""
+
+    stops: list[Stop]
+    own_file: str
+
+    @property
+    def own(self) -> int:
+        """Stops on lines of the layer's own file."""
+        return sum(stop.file == self.own_file for stop in self.stops)
+
+    @property
+    def share(self) -> float:
+        return self.own / len(self.stops)
+
+    def presses_to(self, text: str) -> int:
+        """The `s` presses from outside the method to the first stop on a line starting with
+        ``text``: entering (--Call--) is press 1."""
+        for i, stop in enumerate(self.stops):
+            if stop.event == "line" and _source_line(stop).startswith(text):
+                return i + 1
+        raise LookupError(f"no stop on a line starting {text!r}")
+
+    def by_file(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for stop in self.stops:
+            counts[stop.file] = counts.get(stop.file, 0) + 1
+        return counts
+
+
+def _source_line(stop: Stop) -> str:
+    import linecache
+
+    return linecache.getline(stop.code.co_filename, stop.line).strip()
+
+
+def presses(call, method) -> Presses:
+    """Run ``call()`` under a debugger that presses `step` at every stop, and keep the stops
+    from entering ``method`` (its own code, past any checking wrapper) to its return."""
+    code = inspect.unwrap(method).__code__
+    presser = _StepPresser()
+    presser.runcall(call)
+    stops = presser.stops
+    start = next(i for i, stop in enumerate(stops) if stop.code is code and stop.event == "call")
+    end = next(i for i in range(start, len(stops)) if stops[i].code is code and stops[i].event == "return")
+    return Presses(stops[start: end + 1], _file_name(code))
+
+
+# The first line of each method's math, as its source starts it (the 5-press rule).
+FIRST_MATH = {
+    "MultiHeadAttention.forward": "Q, K, V = self.project_qkv(x_q)",
+    "MultiHeadAttention.backward": "dy2 = dy.reshape(B * S_q, d)",
+    "LayerNorm.backward": "dx, dgamma, dbeta = layernorm_backward(dy, self._cache)",
+    "Adam.step": "self.step_count += 1",
+}
+
+
+def the_stepped_calls():
+    """(name, the method, a function that makes the call) for the four methods whose pdb steps
+    issue 33 measures, on the lesson-sized inputs, each called once before (warm caches)."""
+    ln, x, dy, criterion, logits, targets, optimizer = lesson_inputs()
+    mha, x_attn, mask, dy_attn = attention_inputs()
+    ln.forward(x)
+    mha.forward(x_attn, mask=mask)
+    return [
+        ("MultiHeadAttention.forward", MultiHeadAttention.forward, lambda: mha.forward(x_attn, mask=mask)),
+        ("MultiHeadAttention.backward", MultiHeadAttention.backward, lambda: mha.backward(dy_attn)),
+        ("LayerNorm.backward", LayerNorm.backward, lambda: ln.backward(dy)),
+        ("Adam.step", Adam.step, optimizer.step),
+    ]
+
+
+def presses_report() -> str:
+    lines = []
+    for name, method, call in the_stepped_calls():
+        counted = presses(call, method)
+        others = ", ".join(f"{file} {n}" for file, n in sorted(counted.by_file().items(), key=lambda kv: -kv[1])
+                           if file != counted.own_file)
+        lines.append(f"{name}: {len(counted.stops)} stops, {counted.own} ({counted.share:.0%}) in "
+                     f"{counted.own_file}{'; ' + others if others else ''}; first line of math at press "
+                     f"{counted.presses_to(FIRST_MATH[name])}")
+    return "\n".join(lines)
+
+
 def trace_report() -> str:
     lines = []
-    for name, own_file, call in the_four_calls():
+    for name, own_file, call in the_traced_calls():
         entered = functions_entered(call)
         lines.append(f"{name} ({own_file}){'; a thread hand-off ran' if entered.threads else ''}:")
         lines += [f"    {'  ' if file == own_file else '->'} {file}: {function}"
@@ -178,8 +337,11 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--break", dest="stop", action="store_true", help="call breakpoint() before LayerNorm.forward")
     parser.add_argument("--trace", action="store_true", help="print every package function each call enters")
+    parser.add_argument("--presses", action="store_true", help="count pdb's `step` presses inside each method")
     args = parser.parse_args()
     if args.trace:
         print(trace_report())
+    elif args.presses:
+        print(presses_report())
     else:
         main(args.stop)

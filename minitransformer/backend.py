@@ -18,13 +18,14 @@ from here:
 
 from __future__ import annotations
 
+import itertools
+import operator
 import os
 import types
 from typing import Any
 
 import numpy
 
-from . import threads
 from .errors import EnvironmentVariableError
 
 # For type hints: a numpy.ndarray or a cupy.ndarray (CuPy is optional, so it is
@@ -108,8 +109,21 @@ def default_dtype() -> numpy.dtype:
     return numpy.dtype(_dtype_name)
 
 
+# What numpy.ndarray and NumPy's scalars are (a CuPy array is neither).
+_HOST_ARRAYS = (numpy.ndarray, numpy.generic)
+
+
 def get_array_module(*arrays) -> types.ModuleType:
-    """numpy or cupy, whichever the arrays belong to (CuPy's idiom)."""
+    """numpy or cupy, whichever the arrays belong to (CuPy's idiom).
+
+    One line, built of built-ins: a learner stepping into a layer with pdb spends
+    three presses here, not six.
+    """
+    return numpy if all(map(isinstance, arrays, itertools.repeat(_HOST_ARRAYS))) else _module_of(arrays)
+
+
+def _module_of(arrays) -> types.ModuleType:
+    """cupy if any of ``arrays`` is a CuPy array, else numpy (lists, Python numbers)."""
     for a in arrays:
         if type(a).__module__.startswith("cupy"):
             return _import_cupy()
@@ -118,7 +132,7 @@ def get_array_module(*arrays) -> types.ModuleType:
 
 def on_cpu(a) -> bool:
     """True for a NumPy array (host memory), False for a CuPy one (GPU)."""
-    return get_array_module(a) is numpy
+    return not type(a).__module__.startswith("cupy")
 
 
 def to_numpy(a):
@@ -136,28 +150,15 @@ def to_backend(a, xp=None):
     return xp.asarray(a)
 
 
-def matmul(a, b, out=None):
-    """``a @ b``, with a stack of rows folded into one matrix when ``b`` is 2-D.
-
-    a: (..., k), b: (k, n) -> (..., n). NumPy runs a (B, S, k) @ (k, n) product
-    as B separate (S, k) @ (k, n) products; reshaping ``a`` to (B·S, k) gives
-    BLAS one large product instead (2-4x faster at S = 32..64 on our machine).
-    Any other shapes (the 4-D products of attention) go to ``xp.matmul`` as is.
-
-    Every matrix product of the layers goes through here, which also lets the
-    benchmark time them all by wrapping this one function, and lets threads.py keep
-    OpenBLAS to the free cores (a clock look per call, the load once a second).
-    """
-    xp = get_array_module(a)
-    if xp is numpy:
-        threads.check()
-    if b.ndim == 2 and a.ndim > 2 and (out is None or out.flags.c_contiguous):
-        rows = a.reshape(-1, a.shape[-1])            # a view when a is contiguous, else one copy
-        if out is None:
-            return xp.matmul(rows, b).reshape(*a.shape[:-1], b.shape[-1])
-        xp.matmul(rows, b, out=out.reshape(-1, out.shape[-1]))
-        return out
-    return xp.matmul(a, b, out=out)
+# ``a @ b``: every matrix product of the layers, by one name. It is Python's own ``@``
+# (a built-in, so a debugger's `step` does not enter it), on NumPy and CuPy arrays alike;
+# the one name lets a lesson or a benchmark count or time every product by rebinding it
+# (``backend.matmul = counting``), as lesson 8 and benchmarks/bench_train.py do.
+#
+# A (B, S, k) @ (k, n) product in NumPy runs as B separate (S, k) @ (k, n) products; the
+# layers fold the rows first, ``x.reshape(B * S, k) @ W``, so BLAS gets one large product
+# (2-4x faster at S = 32..64 on our machine).
+matmul = operator.matmul
 
 
 def add_matmul(out, a, b, block_rows: int = 4096):
@@ -168,27 +169,25 @@ def add_matmul(out, a, b, block_rows: int = 4096):
     moment memory use peaks (base model, V = 37,000). Blocks of ``block_rows``
     rows keep that temporary to a few MB, at the same speed.
     """
-    xp = get_array_module(out)
-    n = out.shape[0]
-    if n <= block_rows:
-        out += matmul(a, b)
-        return out
-    part = xp.empty((block_rows, out.shape[1]), dtype=out.dtype)
-    for start in range(0, n, block_rows):
-        stop = min(n, start + block_rows)
-        block = matmul(a[start:stop], b, out=part[: stop - start])
-        out[start:stop] += block
+    for start in range(0, out.shape[0], block_rows):
+        stop = min(out.shape[0], start + block_rows)
+        out[start:stop] += matmul(a[start:stop], b)
     return out
 
 
+# NumPy 2's vecdot: a row's dot product in one pass (CuPy has none; NumPy 1 neither).
+_VECDOT = getattr(numpy, "vecdot", None)
+
+
 def rowdot(a, b):
-    """Σ_i a[..., i] · b[..., i] for every row, as (..., 1): ``(a * b).sum(axis=-1, keepdims=True)``
-    without building the (..., n) array ``a * b`` (one pass over memory instead of three)."""
-    xp = get_array_module(a)
-    vecdot = getattr(xp, "vecdot", None)                  # NumPy >= 2.0; else the plain formula
-    if vecdot is None:  # pragma: no cover - depends on the array library
-        return (a * b).sum(axis=-1, keepdims=True)
-    return vecdot(a, b)[..., None]
+    """Σ_i a[..., i] · b[..., i] for every row, as (..., 1): ``(a * b).sum(axis=-1, keepdims=True)``.
+
+    On NumPy 2 without building the (..., n) array ``a * b`` (one pass over memory instead
+    of three: the attention backward's softmax line, 1-2% of a toy training step); elsewhere
+    the plain formula. One line of built-ins, so pdb's `step` spends three presses here.
+    """
+    return _VECDOT(a, b)[..., None] if _VECDOT is not None and type(a) is numpy.ndarray else \
+        (a * b).sum(axis=-1, keepdims=True)
 
 
 def scatter_add(table, rows, values) -> None:

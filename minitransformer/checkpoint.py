@@ -51,7 +51,7 @@ import numpy
 from . import backend
 from .data import fingerprint
 from .data.bpe import BPE, BPEError
-from .data.vocab import LEVELS, Vocab, bpe_vocab
+from .data.vocab import LEVELS, WORD_RULE, WORD_RULE_KEY, Vocab, bpe_vocab, saved_levels
 from .errors import NonFiniteError
 from .files import atomic_write_bytes
 from .model import ModelTooLargeError, Transformer, TransformerConfig
@@ -311,6 +311,9 @@ def _check_meta(path: str, meta: dict) -> None:
         if "bleu_tokenize" in levels and not isinstance(levels["bleu_tokenize"], str):
             raise CheckpointError(f"{path}: extra.levels.bleu_tokenize must be a string, "
                                   f"got {levels['bleu_tokenize']!r}")
+        if WORD_RULE_KEY in levels and levels[WORD_RULE_KEY] != WORD_RULE:
+            raise CheckpointError(f"{path}: extra.levels.{WORD_RULE_KEY} must be {WORD_RULE!r}, "
+                                  f"got {levels[WORD_RULE_KEY]!r}")
         if "src_lowercase" in levels and not isinstance(levels["src_lowercase"], bool):
             raise CheckpointError(f"{path}: extra.levels.src_lowercase must be true or false, "
                                   f"got {levels['src_lowercase']!r}")
@@ -414,6 +417,8 @@ def load_checkpoint(path: str, backend_name: str | None = None) -> Checkpoint:
     with archive:
         meta = _read_meta(path, archive, entries)
         _check_meta(path, meta)
+        if isinstance(meta["extra"].get("levels"), dict):     # an older checkpoint's "word" is "space"
+            meta["extra"]["levels"] = saved_levels(meta["extra"]["levels"])
         cfg, vocab = _config_and_vocab(path, meta)
         try:
             model = Transformer(cfg, seed=0)        # refuses, naming the field, a model that cannot fit

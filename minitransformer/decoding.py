@@ -66,11 +66,22 @@ layers' forward caches (the backward would then refuse the gradient's shape).
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 
-from . import backend
-from .errors import NonFiniteError, ShapeError
+from . import backend, threads
+from .decoding_inputs import (
+    EXTRA_OUTPUT_LEN,
+    MAX_BEAM_SIZE,
+    _as_ids,
+    _banned_ids,
+    _check_beam,
+    _check_call,
+    _flag,
+    _length_limits,
+    _set,
+    _whole,
+)
+from .errors import NonFiniteError
 from .layers.loss import log_softmax
 from .layers.masks import padding_mask
 from .layers.parameter import eval_mode
@@ -79,77 +90,9 @@ from .options import check_fields, parse_named, setting
 
 NEG_INF = float("-inf")
 
-# §6.1: at inference the output may be at most 50 tokens longer than the input.
-EXTRA_OUTPUT_LEN = 50
-
-# The largest beam accepted. §6.1 uses 4; the search's memory grows with k·V per sentence
-# and its top-k selection with k², so a mistyped 100000 is refused before anything is allocated.
-MAX_BEAM_SIZE = 64
-
 
 class NonFiniteOutputError(NonFiniteError):
     """The model produced NaN (or +inf) scores while decoding: its parameters are probably not finite."""
-
-
-# -- checking arguments (before anything is allocated) ---------------------------------------
-
-def _whole(value, name: str, where: str, lo: int | None = None, hi: int | None = None) -> int:
-    """``value`` as a Python int, refusing floats, bools and anything out of lo..hi (named errors)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise TypeError(f"{where}: {name} must be a whole number, got {value!r} ({type(value).__name__})")
-    value = int(value)
-    if (lo is not None and value < lo) or (hi is not None and value > hi):
-        span = f"≥ {lo}" if hi is None else f"in {lo}..{hi}"
-        raise ValueError(f"{where}: {name} must be {span}, got {value}")
-    return value
-
-
-def _real(value, name: str, where: str) -> float:
-    """``value`` as a finite Python float (no bools, no nan, no inf)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{where}: {name} must be a number, got {value!r} ({type(value).__name__})")
-    try:
-        value = float(value)
-    except OverflowError:                      # an int too large for a float, e.g. 10**400
-        value = math.inf
-    if not math.isfinite(value):
-        raise ValueError(f"{where}: {name} must be a finite number, got {value}")
-    return value
-
-
-def _flag(value, name: str, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"{where}: {name} must be True or False, got {value!r} ({type(value).__name__})")
-    return value
-
-
-def _check_call(model, where: str, bos_id, eos_id, max_len, use_cache):
-    """The arguments every search takes; returns (bos_id, eos_id, max_len) as plain ints (or None)."""
-    V = model.cfg.vocab_size
-    bos_id = _whole(bos_id, "bos_id", where, 0, V - 1)
-    if eos_id is not None:
-        eos_id = _whole(eos_id, "eos_id", where, 0, V - 1)
-    if max_len is not None:
-        max_len = _whole(max_len, "max_len", where, 1)
-    _flag(use_cache, "use_cache", where)
-    return bos_id, eos_id, max_len
-
-
-def _check_beam(size, alpha, where: str, size_name: str) -> tuple[int, float]:
-    """A beam size in 1..MAX_BEAM_SIZE and a length-penalty α ≥ 0, as (int, float)."""
-    size = _whole(size, size_name, where, 1)
-    if size > MAX_BEAM_SIZE:
-        raise ValueError(f"{where}: {size_name} must be at most {MAX_BEAM_SIZE} (decoding.MAX_BEAM_SIZE; "
-                         f"§6.1 uses 4), got {size}")
-    alpha = _real(alpha, "alpha", where)
-    if alpha < 0:
-        raise ValueError(f"{where}: alpha must be ≥ 0 (0: no length penalty), got {alpha}")
-    return size, alpha
-
-
-def _set(obj, name: str, value) -> None:
-    """Store a checked value (a plain int or float) on a frozen dataclass, from its __post_init__."""
-    object.__setattr__(obj, name, value)
 
 
 # -- strategies -------------------------------------------------------------------------------
@@ -299,47 +242,6 @@ def keep_largest(z, n):
     return xp.where(keep, z, NEG_INF)
 
 
-# -- small helpers -------------------------------------------------------------------------
-
-def _as_ids(model, src):
-    """src as an integer (B, S) array on the model's device."""
-    xp = model.xp
-    src = backend.to_backend(src, xp)
-    if getattr(src, "ndim", None) != 2:
-        raise ShapeError(f"decoding: src must be token ids of shape (B, S), got {tuple(getattr(src, 'shape', ()))}")
-    if src.dtype.kind not in ("i", "u"):
-        raise TypeError(f"decoding: src must be an integer array, got dtype {src.dtype}")
-    if src.shape[0] and src.shape[1] == 0:
-        raise ValueError("decoding: src has no positions (shape (B, 0)); every source sentence needs at least "
-                         "one token (with make_source_batch, <eos> is one)")
-    if src.shape[0]:
-        empty = backend.to_numpy((src == model.cfg.pad_id).all(axis=1))
-        if empty.any():
-            raise ValueError(f"decoding: source row {int(empty.argmax())} is all padding (an empty sentence); "
-                             "the encoder-decoder attention would have nothing to attend to")
-    return src
-
-
-def _length_limits(model, src, max_len):
-    """Per sentence, the most tokens to generate (<eos> included): host list of B ints.
-
-    Default: the sentence's own (unpadded) length + 50 (§6.1), so padding in a
-    batch does not change a sentence's result. Always capped by cfg.max_len,
-    the number of decoder positions the positional encoding covers.
-    """
-    cap = model.cfg.max_len
-    if max_len is not None:                                  # already checked: an int ≥ 1
-        return [min(max_len, cap)] * int(src.shape[0])
-    lengths = backend.to_numpy((src != model.cfg.pad_id).sum(axis=1)).tolist()
-    return [min(int(n) + EXTRA_OUTPUT_LEN, cap) for n in lengths]
-
-
-def _banned_ids(model, bos_id, eos_id):
-    """Ids never chosen as an output token: pad and bos (unless one is also eos), on the device
-    (copied once, not at every position)."""
-    return model.xp.asarray(sorted({model.cfg.pad_id, bos_id} - {eos_id}), dtype=model.xp.int64)
-
-
 def length_penalty(length, alpha: float):
     """Wu et al. (2016), Eq. 14: lp(Y) = ((5 + |Y|) / 6) ** α. Works on ints or arrays."""
     return ((5.0 + length) / 6.0) ** alpha
@@ -450,6 +352,7 @@ def _one_token_per_step(model, src, bos_id, eos_id, strategy, max_len, use_cache
     B = int(src.shape[0])
     if B == 0:
         return []
+    threads.check()                                          # the BLAS thread policy: once per decoded batch
     limits = _length_limits(model, src, max_len)
     T = max(limits)
     src_mask = padding_mask(src, model.cfg.pad_id)
@@ -526,14 +429,50 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     if n_best is not None:
         n_best = _whole(n_best, "n_best", where, 1, k)
     src = _as_ids(model, src)
-    xp = model.xp
-    B = int(src.shape[0])
-    if B == 0:
+    if int(src.shape[0]) == 0:
         return []
-    V = model.cfg.vocab_size
+    threads.check()                                            # the BLAS thread policy: once per decoded batch
     limits = _length_limits(model, src, max_len)
-    T = max(limits)
-    pad = model.cfg.pad_id
+    with eval_mode(model):
+        finished = _beam_loop(model, src, k, alpha, bos_id, eos_id, limits, use_cache)
+    return finished.best(n_best, return_scores)
+
+
+class _Finished:
+    """Per sentence, the k best finished hypotheses, best first: their penalized scores
+    ``score`` (B, k), tokens ``tokens`` (B, k, T) and returned lengths ``length`` (B, k),
+    <eos> excluded. -inf: an empty place. Kept on the model's device."""
+
+    def __init__(self, xp, B: int, k: int, T: int, pad: int):
+        self.xp, self.k = xp, k
+        self.score = xp.full((B, k), NEG_INF, dtype=xp.float64)
+        self.tokens = xp.full((B, k, T), pad, dtype=xp.int64)
+        self.length = xp.zeros((B, k), dtype=xp.int64)
+
+    def add(self, score, tokens, length) -> None:
+        """Merge k candidates per sentence (score -inf: not finished) and keep the k best;
+        the ones already in the set win ties."""
+        xp = self.xp
+        keep, self.score = _topk(xp.concatenate([self.score, score], axis=1), self.k)    # (B, k) of 2k
+        self.tokens = xp.take_along_axis(xp.concatenate([self.tokens, tokens], axis=1), keep[:, :, None], axis=1)
+        self.length = xp.take_along_axis(xp.concatenate([self.length, length], axis=1), keep, axis=1)
+
+    def best(self, n_best: int | None, return_scores: bool) -> list:
+        """The results on the host, as ``beam_search`` returns them."""
+        score, tokens, length = (backend.to_numpy(a) for a in (self.score, self.tokens, self.length))
+        results = []
+        for b in range(score.shape[0]):   # unpacking to Python lists, after the search
+            hyps = [(tokens[b, j, : int(length[b, j])].tolist(), float(score[b, j]))
+                    for j in range(self.k) if score[b, j] > NEG_INF]
+            results.append(hyps[:n_best] if n_best is not None else hyps[0] if return_scores else hyps[0][0])
+        return results
+
+
+def _beam_loop(model, src, k: int, alpha: float, bos_id: int, eos_id: int | None, limits: list[int],
+               use_cache: bool) -> _Finished:
+    """The search itself (see ``beam_search``): one iteration per output position, B·k rows."""
+    xp = model.xp
+    B, V, pad, T = int(src.shape[0]), model.cfg.vocab_size, model.cfg.pad_id, max(limits)
     banned = _banned_ids(model, bos_id, eos_id)
     f64 = xp.float64                       # scores accumulate in float64 (see _topk on exactness)
     src_mask = padding_mask(src, pad)
@@ -541,88 +480,69 @@ def beam_search(model, src, bos_id: int, eos_id: int | None, beam_size: int = 4,
     sent_rows = (xp.arange(B) * k)[:, None]                    # (B, 1): first row of each sentence
     limit = xp.asarray(limits)
     lp_limit = length_penalty(limit.astype(f64), alpha)        # (B,)
+    memory = model.encode(src, src_mask)
+    src_mask_k = src_mask[expand]                              # (B·k, 1, 1, S)
+    if use_cache:
+        cache = KVCache(model, memory, src_mask, T)            # memory projected once per sentence,
+        cache.reorder(expand)                                  # then copied to its k rows
+        memory_k = None
+    else:
+        cache, memory_k = None, memory[expand]                 # (B·k, S, d_model)
+    tokens = xp.full((B * k, T + 1), pad, dtype=xp.int64)      # decoder inputs of every hypothesis
+    tokens[:, 0] = bos_id
+    live = xp.full((B, k), NEG_INF, dtype=f64)                 # log P of live hypotheses; -inf = empty
+    live[:, 0] = 0.0                                           # step 0: one live slot per sentence
+    finished = _Finished(xp, B, k, T, pad)
+    done = xp.zeros(B, dtype=bool)
 
-    with eval_mode(model):
-        memory = model.encode(src, src_mask)
-        src_mask_k = src_mask[expand]                          # (B·k, 1, 1, S)
+    for t in range(T):
+        logp = _next_log_probs(model, tokens, t, cache, memory_k, src_mask_k).astype(f64)
+        nan_rows = xp.isnan(logp).any(axis=1)
+        logp[:, banned] = NEG_INF
+        cand = (live.reshape(B * k, 1) + logp).reshape(B, k * V)   # log P of every extension
+        top, top_logp = _topk(cand, k)                         # (B, k), best first
+        parent = top // V                                      # slot the candidate extends
+        tok = top % V                                          # its new token
+        valid = top_logp > NEG_INF
+        is_eos = valid & (tok == eos_id) if eos_id is not None else xp.zeros((B, k), dtype=bool)
+        at_limit = (limit <= t + 1)[:, None]                   # (B, 1): no room for another token
+        finishing = is_eos | (valid & at_limit)
+        parent_rows = (sent_rows + parent).reshape(-1)         # (B·k,) rows of the parents
+
+        # Move finished hypotheses to the finished set (Wu et al. 2016 scoring):
+        # |Y| = t + 1 generated tokens, <eos> included when there is one. Done at every
+        # step, also when nothing finished (then the old set wins every tie and stays as
+        # it was): asking the device "did anything finish?" would be a second wait per step.
+        new_tokens = tokens[parent_rows, 1:].reshape(B, k, T)     # a copy (fancy index)
+        new_tokens[:, :, t] = tok
+        finished.add(xp.where(finishing, top_logp / length_penalty(t + 1, alpha), NEG_INF), new_tokens,
+                     (t + 1) - is_eos.astype(xp.int64))           # <eos> not returned
+
+        live = xp.where(valid & ~finishing, top_logp, NEG_INF)
+        # Stop test, per sentence. A live hypothesis (log P ≤ 0, length t+1)
+        # can at best keep its log P while growing to any length in
+        # t+2 .. limit; lp is monotonic in the length, so the best it can
+        # score is log P / max(lp(t+2), lp(limit)).
+        best_live = live.max(axis=1)
+        bound = best_live / xp.maximum(length_penalty(t + 2.0, alpha), lp_limit)
+        n_fin = (finished.score > NEG_INF).sum(axis=1)
+        done |= ((n_fin >= k) & (bound <= finished.score[:, 0])) | (best_live == NEG_INF)
+        # xp.where, not live[done] = NEG_INF: a boolean-mask assignment counts the True
+        # entries on the host first, which on a GPU waits for the device at every step.
+        live = xp.where(done[:, None], NEG_INF, live)
+        if backend.host_flag(done.all() | nan_rows.any()) or t + 1 == T:   # the one wait per position
+            break
+        # The new beam: copy each parent's history (and cache rows) to its slot.
+        tokens = tokens[parent_rows]
+        tokens[:, t + 1] = tok.reshape(-1)
         if use_cache:
-            cache = KVCache(model, memory, src_mask, T)        # memory projected once per sentence,
-            cache.reorder(expand)                              # then copied to its k rows
-            memory_k = None
-        else:
-            cache, memory_k = None, memory[expand]             # (B·k, S, d_model)
-        tokens = xp.full((B * k, T + 1), pad, dtype=xp.int64)  # decoder inputs of every hypothesis
-        tokens[:, 0] = bos_id
-        live = xp.full((B, k), NEG_INF, dtype=f64)             # log P of live hypotheses; -inf = empty
-        live[:, 0] = 0.0                                       # step 0: one live slot per sentence
-        fin_score = xp.full((B, k), NEG_INF, dtype=f64)        # finished set: penalized scores, best first
-        fin_tokens = xp.full((B, k, T), pad, dtype=xp.int64)
-        fin_len = xp.zeros((B, k), dtype=xp.int64)             # returned length (<eos> excluded)
-        done = xp.zeros(B, dtype=bool)
+            cache.reorder(parent_rows, cross=False)            # same sentence: cross K/V unchanged
 
-        for t in range(T):
-            logp = _next_log_probs(model, tokens, t, cache, memory_k, src_mask_k).astype(f64)
-            nan_rows = xp.isnan(logp).any(axis=1)
-            logp[:, banned] = NEG_INF
-            cand = (live.reshape(B * k, 1) + logp).reshape(B, k * V)   # log P of every extension
-            top, top_logp = _topk(cand, k)                     # (B, k), best first
-            parent = top // V                                  # slot the candidate extends
-            tok = top % V                                      # its new token
-            valid = top_logp > NEG_INF
-            is_eos = valid & (tok == eos_id) if eos_id is not None else xp.zeros((B, k), dtype=bool)
-            at_limit = (limit <= t + 1)[:, None]               # (B, 1): no room for another token
-            finishing = is_eos | (valid & at_limit)
-            parent_rows = (sent_rows + parent).reshape(-1)     # (B·k,) rows of the parents
-
-            # Move finished hypotheses to the finished set (Wu et al. 2016 scoring):
-            # |Y| = t + 1 generated tokens, <eos> included when there is one. Done at every
-            # step, also when nothing finished (then the old set wins every tie and stays as
-            # it was): asking the device "did anything finish?" would be a second wait per step.
-            new_score = xp.where(finishing, top_logp / length_penalty(t + 1, alpha), NEG_INF)
-            new_tokens = tokens[parent_rows, 1:].reshape(B, k, T)     # a copy (fancy index)
-            new_tokens[:, :, t] = tok
-            new_len = (t + 1) - is_eos.astype(xp.int64)           # <eos> not returned
-            all_score = xp.concatenate([fin_score, new_score], axis=1)   # (B, 2k)
-            keep, fin_score = _topk(all_score, k)                         # old ones win ties
-            all_tokens = xp.concatenate([fin_tokens, new_tokens], axis=1)
-            fin_tokens = xp.take_along_axis(all_tokens, keep[:, :, None], axis=1)
-            fin_len = xp.take_along_axis(xp.concatenate([fin_len, new_len], axis=1), keep, axis=1)
-
-            live = xp.where(valid & ~finishing, top_logp, NEG_INF)
-            # Stop test, per sentence. A live hypothesis (log P ≤ 0, length t+1)
-            # can at best keep its log P while growing to any length in
-            # t+2 .. limit; lp is monotonic in the length, so the best it can
-            # score is log P / max(lp(t+2), lp(limit)).
-            best_live = live.max(axis=1)
-            bound = best_live / xp.maximum(length_penalty(t + 2.0, alpha), lp_limit)
-            n_fin = (fin_score > NEG_INF).sum(axis=1)
-            done |= ((n_fin >= k) & (bound <= fin_score[:, 0])) | (best_live == NEG_INF)
-            # xp.where, not live[done] = NEG_INF: a boolean-mask assignment counts the True
-            # entries on the host first, which on a GPU waits for the device at every step.
-            live = xp.where(done[:, None], NEG_INF, live)
-            if backend.host_flag(done.all() | nan_rows.any()) or t + 1 == T:   # the one wait per position
-                break
-            # The new beam: copy each parent's history (and cache rows) to its slot.
-            tokens = tokens[parent_rows]
-            tokens[:, t + 1] = tok.reshape(-1)
-            if use_cache:
-                cache.reorder(parent_rows, cross=False)        # same sentence: cross K/V unchanged
-
-        _check_finite(nan_rows, t)
-    fin_score, fin_tokens, fin_len = (backend.to_numpy(a) for a in (fin_score, fin_tokens, fin_len))
-    results = []
-    for b in range(B):   # unpacking to Python lists, after the search
-        hyps = [(fin_tokens[b, j, : int(fin_len[b, j])].tolist(), float(fin_score[b, j]))
-                for j in range(k) if fin_score[b, j] > NEG_INF]
-        if n_best is not None:
-            results.append(hyps[:n_best])
-        elif return_scores:
-            results.append(hyps[0])
-        else:
-            results.append(hyps[0][0])
-    return results
+    _check_finite(nan_rows, t)
+    return finished
 
 
-__all__ = ["Greedy", "Sample", "Beam", "GREEDY", "PAPER_BEAM", "STRATEGIES", "MAX_BEAM_SIZE", "parse_strategy",
+__all__ = ["Greedy", "Sample", "Beam", "GREEDY", "PAPER_BEAM", "STRATEGIES", "MAX_BEAM_SIZE", "EXTRA_OUTPUT_LEN",
+           "parse_strategy",
            "check_strategy", "decode", "greedy_decode", "beam_search", "keep_largest", "length_penalty",
            "NonFiniteOutputError"]

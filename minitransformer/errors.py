@@ -2,8 +2,9 @@
 
 A wrong shape in a hand-written layer would otherwise surface as a NumPy
 broadcasting traceback deep inside a matrix product, or worse, broadcast
-silently into a wrong answer. Every layer checks its inputs on entry with
-these helpers, and the message says what was expected and what arrived.
+silently into a wrong answer. Every layer checks its inputs with these helpers
+before its math starts (in the wrapper of ``layers.parameter.checked_forward``),
+and the message says what was expected and what arrived.
 """
 
 from __future__ import annotations

@@ -16,10 +16,11 @@ from dataclasses import asdict, dataclass, fields, replace
 from . import backend
 from .backend import Array
 from .errors import ShapeError
+from .kvcache import KVCache
 from .layers.attention import MultiHeadAttention
 from .layers.dropout import Dropout
 from .layers.embedding import Embedding, TiedOutputProjection
-from .layers.feedforward import ACTIVATIONS, FeedForward
+from .layers.feedforward import ACTIVATIONS, FeedForward, ffn_parameter_count
 from .layers.layernorm import LayerNorm
 from .layers.masks import decoder_mask, padding_mask
 from .layers.parameter import Layer, Parameter
@@ -54,7 +55,7 @@ class TransformerConfig:
     pre_ln: bool = False        # False = the paper's post-LN; True = pre-LN variant
     ln_eps: float = 1e-5        # LayerNorm's ε (inside the square root)
     positional: str = "sinusoidal"   # §3.5's fixed sinusoids, or "learned": a trained table (Table 3, row E)
-    activation: str = "relu"    # the FFN's (§3.3, Eq. 2): "relu" as in the paper, or "gelu" (layers/feedforward.py)
+    activation: str = "relu"    # the FFN's (§3.3, Eq. 2): "relu" as in the paper, or a name in feedforward.ACTIVATIONS
 
     def __post_init__(self):
         for name in ("vocab_size", "d_model", "h", "N", "d_ff", "max_len"):
@@ -121,28 +122,15 @@ def describe(cfg: TransformerConfig) -> str:
     return " ".join(f"{f.name}={getattr(cfg, f.name)}" for f in fields(cfg))
 
 
-# Named presets. ``vocab_size`` is filled in from the data at training time.
+# Model sizes by name: the paper's two (Table 3) and the smallest that still trains. A task's own
+# model sizes live with its recipe, in the module that makes its data (data/tasks.py: copy and
+# reverse; data/translation.py: translate; data/parsing.py: parse), and ``data.registry.PRESETS``
+# looks every name up, these first. ``vocab_size`` is filled in from the data at training time.
 PRESETS: dict[str, TransformerConfig] = {
     "base": TransformerConfig(),
     "big": TransformerConfig(d_model=1024, h=16, d_ff=4096, P_drop=0.3),
-    # Toy presets sized to train in well under a minute on a laptop CPU. copy and reverse:
-    # the models of their tasks' recipes (data/tasks.py), chosen by the search in
-    # lessons/experiments/copy_recipe_search.py: one layer of d_model 128 copies (reversing
-    # takes two); label smoothing ε_ls = 0.1 reached 100% in fewer steps than none; no
-    # dropout (a task with one right answer and 20,000 examples has nothing to regularize).
-    "copy": TransformerConfig(vocab_size=14, d_model=128, h=4, N=1, d_ff=512, P_drop=0.0,
-                              eps_ls=0.1, max_len=64),
-    "reverse": TransformerConfig(vocab_size=14, d_model=128, h=4, N=2, d_ff=512, P_drop=0.0,
-                                 eps_ls=0.1, max_len=64),
     "tiny": TransformerConfig(vocab_size=14, d_model=32, h=2, N=1, d_ff=64, P_drop=0.0,
                               eps_ls=0.0, max_len=64),
-    "translate": TransformerConfig(vocab_size=100, d_model=128, h=4, N=2, d_ff=512, P_drop=0.1,
-                                   eps_ls=0.1, max_len=128),
-    # The parse tasks (§6.3): 8 heads of d_k = 8, as "copy": the decoder finds its place in
-    # the input by content, like a copy. Measured against "translate" on parse: the same test
-    # F1 per step with 8 heads at half the width, and 2.5x faster steps (docs/datasets.md).
-    "parse": TransformerConfig(vocab_size=190, d_model=64, h=8, N=2, d_ff=256, P_drop=0.1,
-                               eps_ls=0.1, max_len=128),
 }
 
 
@@ -270,75 +258,6 @@ class Decoder(Layer):
         return dy, dmemory
 
 
-class KVCache:
-    """Keys and values kept between decoding steps, for every decoder layer (§6.1 inference).
-
-    self_kv[i]  = [K, V], each (B, h, T_max, d_k): layer i's self-attention
-                  keys/values, position t written at step t (preallocated, so a
-                  step never reallocates; only positions < ``length`` are valid).
-    cross_kv[i] = (K, V), each (B, h, S, d_k): layer i's encoder-decoder keys/
-                  values, ``cross_attn.project_kv(memory)``. The memory never
-                  changes while a sentence is decoded, so it is projected once
-                  per sentence instead of once per step.
-    src_mask    = (B, 1, 1, S): the source padding mask the queries use.
-
-    With the cache, step t runs only the new position through the layers; its
-    query attends to the t+1 cached keys. Each new token therefore costs work
-    proportional to the current length t (the attention) plus a constant (the
-    projections and the FFN), instead of re-running all t+1 positions.
-    Memory: 2·N·B·h·T_max·d_k numbers for the self-attention buffers.
-    """
-
-    def __init__(self, model: Transformer, memory: Array, src_mask: Array, T_max: int):
-        """memory: (B, S, d_model) encoder output; src_mask: (B, 1, 1, S); T_max: positions to allow."""
-        cfg = model.cfg
-        xp = backend.get_array_module(memory)
-        B = memory.shape[0]
-        if T_max < 1 or T_max > cfg.max_len:
-            raise ValueError(f"KVCache: T_max must be in 1..cfg.max_len={cfg.max_len}, got {T_max}")
-        if src_mask.shape[0] != B:
-            raise ShapeError(f"KVCache: src_mask has {src_mask.shape[0]} rows, the memory {B}")
-        self.T_max = int(T_max)
-        self.length = 0                       # positions 0..length-1 are filled
-        self.src_mask = src_mask
-        shape = (B, cfg.h, self.T_max, cfg.d_k)
-        self.self_kv = [[xp.empty(shape, dtype=memory.dtype), xp.empty(shape, dtype=memory.dtype)]
-                        for _ in model.decoder.layers]
-        self.cross_kv = [layer.cross_attn.project_kv(memory) for layer in model.decoder.layers]
-
-    @property
-    def batch_size(self) -> int:
-        return int(self.self_kv[0][0].shape[0])
-
-    def reorder(self, index: Array, cross: bool = True) -> None:
-        """Keep row ``index[r]`` as the new row r, for every buffer (beam search).
-
-        index: (R,) ints into the current batch axis; R may differ from B (to
-        copy each sentence k times, say). Only the filled positions are copied,
-        so this costs O(length), like a step. ``cross=False`` leaves the
-        encoder-decoder keys/values and the source mask alone: correct whenever
-        every index[r] has the same source sentence as row r (beam search
-        reordering within a sentence's beam), and it saves copying them.
-        """
-        xp = backend.get_array_module(self.self_kv[0][0])
-        index = backend.to_backend(index, xp)
-        L = self.length
-        if int(index.shape[0]) == self.batch_size:
-            for kv in self.self_kv:
-                for buf in kv:
-                    buf[:, :, :L] = buf[index, :, :L]      # right side is a copy: safe in place
-        else:
-            for kv in self.self_kv:
-                for j, buf in enumerate(kv):
-                    new = xp.empty((int(index.shape[0]),) + buf.shape[1:], dtype=buf.dtype)
-                    new[:, :, :L] = buf[index, :, :L]
-                    kv[j] = new
-            cross = True                                   # the batch size changed: must follow
-        if cross:
-            self.cross_kv = [(K[index], V[index]) for K, V in self.cross_kv]
-            self.src_mask = self.src_mask[index]
-
-
 class Transformer(Layer):
     """The whole model. One embedding matrix E (V, d_model) is shared three ways
     (§3.4): source embedding, target embedding and the pre-softmax projection.
@@ -429,7 +348,7 @@ class Transformer(Layer):
         y = self.tgt_dropout.forward(self.tgt_pos.forward(self.tgt_embed.forward(tgt_in)))
         y = self.decoder.forward(y, memory, src_mask, tgt_mask)
         logits = self.output_projection.forward(y)
-        self._save_cache(None, logits)            # marks "forward ran": backward checks dlogits' shape
+        self._forward_ran(logits)                 # backward checks dlogits against the logits' shape
         return logits
 
     def forward(self, src: Array, tgt_in: Array, src_mask: Array | None = None,
@@ -489,7 +408,8 @@ class Transformer(Layer):
     def backward(self, dlogits: Array) -> None:
         """dlogits: (B, T, V). Adds into every Parameter's .grad (E gets three uses;
         a learned positional table P two, the target and source sides)."""
-        self._pop_cache(dlogits, "dlogits")
+        self._check_dout(dlogits, "dlogits")
+        self._forward_called = False              # one backward per forward
         dout = self.output_projection.backward(dlogits)                     # use 1 of E
         dy, dmemory = self.decoder.backward(dout)
         self.tgt_embed.backward(self.tgt_pos.backward(self.tgt_dropout.backward(dy)))   # use 2 of E
@@ -510,13 +430,14 @@ class Transformer(Layer):
 def count_parameters(cfg: TransformerConfig) -> int:
     """The number of learnable scalars, computed from the formula (no model built).
 
-    Per encoder layer: attention 4·(d²+d), FFN 2·d·d_ff + d_ff + d, two LayerNorms 4d.
+    Per encoder layer: attention 4·(d²+d), the FFN (``layers.feedforward.ffn_parameter_count``:
+    2·d·d_ff + d_ff + d for the paper's), two LayerNorms 4d.
     Per decoder layer: two attentions, FFN, three LayerNorms. Plus E (V·d), shared,
     and with ``positional="learned"`` the table P (max_len·d), shared by both sides.
     """
-    d, d_ff, N, V = cfg.d_model, cfg.d_ff, cfg.N, cfg.vocab_size
+    d, N, V = cfg.d_model, cfg.N, cfg.vocab_size
     attn = 4 * (d * d + d)
-    ffn = 2 * d * d_ff + d_ff + d
+    ffn = ffn_parameter_count(d, cfg.d_ff, cfg.activation)
     enc = N * (attn + ffn + 2 * 2 * d)
     dec = N * (2 * attn + ffn + 3 * 2 * d)
     final = 2 * 2 * d if cfg.pre_ln else 0
@@ -550,8 +471,9 @@ def memory_estimate(cfg: TransformerConfig, itemsize: int = 4) -> dict[str, tupl
     Python objects besides its arrays. Floats, so that a config of 10^10 never
     overflows anything while it is being refused.
     """
-    d, d_ff, N, V = float(cfg.d_model), float(cfg.d_ff), float(cfg.N), float(cfg.vocab_size)
-    per_layer_pair = (3 * 4 * (d * d + d) + 2 * (2 * d * d_ff + d_ff + d) + 5 * 2 * d) * 2 * itemsize
+    d, N, V = float(cfg.d_model), float(cfg.N), float(cfg.vocab_size)
+    ffn = float(ffn_parameter_count(cfg.d_model, cfg.d_ff, cfg.activation))
+    per_layer_pair = (3 * 4 * (d * d + d) + 2 * ffn + 5 * 2 * d) * 2 * itemsize
     table = float(cfg.max_len) * d * (2 * 8 + itemsize) if cfg.positional == "sinusoidal" else \
         float(cfg.max_len) * d * 2 * itemsize
     return {

@@ -21,6 +21,7 @@ array; a NumPy float64 scalar would (float64 scalar times float32 array gives fl
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 from collections.abc import Callable, Sequence
@@ -206,6 +207,26 @@ class _Constant:
         return repr(self.lr)
 
 
+def _skips_nonfinite_gradients(step):
+    """Adam.step's non-finite policy (the class docstring), run before the update starts.
+
+    Measures the global gradient norm; if a gradient is NaN or inf (or too large to
+    square), records why in ``last_skip`` and returns False without calling the update;
+    otherwise clips (with ``clip_norm``) and runs it. With pdb, `s` on
+    ``optimizer.step()`` stops here first: `n` runs the policy, `s` on the last line
+    steps into the update itself.
+    """
+    @functools.wraps(step)
+    def checked(self) -> bool:
+        self.last_grad_norm, self.last_skip = self._gradient_problem()   # the policy: `n` steps over it
+        if self.last_skip is not None:
+            return False
+        if self.clip_norm is not None:
+            clip_grad_norm(self.params, self.clip_norm, norm=self.last_grad_norm)
+        return step(self)                                                 # the update: `s` steps in
+    return checked
+
+
 class Adam:
     """Adam (Kingma & Ba, 2015, Algorithm 1), with the paper's settings as defaults (§5.3).
 
@@ -313,25 +334,18 @@ class Adam:
                 return norm, f"the gradient of {p.name!r} contains {kind}"
         return norm, f"the global gradient norm is {norm}"
 
+    @_skips_nonfinite_gradients
     def step(self) -> bool:
         """One update of every parameter from its current ``grad``: the five lines of the
         class docstring, for each parameter, on whole arrays.
 
-        Returns True, or False when the update was skipped because of a
-        non-finite gradient (the policy in the class docstring; ``last_skip`` says why).
+        Returns True, or False when the update was skipped because of a non-finite
+        gradient (the policy in the class docstring, run by the wrapper before this
+        method starts; ``last_skip`` says why).
         """
-        grad_norm, problem = self._gradient_problem()
-        self.last_grad_norm = grad_norm               # logged by the trainer
-        self.last_skip = problem
-        if problem is not None:
-            return False
-        self.step_count += 1  # once per call, however many parameters: the schedule's clock
+        self.step_count += 1                           # t = t + 1: once per call, however many parameters
         t = self.step_count
-        lr = float(self.schedule(t))
-        self.last_lr = lr
-        if self.clip_norm is not None:
-            clip_grad_norm(self.params, self.clip_norm, norm=grad_norm)
-
+        lr = self.last_lr = float(self.schedule(t))    # lr(t), the schedule's rate for step t
         beta1, beta2 = self.betas
         for p, m, v in zip(self.params, self.m, self.v):
             g = p.grad

@@ -22,9 +22,10 @@ from dataclasses import replace
 
 from .data.fingerprint import for_resume
 from .data.loading import TaskData
+from .data.registry import preset as preset_config
 from .data.registry import recipe_for
 from .decoding import EXTRA_OUTPUT_LEN
-from .model import PRESETS, Transformer
+from .model import Transformer
 from .settings import Recipe, TrainSettings
 from .train import Trainer, encode_pairs
 
@@ -34,9 +35,7 @@ def build_model(task: TaskData, preset: str = "copy", seed: int = 0, **overrides
     ``overrides`` changed: the vocabulary decides vocab_size and pad_id, and max_len is raised
     to leave room for decoding (the longest sentence + 50, §6.1) unless ``overrides`` sets it,
     in which case too small a max_len is an error."""
-    if preset not in PRESETS:
-        raise ValueError(f"unknown preset {preset!r}; choose one of: {', '.join(PRESETS)}")
-    cfg = PRESETS[preset].with_(vocab_size=len(task.vocab), pad_id=task.vocab.pad_id, **overrides)
+    cfg = preset_config(preset).with_(vocab_size=len(task.vocab), pad_id=task.vocab.pad_id, **overrides)
     needed = max(max(len(s), len(t)) + 1 for s, t in task.train + task.valid + task.test) + EXTRA_OUTPUT_LEN + 1
     if cfg.max_len < needed:
         if "max_len" in overrides:

@@ -8,7 +8,7 @@ The model's own hyperparameters (d_model, h, N, d_ff, P_drop, ε_ls, ...) are a
                     (by name: optim.SCHEDULES; §5.3's by default), its warm-up and
                     factor, clipping, seed, how often to validate, log and save,
                     and whether to stop once the task is solved
-    Recipe          a task's defaults: a model preset (a name in model.PRESETS)
+    Recipe          a task's defaults: a model preset (a name in data.registry.PRESETS)
                     plus its TrainSettings
 
 Every task in the registry (``data.registry``) carries a Recipe, so a task and
@@ -120,7 +120,7 @@ class TrainSettings:
 class Recipe:
     """A task's defaults: the model preset and the training settings (each overridable).
 
-    preset: a name in ``model.PRESETS`` (the model's TransformerConfig; the
+    preset: a name in ``data.registry.PRESETS`` (the model's TransformerConfig; the
     command line changes single fields of it with ``--set FIELD=VALUE``);
     settings: the run's TrainSettings.
     """

@@ -7,9 +7,10 @@ another CPU-bound job it is a disaster: a product waits for a worker that the
 scheduler has given to the other job, and the spinning workers burn the CPU time
 the main thread needs (issue 25: the copy task 11-15x slower beside one other job).
 
-So, on NumPy, every ``CHECK_SECONDS`` of wall time (looked at from
-``backend.matmul``, before a product) the package measures how busy the machine
-was since its last look *without its own work* (the busy time of all cores in
+So, on NumPy, every ``CHECK_SECONDS`` of wall time (looked at once per training step,
+``train.Trainer.train_step``, and once per decoded batch, ``decoding``; never inside
+a layer's math) the package measures how busy the machine was since its last look
+*without its own work* (the busy time of all cores in
 /proc/stat, minus this process's own CPU time, spinning workers included), and
 gives OpenBLAS as many threads as there are free cores: at least 1, at most the
 count OpenBLAS started with. A core counts as free when ``FREE_SHARE`` of it was idle.
@@ -36,7 +37,7 @@ import math
 import os
 import time
 
-CHECK_SECONDS = 1.0          # how often the load is looked at (one monotonic() call per product between)
+CHECK_SECONDS = 1.0          # how often the load is looked at (one monotonic() call per step between)
 FREE_SHARE = 0.75            # a core is free when at least this share of it was idle since the last look
 USER_VARIABLES = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "GOTO_NUM_THREADS")
 
@@ -58,7 +59,7 @@ def status() -> dict:
     """What the policy does now: {"on", "threads", "most", "changes", "why_off"}."""
     if _state is None:
         return {"on": False, "threads": None, "most": None, "changes": 0,
-                "why_off": _why_off() or ("not started yet (no product ran)" if _wanted else "set_policy(False)")}
+                "why_off": _why_off() or ("not started yet (no step ran)" if _wanted else "set_policy(False)")}
     return {"on": _wanted, "threads": _state["threads"], "most": _state["most"], "changes": _state["changes"],
             "why_off": None if _wanted else "set_policy(False)"}
 
@@ -96,7 +97,7 @@ def sample() -> tuple[float, float, float] | None:
 
 
 def check() -> None:
-    """Called before every product (``backend.matmul``): at most every CHECK_SECONDS, fit the thread count."""
+    """Called before every training step and decoded batch: at most every CHECK_SECONDS, fit the thread count."""
     global _next_check
     now = time.monotonic()
     if now < _next_check:

@@ -99,7 +99,8 @@ def score_translations(model: Transformer, vocab: Vocab, pairs, tgt_level: str =
     """Translate the sources of ``pairs`` (source tokens, target tokens) with ``strategy`` and score them.
 
     Returns {"hyps", "refs": detokenized strings; "exact_match": fraction;
-    "bleu", "chrf": corpus scores (0-100); "seconds": decoding time}.
+    "bleu", "chrf": corpus scores (0-100); "bleu_stats": the metrics.BleuScore behind "bleu"
+    (its n-gram counts); "seconds": decoding time}.
     ``bleu_tokenize``: sacrebleu's tokenizer name ("13a", "char", "none", ...).
     ``scores``: a task's own scores (``loading.Task.scores``), called with the
     source, output and reference texts; what it returns is added as "scores".
@@ -110,9 +111,9 @@ def score_translations(model: Transformer, vocab: Vocab, pairs, tgt_level: str =
     hyps = [detokenize(h, tgt_level)
             for h in translate_tokens(model, vocab, [s for s, _ in pairs], strategy, max_len=max_len)]
     seconds = time.perf_counter() - t0
-    result = {"hyps": hyps, "refs": refs, "exact_match": exact_match(hyps, refs),
-              "bleu": corpus_bleu(hyps, refs, tokenize=bleu_tokenize).score, "chrf": corpus_chrf(hyps, refs),
-              "seconds": seconds}
+    bleu = corpus_bleu(hyps, refs, tokenize=bleu_tokenize)
+    result = {"hyps": hyps, "refs": refs, "exact_match": exact_match(hyps, refs), "bleu": bleu.score,
+              "bleu_stats": bleu, "chrf": corpus_chrf(hyps, refs), "seconds": seconds}
     if scores is not None:
         result["scores"] = scores([detokenize(s, src_level) for s, _ in pairs], hyps, refs)
     return result

@@ -31,7 +31,7 @@ from minitransformer.model import PRESETS, Transformer
 from minitransformer.optim import Adam
 
 VOCAB = synthetic_vocab(10)                      # the copy task's vocabulary: translate/evaluate can use the files
-LEVELS = {"src": "word", "tgt": "word", "bleu_tokenize": "13a"}
+LEVELS = {"src": "space", "tgt": "space", "bleu_tokenize": "13a", "word_rule": "punctuation split"}   # as copy
 CFG = PRESETS["tiny"].with_(vocab_size=len(VOCAB))
 
 

@@ -385,7 +385,7 @@ def test_a_float64_model_stays_float64(f64, rng):
     ("pre_ln", 1, "pre_ln must be True or False"),
 ])
 def test_config_nonsense_is_a_named_value_error(field, value, message):
-    from minitransformer.model import PRESETS
+    from minitransformer.data.registry import PRESETS
 
     with pytest.raises(ValueError, match=esc(f"TransformerConfig: {message}")):
         PRESETS["copy"].with_(**{field: value})

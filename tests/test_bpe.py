@@ -40,7 +40,6 @@ from minitransformer.data.bpe import (
     BPEError,
     BPETextError,
     CodesFileError,
-    _merge_in_word,
     detokenize,
     initial_symbols,
     learn_bpe,
@@ -50,6 +49,7 @@ from minitransformer.data.bpe import (
     word_counts,
     write_codes,
 )
+from minitransformer.data.bpe_learn import _merge_in_word
 from minitransformer.data.tasks import copy_pairs
 from minitransformer.data.tsv import load_tsv, write_tsv
 from minitransformer.data.vocab import SPECIALS, Vocab

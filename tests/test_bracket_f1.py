@@ -1,4 +1,4 @@
-"""Bracket F1 (metrics.bracket_f1, evalb with COLLINS.prm): hand-worked examples, then
+"""Bracket F1 (data.evalb.bracket_f1, evalb with COLLINS.prm): hand-worked examples, then
 agreement with two independent implementations on a few hundred random tree pairs:
 
 * spans taken with nltk's tree utilities (nltk.Tree, treepositions, leaf_treeposition),
@@ -16,8 +16,8 @@ import pytest
 from minitransformer import metrics
 from minitransformer.data import pcfg
 from minitransformer.data.cky import ViterbiParser
+from minitransformer.data.evalb import bracket_f1, brackets
 from minitransformer.data.trees import XX, Tree, linearize, parse_tree, read_linearized, target_tokens
-from minitransformer.metrics import bracket_f1, brackets
 
 DEV = "pip install -r requirements-dev.txt"
 
@@ -219,5 +219,18 @@ def test_bracket_f1_agrees_with_pyevalb(pairs):
     assert ours.exact == pytest.approx(theirs.complete_match, abs=1e-9)
 
 
-def test_metrics_keeps_its_translation_metrics():
-    assert {"corpus_bleu", "corpus_chrf", "exact_match", "bracket_f1"} <= set(metrics.__all__)
+def test_metrics_keeps_its_translation_metrics_and_data_needs_none_of_them():
+    """Bracket F1 lives beside the trees (data/evalb.py): no module of data/ imports metrics.py,
+    and metrics.py imports nothing of data/ (no import runs back up the layers)."""
+    import ast
+    import pathlib
+
+    assert {"corpus_bleu", "corpus_chrf", "exact_match"} <= set(metrics.__all__)
+    assert "bracket_f1" not in metrics.__all__
+    package = pathlib.Path(metrics.__file__).parent
+    for path in [*(package / "data").glob("*.py"), package / "metrics.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                target = node.module or ""
+                assert not (path.parent.name == "data" and target.endswith("metrics")), f"{path.name} imports metrics"
+                assert not (path.name == "metrics.py" and target.split(".")[0] == "data"), f"metrics.py imports {target}"

@@ -233,7 +233,7 @@ def test_evaluate_with_another_seed_counts_the_training_pairs_it_would_score(tmp
 
 # -- item 8: a task or level that is not the checkpoint's --------------------------------------
 
-def test_evaluate_a_char_model_on_a_word_task_is_a_level_mismatch(tmp_path, capsys):
+def test_evaluate_a_char_model_on_a_space_level_task_is_a_level_mismatch(tmp_path, capsys):
     data = tmp_path / "chars.tsv"
     data.write_text("\n".join(PAIRS) + "\n")
     assert main(["train", "--data", str(data), "--preset", "tiny", "--steps", "1", "--no-progress",
@@ -241,7 +241,7 @@ def test_evaluate_a_char_model_on_a_word_task_is_a_level_mismatch(tmp_path, caps
     capsys.readouterr()
     assert main(["evaluate", "--checkpoint", str(tmp_path / "char" / "checkpoint.npz"), "--task", "copy"]) == 2
     assert _errors(capsys.readouterr().err) == ["error: level mismatch: the checkpoint's model was trained on "
-                                                "char-level sources, not word-level ones (--task copy)"]
+                                                "char-level sources, not space-level ones (--task copy)"]
 
 
 @pytest.mark.parametrize("command", ["evaluate", "translate"])
@@ -253,12 +253,12 @@ def test_an_explicit_level_that_is_not_the_checkpoints_is_refused(trained, capsy
 
 
 def test_evaluate_on_another_task_warns_about_the_task_and_the_unknown_tokens(trained, capsys):
-    """The word-level pairs model on the copy task: the same level, but nothing it knows."""
-    assert main(["evaluate", "--checkpoint", str(trained["ckpt"]), "--task", "copy", "--beam", "1", "--limit", "2",
-                 "--samples", "0"]) == 0
+    """The word-level pairs model on the dates-en-de task: the same level, but nothing it knows."""
+    assert main(["evaluate", "--checkpoint", str(trained["ckpt"]), "--task", "dates-en-de", "--beam", "1",
+                 "--limit", "2", "--samples", "0"]) == 0
     err = capsys.readouterr().err
-    assert "warning: the checkpoint was trained on 'pairs.tsv', not 'copy'" in err
-    assert "warning: tokens not in the vocabulary (read as <unk>): " in err
+    assert "warning: the checkpoint was trained on 'pairs.tsv', not 'dates-en-de'" in err
+    assert "warning: --task dates-en-de, pair 1 (" in err and "tokens not in the vocabulary (read as <unk>): " in err
     assert "warning: reference tokens not in the vocabulary (the model can never produce them): " in err
 
 

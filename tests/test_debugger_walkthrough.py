@@ -70,7 +70,7 @@ def test_breakpoint_lines_are_found_by_their_text():
     assert pathlib.Path(path).read_text().splitlines()[int(line) - 1].strip().startswith("return out, AttentionCache")
 
 
-# -- LayerNorm, the loss's backward and Adam's update (issue 18) ----------------------------------
+# -- LayerNorm, attention, the loss's backward and Adam's update (issues 18 and 33) --------------
 
 _spec_layers = importlib.util.spec_from_file_location("debug_layers", LESSONS / "debug_layers.py")
 debug_layers = importlib.util.module_from_spec(_spec_layers)
@@ -79,12 +79,23 @@ _spec_layers.loader.exec_module(debug_layers)
 # Functions outside a layer's own file that stepping into it may enter, and why each is allowed:
 # none of them does the layer's math.
 ALLOWED_OUTSIDE = {
-    ("backend.py", "get_array_module"): "a one-liner in effect: numpy or cupy",
+    ("backend.py", "get_array_module"): "a one-liner: numpy or cupy",
+    ("backend.py", "rowdot"): "a one-liner: the row sums of a ⊙ b (NumPy 2's vecdot where it can)",
     ("errors.py", "check_input"): "the argument's dtype check",
     ("errors.py", "check_last_dim"): "the argument's shape check",
+    ("errors.py", "check_mask"): "the mask's dtype and shape check",
+    ("errors.py", "check_mask.<locals>.<genexpr>"): "the mask's shape check, axis by axis",
     ("errors.py", "check_gradient"): "the incoming gradient's shape and dtype check",
-    ("layers/parameter.py", "Layer._save_cache"): "keeps the forward's cache for the backward",
-    ("layers/parameter.py", "Layer._pop_cache"): "hands the cache to the backward",
+    ("layers/parameter.py", "checked_forward.<locals>.decorate.<locals>.checked"):
+        "the wrapper that runs the arguments' checks before the forward",
+    ("layers/parameter.py", "checked_backward.<locals>.checked"):
+        "the wrapper that checks the incoming gradient before the backward",
+    ("layers/parameter.py", "Layer._forward_ran"): "remembers the output's shape for the backward's check",
+    ("layers/parameter.py", "Layer._check_dout"): "the incoming gradient's check",
+}
+# Closures in a layer's own file that are machinery around the math, not the math.
+ALLOWED_CLOSURES = {
+    ("optim.py", "_skips_nonfinite_gradients.<locals>.checked"): "Adam's non-finite policy, before the update",
 }
 
 
@@ -96,7 +107,11 @@ def test_the_layers_walkthrough_steps_into_the_plain_math():
         f"pdb showed {len(transcript.steps)} prompts for {len(commands)} commands:\n{transcript}")
     assert failed_prints(transcript) == [], str(transcript)
     steps = transcript.steps
-    assert "--Call--" in steps[0][1] and "layernorm.py" in steps[0][1] and "forward()" in steps[0][1]
+    # `s` stops in the checking wrapper, `n n` runs the checks, `s` enters LayerNorm.forward itself
+    assert "--Call--" in steps[0][1] and "parameter.py" in steps[0][1] and "checked()" in steps[0][1]
+    assert "check(self, *args, **kwargs)" in steps[1][1]
+    assert "out = forward(self, *args, **kwargs)" in steps[2][1]
+    assert "--Call--" in steps[3][1] and "layernorm.py" in steps[3][1] and "forward()" in steps[3][1]
     stops = [output for command, output in steps if command == "c"]
     # each `c` stops on the formula line it names, in the function that holds it
     for stop, function, line in [(stops[0], "layernorm_forward()", "y = gamma * x_hat + beta"),
@@ -109,18 +124,20 @@ def test_the_layers_walkthrough_steps_into_the_plain_math():
 
 
 def test_stepping_into_each_enters_only_its_own_file_and_allowed_helpers():
-    """Every function of the package that LayerNorm.forward, LayerNorm.backward, the loss's
-    backward and Adam.step enter on the lesson's input: their own file's, or one of
-    ALLOWED_OUTSIDE. No closures, no speed variants (layers/fast.py), no thread hand-offs."""
+    """Every function of the package that LayerNorm.forward, LayerNorm.backward, attention's
+    forward and backward, the loss's backward and Adam.step enter on the lesson's input: their
+    own file's, or one of ALLOWED_OUTSIDE. No closures (but the wrappers named above), no speed
+    variants (layers/fast.py), no thread hand-offs."""
     report = []
-    for name, own_file, call in debug_layers.the_four_calls():
+    for name, own_file, call in debug_layers.the_traced_calls():
         entered = debug_layers.functions_entered(call)
         own = [function for file, function in entered.functions if file == own_file]
         outside = [(file, function) for file, function in entered.functions if file != own_file]
         assert own, f"{name}: the trace saw nothing of {own_file}"
         report += [f"{name}: enters {file}:{function}" for file, function in outside
                    if (file, function) not in ALLOWED_OUTSIDE]
-        report += [f"{name}: runs the closure {function}" for function in own if "<locals>" in function]
+        report += [f"{name}: runs the closure {function}" for function in own
+                   if "<locals>" in function and (own_file, function) not in ALLOWED_CLOSURES]
         if entered.threads:
             report.append(f"{name}: hands work to another thread")
     assert report == [], "\n".join(report)
@@ -136,3 +153,58 @@ def test_the_trace_check_can_fail():
     assert ("backend.py", "to_numpy") in entered.functions and not entered.threads
     with ThreadPoolExecutor(1) as pool:
         assert debug_layers.functions_entered(lambda: pool.submit(sum, [1, 2]).result()).threads
+
+
+# -- pdb's `step`, pressed and counted (issue 33) -------------------------------------------------
+
+# At least this share of the stops of `step` inside each method are lines of its own file
+# (the rest: NumPy's own Python, the backend's one-liner, the named caches' constructors).
+OWN_SHARE = 0.70
+# The first line of math comes at most this many presses after entering (entering is press 1).
+PRESSES_TO_MATH = 5
+
+
+def test_stepping_through_attention_layernorm_and_adam_is_mostly_their_own_math():
+    """pdb's own stepping (bdb), with `s` pressed at every stop, from the --Call-- of
+    MultiHeadAttention.forward and .backward, LayerNorm.backward and Adam.step to their
+    --Return--, on the lesson-sized inputs of lessons/debug_layers.py. The checks of the
+    arguments (and Adam's non-finite policy) run in the wrappers before these methods start."""
+    report = []
+    for name, method, call in debug_layers.the_stepped_calls():
+        counted = debug_layers.presses(call, method)
+        assert counted.stops[0].event == "call" and counted.stops[-1].event == "return"
+        press = counted.presses_to(debug_layers.FIRST_MATH[name])
+        line = (f"{name}: {counted.own} of {len(counted.stops)} stops in {counted.own_file} "
+                f"({counted.share:.0%}), first line of math at press {press}; elsewhere {counted.by_file()}")
+        if counted.share < OWN_SHARE or press > PRESSES_TO_MATH:
+            report.append(line)
+    assert report == [], "\n".join(report)
+
+
+def test_the_press_count_sees_machinery_inside_a_method():
+    """A method that calls a helper in another file, line by line, is counted against its share:
+    the counter can fail."""
+    from minitransformer import backend
+
+    def method(x):
+        backend.get_array_module(x)
+        backend.to_numpy(x)
+        backend.on_cpu(x)
+        return x
+
+    import numpy as np
+
+    counted = debug_layers.presses(lambda: method(np.zeros(2)), method)
+    files = counted.by_file()
+    assert files["backend.py"] >= 9 and counted.share < OWN_SHARE, files
+    assert counted.presses_to("backend.to_numpy(x)") == 6      # call, line, 3 stops in backend, this line
+
+
+def test_the_methods_counted_are_the_layers_own_not_their_wrappers():
+    """presses() starts at the layer's own method: the checking wrapper has run before it."""
+    from minitransformer.layers.attention import MultiHeadAttention
+    from minitransformer.optim import Adam
+
+    for method in (MultiHeadAttention.forward, MultiHeadAttention.backward, Adam.step):
+        assert method.__wrapped__.__code__.co_filename.endswith(("attention.py", "optim.py"))
+        assert method.__code__ is not method.__wrapped__.__code__

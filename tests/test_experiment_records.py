@@ -21,10 +21,9 @@ _spec.loader.exec_module(_record)
 # provenance (test_waiting_list_is_current), so the list cannot outlive the reason.
 WAITING = {
     "copy_recipe_search.json": "owned by the recipe stream (issue 25): adopts _record when it is re-run",
-    # These two carry a provenance of their own (command, date, commit, machine, load, per call or
-    # per row), written before _record reached main; each adopts _record when its script is re-run.
+    # This one carries a provenance of its own (command, date, commit, machine, load, per call or
+    # per row), written before _record reached main; it adopts _record when its script is re-run.
     "copy_recipe_bench.json": "bench_copy.py's own provenance (issue 25); adopts _record when it is re-run",
-    "lesson13_bpe.json": "lesson13_bpe.py's own provenance (issue 21); adopts _record when it is re-run",
 }
 RECORDS = sorted(p.name for p in EXPERIMENTS.glob("*.json"))
 
@@ -137,6 +136,53 @@ def test_record_problems_names_what_is_missing():
     assert _record.record_problems({"runs": []}) == ["no 'provenance' list"]
     problems = _record.record_problems({"provenance": [{"commit": "abc"}]})
     assert problems and "lacks" in problems[0] and "dirty" in problems[0]
+
+
+# The records whose live checks re-run training (lessons 8, 9, 11, 13, 15): measured on every machine _record plays.
+PLAYED = ("lesson08_rnn_vs_transformer.json", "lesson09_warmup.json", "lesson09_label_smoothing.json", "table3.json", "lesson13_bpe.json",
+          "parse_table4.json")
+
+
+@pytest.mark.parametrize("name", PLAYED)
+def test_training_live_checks_were_measured_on_every_machine(name):
+    """Each check's tolerance comes from re-runs on every machine of _record.MACHINES (each of which loaded its own
+    kernel), and a check of a claim names the null value its band leaves out."""
+    record = load(name)
+    assert record.get("live_check"), f"{name}: no live checks (re-run the script that writes them)"
+    machines = record.get("live_check_machines", {})
+    assert set(machines) == set(_record.MACHINES), f"{name}: measured on {sorted(machines)}"
+    assert all(m["kernel"] == _record.MACHINES[k]["kernel"] for k, m in machines.items()), machines
+    for check in record["live_check"]:
+        reruns = check["how"].split("; re-runs: ")[1]
+        assert "as the record: " in reruns, f"{name}: {check['metric']}: no re-run under the record's own conditions"
+        assert all(f"{machine}, seed " in reruns for machine in _record.MACHINES), f"{name}: {check['how']}"
+        assert check["where"]["key"], check
+        if check.get("null") is not None:
+            assert not _record.agrees(check, check["null"]), f"{name}: {check['metric']}: cannot fail"
+
+
+def test_a_check_that_cannot_fail_is_refused():
+    ok = _record.measured_check("r", "gain", 1.0, {"a": 0.8, "b": 1.1}, "abs", 0.05, 0.05, "re-runs", null=0.0)
+    assert ok["tolerance"] == pytest.approx(0.4) and ok["null"] == 0.0
+    with pytest.raises(ValueError, match="could not fail"):
+        _record.measured_check("r", "gain", 1.0, {"a": 0.4, "b": 1.1}, "abs", 0.05, 0.05, "re-runs", null=0.0)
+    assert "could not fail" in " ".join(_record.check_problems(good_check(null=0.91)))
+
+
+def test_a_stale_record_is_refused():
+    with pytest.raises(ValueError, match="stale"):
+        _record.measured_check("r", "m", 0.80, {"as the record": 0.81, "b": 0.80}, "abs", 0.01, 0.005, "re-runs")
+
+
+def test_assert_checks_names_each_check_and_fails_on_any():
+    checks = [good_check(where={"key": "a"}), good_check(where={"key": "b"}, recorded=0.5, fails_when="it broke")]
+    lines = _record.assert_checks(checks, {"a": 0.91, "b": 0.51})
+    assert len(lines) == 2 and "within 0.9 ± 0.02" in lines[0]
+    with pytest.raises(AssertionError, match="the record says 0.5.*it broke.*re-run the script"):
+        _record.assert_checks(checks, {"a": 0.91, "b": 0.6})
+    assert [r["ok"] for r in _record.results(checks, {"a": 0.95, "b": 0.5})] == [False, True]
+    with pytest.raises(AssertionError, match="no live checks"):
+        _record.assert_checks([], {})
 
 
 def test_measured_check_tolerance_follows_the_spread():

@@ -226,7 +226,7 @@ def test_what_cupy_lacks_raises_attribute_error(device_cp):
     if stand_in:
         # The stand-in refuses NumPy 2's ``x.device`` (CuPy's means a CUDA device, not "cpu"), so
         # package code cannot lean on it; and it has no vecdot (CuPy's documentation shows none),
-        # so backend.rowdot's plain fallback runs here.
+        # so backend.rowdot's plain formula runs here.
         with pytest.raises(AttributeError, match=r"cupy\.ndarray\.device "):
             _ = device_cp.zeros(3).device
         assert getattr(device_cp, "vecdot", None) is None
@@ -496,8 +496,8 @@ def test_training_matches_numpy(device_cp, dtype, clip_norm):
     assert all(type(v) is float for v in losses)
     assert losses[-1] < 0.8 * losses[0]                                   # it did learn something
     if dtype == "float32":
-        # Rounding differs a little (the stand-in, like CuPy, has no vecdot, so backend.rowdot
-        # sums a * b), and Adam carries it along: 4.5e-5 relative at step 30, measured. Adam
+        # Rounding differs a little between the two runs, and Adam carries it along: 4.5e-5
+        # relative at step 30, measured (the same with and without NumPy's vecdot). Adam
         # also moves parameters whose gradient is ~0 (the key bias, rows of E for rare tokens)
         # by ~lr per step in directions set by that rounding, so parameters are compared in float64.
         np.testing.assert_allclose(losses[:10], expected[:10], rtol=1e-5)

@@ -97,6 +97,8 @@ def test_the_korean_edition_follows_the_glossary():
 
 
 def test_a_planted_wrong_rendering_fails():
+    if editions is None:       # the learner's install ([lessons] + [test]) has no jupytext: no cells to pair
+        pytest.skip("pairing the Korean cells with the English needs jupytext (pip install -r requirements-dev.txt)")
     where, english, korean = next(p for p in _pairs() if "트랜스포머" in p[2])
     planted = korean.replace("트랜스포머", "변압기", 1)
     assert glossary.problems(TERMS, korean, english) == [], where
@@ -127,7 +129,8 @@ def test_a_term_the_english_uses_must_be_rendered():
 
 @pytest.mark.parametrize("edition", ["en", "ko"])
 def test_every_lesson_links_to_the_glossary(edition):
-    folder, link = (LESSONS, "](../docs/glossary.md)") if edition == "en" else (LESSONS / "ko", "](../../docs/glossary.md)")
+    # through lessons/docs/, the copy of the pages the lessons link, beside the notebooks (lessonkit/links.py)
+    folder, link = (LESSONS, "](docs/glossary.md)") if edition == "en" else (LESSONS / "ko", "](../docs/glossary.md)")
     notebooks = sorted(folder.glob("[0-9][0-9]_*.ipynb"))
     assert notebooks
     import json

@@ -3,8 +3,8 @@ layer or below, and no two modules import each other (directly or in a circle).
 
     foundation  errors, backend, files, runlock, streams, machine, threads, options
     layers      layers/* (layers/fast.py: the speed variants), gradcheck
-    model       model, settings, optim, data/*, metrics
-    search      decoding, checkpoint, average, snapshots, plot, progress, stops, distributed
+    model       model (+ kvcache), settings, optim, data/*, metrics
+    search      decoding (+ decoding_inputs), checkpoint, average, snapshots, plot, progress, stops, distributed
     translate   translate
     train       train
     run setup   runsetup
@@ -28,8 +28,9 @@ LAYERS = [
     ("foundation", ["errors", "backend", "files", "runlock", "streams", "machine", "threads", "options",
                     "__init__"]),
     ("layers", ["layers.fast", "layers.*", "gradcheck"]),
-    ("model", ["model", "settings", "optim", "data.*", "metrics"]),
-    ("search", ["decoding", "checkpoint", "average", "snapshots", "plot", "progress", "stops", "distributed"]),
+    ("model", ["model", "kvcache", "settings", "optim", "data.*", "metrics"]),
+    ("search", ["decoding", "decoding_inputs", "checkpoint", "average", "snapshots", "plot", "progress", "stops",
+                "distributed"]),
     ("translate", ["translate"]),
     ("train", ["train"]),
     ("run setup", ["runsetup"]),

@@ -68,6 +68,17 @@ def test_linear(f64, rng):
     _ok(report)
 
 
+def test_linear_without_a_bias_has_none(f64, rng):
+    """Linear(bias=False) builds y = x W: no b parameter at all (none to train, save or count)."""
+    lin = Linear(4, 3, rng, name="proj", bias=False)
+    assert lin.b is None and [name for name, _ in lin.named_parameters()] == ["W"] and lin.num_parameters() == 12
+    x = rng.standard_normal((2, 5, 4))
+    np.testing.assert_allclose(lin.forward(x), x @ lin.W.data, rtol=1e-12)
+    report = check_layer(lin, x)
+    assert set(report.errors) == {"x", "W"}
+    _ok(report)
+
+
 def test_linear_2d_input(f64, rng):
     lin = Linear(3, 2, rng)
     _randomize(lin.b, rng=rng)
@@ -269,13 +280,14 @@ def test_learned_positional_cannot_go_past_its_table(f64, rng):
         LearnedPositionalEmbedding(4, 6, weight=Parameter(np.zeros((5, 4))))
 
 
-@pytest.mark.parametrize("positional", ["sinusoidal", "learned"])
-def test_whole_model_gradient(f64, positional):
+@pytest.mark.parametrize("positional, activation", [("sinusoidal", "relu"), ("learned", "relu"),
+                                                    ("sinusoidal", "swiglu")])
+def test_whole_model_gradient(f64, positional, activation):
     """Every parameter of a tiny model (padding, dropout, label smoothing on), against
     central differences; with the learned table, P collects the source and target sides."""
     rng = np.random.default_rng(7)
     cfg = TransformerConfig(vocab_size=7, d_model=4, h=2, N=1, d_ff=6, P_drop=0.2, eps_ls=0.1, max_len=6,
-                            positional=positional)
+                            positional=positional, activation=activation)
     model = Transformer(cfg, seed=3)
     for layer in model.modules():                       # LayerNorm gains/biases away from 1 / 0
         if isinstance(layer, LayerNorm):
@@ -491,10 +503,37 @@ def test_feedforward_gelu(f64, rng):
     assert np.abs(u - exact).max() < 1e-3 and not np.allclose(u, np.maximum(z, 0), atol=1e-3)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu"])
+def test_feedforward_swiglu(f64, rng):
+    """Shazeer (2020), Eq. 6: (Swish(x W) ⊙ x V) W_2, no biases; W_1 = [W | V]."""
+    ffn = FeedForward(4, 6, rng, activation="swiglu")
+    assert ffn.linear1.W.shape == (4, 12) and ffn.linear2.W.shape == (6, 4)
+    assert ffn.linear1.b is None and ffn.linear2.b is None           # Linear(bias=False): no bias at all
+    x = rng.standard_normal((2, 3, 4)) * 2                            # the gate over both sides of 0
+    report = check_layer(ffn, x)
+    assert set(report.errors) == {"x", "linear1.W", "linear2.W"}
+    _ok(report)
+    W, V = ffn.linear1.W.data[:, :6], ffn.linear1.W.data[:, 6:]
+    a, b = x @ W, x @ V
+    swish = a / (1 + np.exp(-a))                                      # a · σ(a), σ written the usual way
+    np.testing.assert_allclose(ffn.forward(x), (swish * b) @ ffn.linear2.W.data, rtol=1e-12)
+    assert (a < -1).any() and (a > 1).any()
+
+
+def test_swiglu_is_stable_far_from_zero(rng):
+    from minitransformer.layers.feedforward import swiglu, swiglu_backward
+
+    z = np.array([[-1000.0, 0.0, 1000.0, 2.0, 3.0, 4.0]])             # a = (-1000, 0, 1000), b = (2, 3, 4)
+    with np.errstate(all="raise"):                                    # no overflow warning from exp
+        u, cache = swiglu(z)
+        dz = swiglu_backward(np.ones((1, 3)), cache)
+    np.testing.assert_allclose(u, [[0.0, 0.0, 4000.0]])
+    np.testing.assert_allclose(dz, [[0.0, 1.5, 4.0, 0.0, 0.0, 1000.0]])
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu", "swiglu"])
 def test_feedforward_activation_in_float32_and_from_the_config(activation, rng):
-    """The activation keeps float32 float32, reaches every FFN of the model from the config,
-    and adds no parameters (count_parameters unchanged)."""
+    """The activation keeps float32 float32, reaches every FFN of the model from the config, and
+    count_parameters agrees with the model built (an elementwise one adds no parameters)."""
     from minitransformer.model import count_parameters
     ffn = FeedForward(4, 8, rng, activation=activation)
     for p in ffn.parameters():
@@ -506,13 +545,20 @@ def test_feedforward_activation_in_float32_and_from_the_config(activation, rng):
     cfg = TransformerConfig(vocab_size=9, d_model=8, h=2, N=1, d_ff=12, activation=activation)
     model = Transformer(cfg)
     assert {layer.ffn.activation for layer in model.encoder.layers + model.decoder.layers} == {activation}
-    assert model.num_parameters() == count_parameters(cfg) == count_parameters(cfg.with_(activation="relu"))
+    assert model.num_parameters() == count_parameters(cfg)
+    if activation != "swiglu":
+        assert count_parameters(cfg) == count_parameters(cfg.with_(activation="relu"))
+    else:                                             # 3·d·d_ff per FFN, no biases, against 2·d·d_ff + d_ff + d
+        ffns = 2 * cfg.N
+        assert count_parameters(cfg) - count_parameters(cfg.with_(activation="relu")) == \
+            ffns * (3 * 8 * 12 - (2 * 8 * 12 + 12 + 8))
 
 
 def test_feedforward_refuses_an_unknown_activation(rng):
-    with pytest.raises(ValueError, match=r"activation must be one of 'relu', 'gelu', got 'swish'"):
+    with pytest.raises(ValueError, match=r"activation must be one of 'relu', 'gelu', 'swiglu', got 'swish'"):
         FeedForward(4, 8, rng, activation="swish")
-    with pytest.raises(ValueError, match=r"TransformerConfig: activation must be one of 'relu', 'gelu', got 'tanh'"):
+    with pytest.raises(ValueError, match=r"TransformerConfig: activation must be one of 'relu', 'gelu', 'swiglu', "
+                                         r"got 'tanh'"):
         TransformerConfig(activation="tanh")
 
 

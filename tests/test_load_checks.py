@@ -19,11 +19,12 @@ import pytest
 from minitransformer import backend
 from minitransformer.__main__ import main
 from minitransformer.checkpoint import CheckpointError, NonFiniteStateError, load_checkpoint, save_checkpoint
+from minitransformer.data.registry import PRESETS
 from minitransformer.data.vocab import Vocab
 from minitransformer.errors import ShapeError
 from minitransformer.layers.attention import MultiHeadAttention
 from minitransformer.layers.loss import LabelSmoothedCrossEntropy
-from minitransformer.model import PRESETS, ModelTooLargeError, Transformer, check_fits
+from minitransformer.model import ModelTooLargeError, Transformer, check_fits
 from minitransformer.optim import Adam
 
 VOCAB = Vocab(list("abcdefghij"))

@@ -18,13 +18,13 @@ from minitransformer.__main__ import main
 from minitransformer.checkpoint import load_checkpoint
 from minitransformer.cli.scoring import report as _report
 from minitransformer.data import parsing, pcfg
+from minitransformer.data.evalb import bracket_f1
 from minitransformer.data.loading import Task, TaskData
-from minitransformer.data.registry import TASKS, get_task, load_task, saved_task
+from minitransformer.data.registry import PRESETS, TASKS, get_task, load_task, saved_task
 from minitransformer.data.tasks import synthetic_vocab
-from minitransformer.data.trees import linearize, parse_tree, read_linearized
+from minitransformer.data.trees import linearize, parse_tree, read_linearized, right_branching
 from minitransformer.decoding import GREEDY
-from minitransformer.metrics import bracket_f1
-from minitransformer.model import PRESETS, Transformer
+from minitransformer.model import Transformer
 from minitransformer.runsetup import make_trainer, settings_for
 from minitransformer.settings import recipe
 
@@ -180,7 +180,7 @@ def _small_parse_data(n_train: int, entry=None) -> TaskData:
     """A few parse pairs from the grammar (quick to make), tokenized as the parse task does."""
     trees = pcfg.sample_treebank(n_train + 8, np.random.default_rng(4))
     pairs = [(t.words(), linearize(t, words=True)) for t in trees]
-    return TaskData("parse", pcfg.parse_vocab(), pairs[:n_train], pairs[n_train:], pairs[n_train:],
+    return TaskData("parse", pcfg.parse_vocab(), pairs[:n_train], pairs[n_train:], pairs[n_train:], "space", "space",
                     bleu_tokenize="none", recipe=get_task("parse").recipe, entry=entry)
 
 
@@ -239,3 +239,20 @@ def test_evaluate_prints_bracket_f1_on_a_task_split(checkpoint, capsys):
     for decoder in ("greedy", "beam 2"):
         assert f"{decoder}: bracket F1 " in out and "ill-formed % " in out and "exact trees % " in out
     assert "BLEU" not in out
+
+
+def test_scores_name_both_references_on_the_grammar_s_sentences():
+    """On sentences of the grammar, the report adds what the grammar's own two parsers score on them (the most
+    probable tree, the max-expected-F1 parse) and how far the model is under the better of the two."""
+    pairs = parsing.parse_text_splits(0)(0)["test"][:60]
+    sources, refs = [s for s, _ in pairs], [t for _, t in pairs]
+    hyps = refs[:30] + [" ".join(linearize(right_branching(s.split()), words=True)) for s in sources[30:]]
+    got = parsing.tree_scores(sources, hyps, refs)
+    gold = [read_linearized(r.split(), s.split()).tree for s, r in zip(sources, refs)]
+    most_probable, max_expected = parsing.reference_scores([s.split() for s in sources], gold)
+    assert got["F1 of the most probable tree"] == most_probable
+    assert got["F1 of the max-expected-F1 parse"] == max_expected
+    assert got["points under the better"] == pytest.approx(max(most_probable, max_expected) - got["bracket F1"])
+    assert 80 < most_probable <= 100 and 80 < max_expected <= 100
+    # A sentence with a word the grammar lacks (SENTENCE has "a"): no references, the model's scores alone.
+    assert "F1 of the most probable tree" not in parsing.tree_scores([SENTENCE], [TARGET], [TARGET])

@@ -115,7 +115,7 @@ def test_the_examples_are_tokenized_as_the_model_sees_them():
         assert example.target == linearize(example.tree)
         assert example.target.count(XX) == len(example.words)
         # Word-level tokenization of the joined strings gives back the same tokens.
-        assert tokenize(" ".join(example.words), "word") == example.words
-        assert tokenize(" ".join(example.target), "word") == example.target
+        assert tokenize(" ".join(example.words), "space") == example.words
+        assert tokenize(" ".join(example.target), "space") == example.target
         assert UNK_ID not in vocab.encode(example.words) + vocab.encode(example.target)
         assert len(example.target) <= 4 * MAX_WORDS

@@ -151,6 +151,8 @@ def test_the_cli_says_solved_and_still_reports_the_test_set(constant_tsv, uninte
     assert f"solved at step {solved}:" in out
     assert f"trained {solved} steps in" in out and f"s (solved at step {solved}); checkpoint" in out
     assert "held-out test set" in out and "exact match 100.00% (20 sentences)" in out
+    # Every target is one token: BLEU has no 4-gram to count, and the report says so (issue 39).
+    assert "BLEU 0.00" in out and "(BLEU is 0 because no output has 4 tokens (13a tokenizer; the longest has 1)" in out
 
 
 def test_steps_forces_a_fixed_length(constant_tsv, uninterrupted, stopping_recipe, tmp_path, capsys):

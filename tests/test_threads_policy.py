@@ -110,13 +110,30 @@ def test_a_thread_count_in_the_environment_turns_the_policy_off(monkeypatch):
     assert threads.status()["why_off"] == "OPENBLAS_NUM_THREADS is set"
 
 
-def test_matmul_asks_the_policy_before_a_numpy_product(monkeypatch):
+def test_the_policy_is_asked_once_per_training_step_and_decoded_batch_never_per_product(monkeypatch):
+    """threads.check runs outside the layers' math: once per Trainer.train_step and once per
+    decoded batch (every strategy), and not from the products (backend.matmul is ``@``)."""
+    from minitransformer.data.registry import load_task
+    from minitransformer.decoding import Beam, Greedy, Sample, decode
+    from minitransformer.runsetup import make_trainer, settings_for
+
     calls = []
     monkeypatch.setattr(threads, "check", lambda: calls.append(1))
     a = np.ones((2, 3, 4), dtype=np.float32)
-    out = backend.matmul(a, np.ones((4, 5), dtype=np.float32))
-    assert out.shape == (2, 3, 5) and np.all(out == 4.0)
-    assert calls == [1]
+    assert np.all(backend.matmul(a.reshape(6, 4), np.ones((4, 5), dtype=np.float32)) == 4.0)
+    assert calls == []
+    task = load_task("copy")
+    preset, settings = settings_for(task, preset="tiny", steps=2, batch_size=8)
+    trainer = make_trainer(task, settings, preset)
+    batches = trainer.batches()
+    for n in (1, 2):
+        trainer.train_step(next(batches))
+        assert len(calls) == n
+    src = np.array([[4, 5, 6, 2], [7, 8, 2, 0]])
+    for strategy in (Greedy(), Sample(seed=1), Beam(2)):
+        calls.clear()
+        decode(trainer.model, src, bos_id=1, eos_id=2, strategy=strategy, max_len=3)
+        assert calls == [1], strategy
 
 
 def test_sample_reads_this_machine():

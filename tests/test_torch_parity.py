@@ -319,3 +319,25 @@ def test_the_header_names_the_torch_build_in_use():
     assert ("CPU-only build" in header) == (torch.version.cuda is None), header
     if torch.version.cuda is not None:
         assert f"CUDA {torch.version.cuda} build" in header, header
+
+
+def test_swiglu_feedforward_matches_torch_autograd():
+    """FeedForward(activation="swiglu") against torch autograd of Shazeer (2020)'s Eq. 6 written
+    with torch's own silu: (silu(x W) * (x V)) W_2, no biases; output and every gradient."""
+    from minitransformer.layers.feedforward import FeedForward
+
+    rng = np.random.default_rng(5)
+    ours = FeedForward(6, 10, rng, activation="swiglu")             # float64: the autouse fixture
+    x = rng.normal(size=(3, 4, 6)) * 2
+    G = rng.normal(size=(3, 4, 6))
+    y = ours.forward(x)
+    dx = ours.backward(G)
+    W1, W2 = t(ours.linear1.W.data).requires_grad_(True), t(ours.linear2.W.data).requires_grad_(True)
+    xt = t(x).requires_grad_(True)
+    z = xt @ W1
+    yt = (F.silu(z[..., :10]) * z[..., 10:]) @ W2
+    (yt * t(G)).sum().backward()
+    assert_close("swiglu FFN output", y, yt)
+    assert_close("swiglu FFN d(input)", dx, xt.grad)
+    assert_close("swiglu FFN dW_1 = [dW | dV]", ours.linear1.W.grad, W1.grad)
+    assert_close("swiglu FFN dW_2", ours.linear2.W.grad, W2.grad)

@@ -19,7 +19,7 @@ def test_task_table():
                         "emoji-en-fr", "emoji-en-de", "emoji-en-ko"}
     for name, task in TASKS.items():
         assert task.name == name
-        assert task.src_level in ("word", "char") and task.tgt_level in ("word", "char")
+        assert task.src_level in ("word", "space", "char") and task.tgt_level in ("word", "space", "char")
         assert task.bleu_tokenize == ("char" if task.tgt_level == "char" else "13a")
         pkg = task.source.split()[0]
         assert task.source == f"{pkg} {tr.PINNED_VERSIONS[pkg]}"

@@ -200,6 +200,6 @@ def test_right_branching():
 
 
 def test_the_docstring_examples_run():
-    from minitransformer import metrics
-    result = doctest.testmod(metrics)
+    from minitransformer.data import evalb
+    result = doctest.testmod(evalb)
     assert result.failed == 0 and result.attempted > 0

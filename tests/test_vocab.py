@@ -33,6 +33,42 @@ def test_word_tokens_split_on_whitespace():
     assert detokenize(["the", "cat", "sat"], "word") == "the cat sat"
 
 
+@pytest.mark.parametrize("text, tokens", [
+    ("Tuesday, March 5, 2024", ["Tuesday", ",", "March", "5", ",", "2024"]),
+    ("Dienstag, 5. März 2024", ["Dienstag", ",", "5", ".", "März", "2024"]),
+    ("one thousand, two hundred and thirty-four", ["one", "thousand", ",", "two", "hundred", "and", "thirty-four"]),
+    ("quatre-vingt-dix-neuf", ["quatre-vingt-dix-neuf"]),
+    ("l'heure d’été", ["l'heure", "d’été"]),
+    ("1,234.5 at 10:30 on 2037-12-25", ["1,234.5", "at", "10:30", "on", "2037-12-25"]),
+    ("(the 25th of December)!", ["(", "the", "25th", "of", "December", ")", "!"]),
+    ("well-- no", ["well", "-", "-", "no"]),
+    ("¿Qué? «oui»", ["¿", "Qué", "?", "«", "oui", "»"]),
+])
+def test_word_level_splits_punctuation_from_words_and_prints_it_back(text, tokens):
+    assert tokenize(text, "word") == tokens
+    assert tokenize(text, "space") == text.split()           # level space: whitespace only
+    if text != "well-- no":                                   # written with a dash a person would space
+        assert detokenize(tokens, "word") == text
+
+
+@given(st.text(alphabet="ab1 ,.-'’()?:/\t", max_size=30))
+def test_word_tokens_come_back_from_their_detokenized_text(text):
+    tokens = tokenize(text, "word")
+    assert tokenize(detokenize(tokens, "word"), "word") == tokens
+    assert all(tok.strip() == tok and tok for tok in tokens)
+
+
+def test_every_word_level_task_sentence_prints_back_as_generated():
+    from minitransformer.data.registry import TASKS
+
+    for task in TASKS.values():
+        if "word" not in (task.src_level, task.tgt_level) or task.name.startswith("emoji"):
+            continue
+        for src, tgt in task.splits(0)["test"][:300]:
+            for text, level in ((src, task.src_level), (tgt, task.tgt_level)):
+                assert detokenize(tokenize(text, level), level) == text, (task.name, text)
+
+
 @given(st.text(alphabet=st.characters(blacklist_characters=SPACE)))
 def test_char_round_trip_is_exact(text):
     assert detokenize(tokenize(text, "char"), "char") == text
@@ -46,7 +82,7 @@ def test_word_round_trip(words):
 
 @pytest.mark.parametrize("fn", [lambda lv: tokenize("abc", lv), lambda lv: detokenize(["a"], lv)])
 def test_bad_level_names_the_valid_ones(fn):
-    with pytest.raises(ValueError, match=r"one of \('char', 'word', 'bpe'\), got 'sentencepiece'"):
+    with pytest.raises(ValueError, match=r"one of \('char', 'word', 'space', 'bpe'\), got 'sentencepiece'"):
         fn("sentencepiece")
 
 

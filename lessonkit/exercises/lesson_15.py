@@ -10,7 +10,7 @@ Exercise 15.1 check_linearize     a tree -> its target tokens, (X ... )X around 
 Exercise 15.2 check_bracket_f1    labelled bracket precision, recall and F1 of one test tree against gold
 Exercise 15.3 check_repair        an ill-formed output -> the well-formed tokens the repair rule gives
 
-The references are the package's own: ``data.trees.linearize``, ``metrics.bracket_f1``
+The references are the package's own: ``data.trees.linearize``, ``data.evalb.bracket_f1``
 and ``data.trees.read_linearized``.
 """
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 
+from minitransformer.data.evalb import bracket_f1
 from minitransformer.data.trees import XX, Tree, evalb_label, linearize, parse_tree, read_linearized
-from minitransformer.metrics import bracket_f1
 
 from ._common import NOT_ATTEMPTED, WrongAnswer, case_rng, describe, edge, exercise, not_attempted, say, visible
 

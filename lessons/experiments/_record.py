@@ -13,10 +13,12 @@ scripts had uncommitted changes), the command, the start and end dates, the mach
     record = {"provenance": [_record.finish(prov)], ..., "live_check": [_record.live_check(...)]}
     _record.write(path, record)
 
-A lesson that re-runs a row compares it with ``_record.assert_live(check, value)``. A script's
-``--live-check`` re-runs that row under ``variants()`` (the record's conditions again, two BLAS
-threads, another BLAS kernel) in fresh processes (``rerun``) and writes the spread it saw and the
-tolerance that follows from it (``measured_check``) into the record's ``live_check`` list.
+A lesson that re-runs a row compares it with ``_record.assert_checks(checks, values)`` (or one check
+with ``assert_live``). A script's live check re-runs that row in fresh processes under ``variants()``:
+the record's own conditions once (which must reproduce it bit for bit), then every processor of
+``MACHINES`` (OpenBLAS kernel and NumPy SIMD code of Haswell, SkylakeX, Sandybridge and Nehalem, all
+played by this one machine), each with several seeds where the quantity is stochastic; ``measured_check``
+turns their spread into a tolerance by ``RULE`` and refuses a check that could not fail.
 
 Why one BLAS thread: the records are made on a shared 2-core machine (load 9 from other
 users is usual). One thread is the thread count that cannot be starved by contention, and
@@ -52,6 +54,31 @@ FIELDS = ("commit", "dirty", "command", "started", "finished", "wall_seconds", "
           "blas_threads", "load_average")
 CHECK_FIELDS = ("row", "metric", "recorded", "tolerance", "kind", "observed_spread")
 KINDS = ("abs", "rel", "exact")
+
+# How a tolerance follows from the re-runs (lessons/experiments/README.md gives the reasons).
+RULE = ("twice the largest deviation from the recorded value over the re-runs (every machine of MACHINES, and "
+        "every seed where the quantity is stochastic), rounded up to {step:g}, at least {floor:g}; a check whose "
+        "band recorded ± tolerance holds its null value (what the metric would be if the claim were false) is "
+        "refused")
+
+# The processors a live check must pass on, all played by one machine. Another processor runs another
+# OpenBLAS kernel (its own order of the additions inside a product, with or without fused multiply-add)
+# and NumPy's SIMD code for its instruction set (exp, log, reductions): after a few hundred float32
+# training steps the run is on another path. OpenBLAS takes its kernel from OPENBLAS_CORETYPE; NumPy
+# leaves out the SIMD levels NPY_DISABLE_CPU_FEATURES names (its baseline, X86_V2, stays). Zen is not
+# a machine of its own: NumPy's OpenBLAS build has no Zen kernel and runs its Haswell kernel for
+# OPENBLAS_CORETYPE=Zen (tests/test_live_checks_on_other_cpus.py checks that this still holds).
+_NO_AVX2 = "X86_V3 X86_V4 AVX512_ICL AVX512_SPR"
+MACHINES = {                # needs: the instructions (NumPy's names) the machine playing it must have
+    "Haswell": {"kernel": "Haswell", "numpy_off": "X86_V4 AVX512_ICL AVX512_SPR", "needs": "X86_V3",
+                "plays": "AVX2 + FMA: Intel Core 2013-2020, AMD Zen 1-3"},
+    "SkylakeX": {"kernel": "SkylakeX", "numpy_off": "AVX512_ICL AVX512_SPR", "needs": "AVX512_SKX",
+                 "plays": "AVX-512: Intel Xeon since 2017, AMD Zen 4-5"},
+    "Sandybridge": {"kernel": "Sandybridge", "numpy_off": _NO_AVX2, "needs": "AVX",
+                    "plays": "AVX without FMA: Intel 2011-2012"},
+    "Nehalem": {"kernel": "Nehalem", "numpy_off": _NO_AVX2, "needs": "SSE42",
+                "plays": "SSE4.2 only: older CPUs, some virtual machines"},
+}
 
 
 def _git(*args: str) -> str | None:
@@ -157,60 +184,121 @@ def live_check(row: str, metric: str, recorded, tolerance: float, kind: str, obs
     return check
 
 
-def other_kernel() -> str:
-    """Another OpenBLAS kernel this CPU can run, for a re-run with other rounding: Sandybridge
-    (AVX, no fused multiply-add) unless that is the kernel in use, then Nehalem (SSE only)."""
-    current = {b["architecture"] for b in blas()}
-    return "Nehalem" if "Sandybridge" in current else "Sandybridge"
+def machine_env(name: str) -> dict:
+    """The environment variables that make a fresh process play MACHINES[name]."""
+    m = MACHINES[name]
+    return {"OPENBLAS_CORETYPE": m["kernel"], "NPY_DISABLE_CPU_FEATURES": m["numpy_off"]}
 
 
-def variants(two_threads: bool = True) -> list[dict]:
-    """The re-runs that measure a record's tolerance: the record's own conditions again (one BLAS
-    thread: must agree bit for bit), two BLAS threads, and one thread on another BLAS kernel (another
-    order of the additions inside a product, and no fused multiply-add: what another computer does).
-
-    two_threads=False leaves out the two-thread run: under contention OpenBLAS's second thread makes a
-    long run many times slower (issue 25 measured 11-15x), and the other kernel perturbs the rounding too."""
-    kernel = other_kernel()
-    return [{"name": "1 BLAS thread, as the record", "threads": 1, "env": {}},
-            *([{"name": "2 BLAS threads", "threads": 2, "env": {}}] if two_threads else []),
-            {"name": f"1 BLAS thread, OpenBLAS kernel {kernel}", "threads": 1, "env": {"OPENBLAS_CORETYPE": kernel}}]
+SIMD_LEVELS = ("X86_V2", "X86_V3", "X86_V4", "AVX512_ICL", "AVX512_SPR")
 
 
-def rerun(script: str, args: list[str], variant: dict, timeout: float = 3600) -> dict:
+def can_play(name: str) -> bool:
+    """Whether this processor can play MACHINES[name] (an x86-64 one with the instructions it needs)."""
+    import platform
+
+    from numpy._core._multiarray_umath import __cpu_features__
+    return platform.machine().lower() in ("x86_64", "amd64") and bool(__cpu_features__.get(MACHINES[name]["needs"]))
+
+
+def numpy_simd() -> list[str]:
+    """The SIMD levels NumPy dispatches to in this process (X86_V3: AVX2, X86_V4: AVX-512, ...)."""
+    from numpy._core._multiarray_umath import __cpu_features__
+    return [k for k in SIMD_LEVELS if __cpu_features__.get(k)]
+
+
+def kernel() -> str:
+    """The OpenBLAS kernel this process runs (threadpoolctl's "architecture")."""
+    return ",".join(sorted({b["architecture"] for b in blas()}))
+
+
+def variants(seeds=(0,), record_seed: int = 0, record_kernel: str | None = None) -> list[dict]:
+    """The re-runs that measure a live check's tolerance, each in a fresh process with one BLAS thread:
+    the record's own conditions (``record_kernel``, default this process's kernel, and seed ``record_seed``:
+    must reproduce the record bit for bit), then every machine of MACHINES with every seed of ``seeds``
+    (a quantity deterministic up to rounding uses the record's seed only)."""
+    here = record_kernel or kernel()
+    return [{"name": "as the record", "machine": None, "seed": record_seed, "threads": 1,
+             "env": {"OPENBLAS_CORETYPE": here}, "kernel": here},
+            *({"name": f"{name}, seed {seed}", "machine": name, "seed": seed, "threads": 1, "env": machine_env(name),
+               "kernel": MACHINES[name]["kernel"]} for name in MACHINES for seed in seeds)]
+
+
+def rerun(script: str, args: list[str], variant: dict, timeout: float = 3600):
     """``python script *args --threads N`` in a fresh process with the variant's environment (a BLAS
-    kernel is chosen when the library loads, so it takes a new process). Its last line of stdout is JSON."""
-    env = {**os.environ, **variant["env"]}
+    kernel is chosen when the library loads, so it takes a new process). Its last line of stdout is JSON
+    (``emit``); the run must show the variant's kernel and NumPy SIMD levels, or it measured nothing."""
+    env = {**os.environ, **variant["env"], "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     done = subprocess.run([sys.executable, script, *args, "--threads", str(variant["threads"])], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"re-run {variant['name']} of {script} {' '.join(args)} failed:\n{done.stderr[-2000:]}")
     out = json.loads(done.stdout.strip().splitlines()[-1])
-    # The variant must have taken effect, or its spread would measure nothing.
-    kernel = variant["env"].get("OPENBLAS_CORETYPE")
+    off = set(variant["env"].get("NPY_DISABLE_CPU_FEATURES", "").split())
     for b in out["blas"]:
-        if b["threads"] != variant["threads"] or (kernel and b["architecture"] != kernel):
+        if b["threads"] != variant["threads"] or b["architecture"] != variant["kernel"]:
             raise RuntimeError(f"re-run {variant['name']}: the child ran on {out['blas']}")
+    if off & set(out["numpy_simd"]):
+        raise RuntimeError(f"re-run {variant['name']}: NumPy still dispatched to {sorted(off & set(out['numpy_simd']))}")
     return out["value"]
 
 
 def emit(value) -> None:
-    """What a ``--live-row`` child prints for ``rerun``: its result and the BLAS it ran on, as one JSON line."""
-    print(json.dumps({"value": value, "blas": blas()}))
+    """What a ``--live-row`` child prints for ``rerun``: its result, the BLAS and the NumPy SIMD levels
+    it ran on, as one JSON line."""
+    print(json.dumps({"value": value, "blas": blas(), "numpy_simd": numpy_simd()}))
+
+
+_PROBE = ("import json, numpy, threadpoolctl\n"
+          "from numpy._core._multiarray_umath import __cpu_features__ as f\n"
+          "print(json.dumps({'kernel': ','.join(sorted({i['architecture'] for i in threadpoolctl.threadpool_info() "
+          "if i['user_api'] == 'blas'})), 'numpy_simd': [k for k in %r if f.get(k)]}))")
+
+
+def probe(env: dict) -> dict:
+    """The OpenBLAS kernel and NumPy SIMD levels a fresh process runs with ``env`` added (threadpoolctl
+    and NumPy's own dispatch table): {"kernel", "numpy_simd"}."""
+    done = subprocess.run([sys.executable, "-c", _PROBE % (SIMD_LEVELS,)], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=120, check=True)
+    return json.loads(done.stdout)
+
+
+def played() -> dict:
+    """What the re-runs played, for the record: each machine's kernel and NumPy SIMD levels, measured."""
+    return {name: {**probe(machine_env(name)), "plays": MACHINES[name]["plays"]} for name in MACHINES}
+
+
+def _round_up(x: float, step: float) -> float:
+    return math.ceil(round(x / step, 9)) * step
 
 
 def measured_check(row: str, metric: str, recorded: float, reruns: dict, kind: str, floor: float, step: float,
-                   how: str, **where) -> dict:
-    """A live_check whose tolerance comes from re-runs: twice the largest deviation of a re-run from
-    the record (``kind`` "abs": in the metric's units; "rel": relative), rounded up to a multiple of
-    ``step``, and at least ``floor``. ``reruns``: variant name -> the metric's value."""
+                   how: str, null: float | None = None, fails_when: str | None = None, **where) -> dict:
+    """A live_check whose tolerance follows from re-runs by RULE: twice the largest deviation of a
+    re-run from the record (``kind`` "abs": in the metric's units; "rel": relative), rounded up to a
+    multiple of ``step``, at least ``floor``. ``reruns``: variant name -> the metric's value; the re-run
+    named "as the record" must equal ``recorded`` (else the record is stale: re-make it).
+
+    null: what the metric would be if the sentence's claim were false (no effect, a model that learned
+    nothing); the band recorded ± tolerance must leave it out, or the check could not fail and is refused.
+    fails_when: in words, what would make it fail (kept in the record, printed by the lesson)."""
+    if "as the record" in reruns and reruns["as the record"] != recorded:
+        raise ValueError(f"{row}: {metric}: re-run under the record's own conditions gives "
+                         f"{reruns['as the record']!r}, the record {recorded!r}: the record is stale, re-make it")
     dev = [abs(v - recorded) / (abs(recorded) if kind == "rel" else 1) for v in reruns.values()]
     spread = max(dev)
-    tolerance = max(floor, math.ceil(round(2 * spread / step, 9)) * step)
-    rule = f"twice the largest deviation of a re-run, rounded up to {step:g}, at least {floor:g}"
-    return live_check(row, metric, recorded, round(tolerance, 6), kind, round(spread, 6),
-                      f"{how}; re-runs: {', '.join(f'{k}: {v:.6g}' for k, v in reruns.items())}; tolerance: {rule}",
-                      **where)
+    tolerance = round(max(floor, _round_up(2 * spread, step)), 9)
+    check = live_check(row, metric, recorded, tolerance, kind, round(spread, 9),
+                       f"{how}; re-runs: {', '.join(f'{k}: {v:.6g}' for k, v in reruns.items())}; tolerance: "
+                       + RULE.format(step=step, floor=floor), **where)
+    if null is not None:
+        check["null"] = null
+    if fails_when:
+        check["fails_when"] = fails_when
+    problems = check_problems(check)
+    if problems:
+        raise ValueError(f"{row}: {metric}: " + "; ".join(problems))
+    return check
 
 
 def check_problems(check: dict) -> list[str]:
@@ -231,6 +319,9 @@ def check_problems(check: dict) -> list[str]:
     values = check["recorded"] if isinstance(check["recorded"], list) else [check["recorded"]]
     if not values or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values):
         problems.append(f"recorded {check['recorded']!r} is not a number or a list of numbers")
+    elif not problems and check.get("null") is not None and agrees(check, check["null"]):
+        problems.append(f"its band {check['recorded']} ± {check['tolerance']}{' (relative)' * (check['kind'] == 'rel')} "
+                        f"holds its null value {check['null']}: it could not fail if the claim were false")
     return problems
 
 
@@ -245,15 +336,48 @@ def agrees(check: dict, live) -> bool:
     return all(abs(lv - r) <= bound(r) for lv, r in zip(lives, recs, strict=True))
 
 
+def _band(check: dict) -> str:
+    unit = {"abs": "", "rel": " (relative)", "exact": " (must be equal)"}[check["kind"]]
+    recorded = check["recorded"]
+    return f"{recorded:.6g} ± {check['tolerance']:g}{unit}" if isinstance(recorded, float) else \
+        f"{recorded} ± {check['tolerance']}{unit}"
+
+
 def assert_live(check: dict, live) -> None:
-    """AssertionError naming the row, the metric, both values and the tolerance when ``live``
-    does not agree with the record."""
+    """AssertionError naming the row, the metric, both values, the tolerance and what a failure means
+    when ``live`` does not agree with the record."""
     if not agrees(check, live):
-        unit = {"abs": "", "rel": " (relative)", "exact": " (must be equal)"}[check["kind"]]
         raise AssertionError(
             f"live re-run of {check['row']}: {check['metric']} = {live}, the record says {check['recorded']} "
-            f"(tolerance {check['tolerance']}{unit}; re-runs spread by {check['observed_spread']}). "
-            "If the package's arithmetic changed on purpose, re-run the script that wrote the record.")
+            f"(tolerance {check['tolerance']}{' (relative)' if check['kind'] == 'rel' else ''}; re-runs spread by "
+            f"{check['observed_spread']}). " + (f"{check['fails_when']}. " if check.get("fails_when") else "")
+            + "If the package's arithmetic changed on purpose, re-run the script that wrote the record.")
+
+
+def results(checks: list, values: dict) -> list[dict]:
+    """Each check against ``values[check["where"]["key"]]``: {"row", "metric", "key", "value", "recorded",
+    "tolerance", "kind", "ok"}."""
+    out = []
+    for check in checks:
+        key = check["where"]["key"]
+        if key not in values:
+            raise KeyError(f"the live run has no value {key!r} for the check of {check['row']}: {check['metric']}")
+        out.append({"row": check["row"], "metric": check["metric"], "key": key, "value": values[key],
+                    "recorded": check["recorded"], "tolerance": check["tolerance"], "kind": check["kind"],
+                    "ok": agrees(check, values[key])})
+    return out
+
+
+def assert_checks(checks: list, values: dict) -> list[str]:
+    """``assert_live`` for every check (``values``: the live run's metrics by the checks' keys); returns
+    one line per check for the lesson to print: the live value and the band it had to fall in."""
+    if not checks:
+        raise AssertionError("the record has no live checks: re-run the script that wrote it")
+    for check in checks:
+        assert_live(check, values[check["where"]["key"]])
+    several = len({c["row"] for c in checks}) > 1           # then each line names its row
+    return [(f"{c['row']}: " if several else "") + f"{c['metric']}: {values[c['where']['key']]:.6g}, within {_band(c)}"
+            for c in checks]
 
 
 def record_problems(record) -> list[str]:

@@ -180,10 +180,10 @@ def count_matmuls():
     tally = {"calls": 0, "flops": 0}
     original = backend.matmul
 
-    def counting(a, b, out=None):
+    def counting(a, b):
         tally["calls"] += 1
         tally["flops"] += matmul_flops(a.shape, b.shape)
-        return original(a, b, out=out)
+        return original(a, b)
 
     backend.matmul = counting
     try:

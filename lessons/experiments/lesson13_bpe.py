@@ -3,10 +3,13 @@
     python lessons/experiments/lesson13_bpe.py                       # everything (resumes: finished runs are kept)
     python lessons/experiments/lesson13_bpe.py --part levels         # only the tokenization table
     python lessons/experiments/lesson13_bpe.py --part average --seeds 0 1 2
+    python lessons/experiments/lesson13_bpe.py --part live-check     # lesson 13's live run on other processors
 
-Writes lessons/experiments/lesson13_bpe.json: the command, the dates, the commit, the machine,
-the budget, and one record per run. The file is rewritten after every run, so a crash loses at
-most the run in progress, and a second call skips the runs already there.
+Writes lessons/experiments/lesson13_bpe.json through ``_record`` (one BLAS thread; the provenance
+of every call that wrote into it: commit, command, dates, machine, BLAS, load, and what it wrote),
+the budget, one record per run, and the live check of the run lesson 13 repeats (``LIVE``). The file
+is rewritten after every run, so a crash loses at most the run in progress, and a second call on the
+same commit skips the runs already there.
 
 **Levels.** numbers-en-de (English number names -> German, 0..9,999; German writes every
 number as one compound word) tokenized six ways, each trained with the task's recipe (the
@@ -41,17 +44,17 @@ import json
 import math
 import os
 import pathlib
-import subprocess
 import sys
 import tempfile
 import time
+
+import _record
 
 from minitransformer.average import average_checkpoints
 from minitransformer.machine import machine_summary
 from minitransformer.checkpoint import load_checkpoint
 from minitransformer.data.batching import batch_iterator
 from minitransformer.data.registry import load_task
-from minitransformer.files import atomic_write_text
 from minitransformer.layers.loss import cross_entropy_forward
 from minitransformer.layers.parameter import eval_mode
 from minitransformer.snapshots import kept_checkpoints
@@ -154,38 +157,91 @@ def run_average(seed: int, steps: int, every: int) -> dict:
     return record
 
 
-def _commit() -> str:
-    """The commit the package was at, and whether its files had changes not committed."""
-    root = HERE.parent.parent
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "minitransformer"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
-        return head + (" (package modified)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+# -- the live check: lesson 13's first 100 steps of the bpe 200 run ---------------------------
+
+# The run lesson 13 repeats live (keeping its last checkpoints for the averaging section), and what it asserts:
+# the training loss logged at step LOSS_AT (the mean over its last log_every steps). After 100 steps another
+# processor's rounding has moved it by little: a check of the arithmetic, on seed 0 only.
+LIVE = {"level": AVERAGED, "steps": LOSS_AT, "seed": 0, "checkpoint_every": 20, "keep_last": 5}
+LIVE_CHECK = ("loss", f"training loss logged at step {LOSS_AT}, the mean over steps {LOSS_AT - 9}-{LOSS_AT} "
+              "(relative)", "rel", 0.001, 0.001)
+
+
+def live_run(task=None, out_dir: str | None = None) -> tuple:
+    """(trainer, history, seconds) of the live run: LIVE's level, steps and seed, keeping checkpoints in out_dir."""
+    task = task or load_task(TASK, **LEVELS[LIVE["level"]])
+    extra = {k: LIVE[k] for k in ("checkpoint_every", "keep_last")} if out_dir else {}
+    return train_steps(task, LIVE["steps"], LIVE["seed"], out_dir, **extra)
+
+
+def live_values(history) -> dict:
+    return {"loss": loss_at(history, LIVE["steps"])}
+
+
+def check_live(results: dict, history) -> list[str]:
+    """Assert the record's live check on a live run's history; one line per check, for the lesson to print."""
+    return _record.assert_checks(results["live_check"], live_values(history))
+
+
+def live_checks(results: dict) -> tuple[list, dict]:
+    """Re-run LIVE under ``_record.variants()`` (seed 0 on every machine) in fresh processes; the tolerance."""
+    recorded = next(r for r in results["levels"] if r["level"] == LIVE["level"])[f"loss_at_{LOSS_AT}"]
+    made_on = {b["architecture"] for p in results["provenance"] if LIVE["level"] in (p.get("wrote") or [])
+               for b in p["blas"]}
+    if len(made_on) != 1:
+        raise SystemExit(f"error: the level {LIVE['level']!r} was made on the kernels {sorted(made_on)}, not one")
+    reruns = {v["name"]: _record.rerun(__file__, ["--live-row", str(v["seed"])], v)["loss"]
+              for v in _record.variants((LIVE["seed"],), LIVE["seed"], record_kernel=made_on.pop())}
+    key, metric, kind, floor, step = LIVE_CHECK
+    check = _record.measured_check(
+        f"{LIVE['level']}, seed {LIVE['seed']}, the first {LIVE['steps']} steps", metric, recorded, reruns, kind,
+        floor, step, "re-runs of lesson13_bpe.train_steps in fresh processes, one BLAS thread, seed 0",
+        fails_when="the first 100 steps differ: the arithmetic (tokenization, initialisation, batches, schedule, "
+                   "loss, Adam) is not the one that made the record", level=LIVE["level"], seed=LIVE["seed"],
+        steps=LIVE["steps"], key=key)
+    print(check["metric"], "recorded", recorded, "spread", check["observed_spread"], "tolerance", check["tolerance"])
+    return [check], reruns
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--part", choices=["levels", "average", "all"], default="all")
+    p.add_argument("--part", choices=["levels", "average", "all", "live-check"], default="all",
+                   help="all: the levels, the averages and the live check (lesson 13's live run re-run on other "
+                        "processors: its tolerance)")
     p.add_argument("--steps", type=int, default=1500, help="training steps of every run (batch 64)")
     p.add_argument("--every", type=int, default=50, help="averaging: a checkpoint every this many steps")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="averaging: the seeds")
     p.add_argument("--out", default=str(HERE / "lesson13_bpe.json"))
+    p.add_argument("--live-row", type=int, help=argparse.SUPPRESS)    # a seed: the live run's loss as JSON
+    p.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.live_row is not None:
+        _record.limit_blas_threads(args.threads)
+        _record.emit(live_values(train_steps(load_task(TASK, **LEVELS[LIVE["level"]]), LIVE["steps"],
+                                             args.live_row)[1]))
+        return 0
     path = pathlib.Path(args.out)
+    prov = _record.start(threads=1)                  # one BLAS thread from here on
     results = json.loads(path.read_text()) if path.exists() else {"levels": [], "average": []}
-    results.update({"command": "python " + " ".join([os.path.relpath(sys.argv[0])] + sys.argv[1:]),
-                    "task": TASK, "budget": {"steps": args.steps, "batch_size": 64, "seed_levels": 0},
-                    "averaged": {"level": AVERAGED, "every": args.every, "keep_last": 5},
-                    "machine": machine_summary(), "commit": _commit()})
-    results.setdefault("dates", [])
+    provenance = results.setdefault("provenance", [])  # every call that wrote into the record, in order
+    made = {p["commit"] for p in provenance if p.get("wrote") != "live_check"}
+    if args.part != "live-check" and (results["levels"] or results["average"]) and made != {prov["commit"]}:
+        raise SystemExit(f"error: {path} holds runs made at {', '.join(sorted(made)) or 'a commit before _record'}, "
+                         f"this checkout is at {prov['commit']}: runs of two versions are not one table; move the "
+                         "file away to start afresh (--out)")
+    for earlier in provenance:
+        if earlier.get("finished") is None:          # a call that crashed or was stopped
+            earlier["interrupted"] = True
+    wrote: list[str] = []
+    provenance.append(_record.snapshot(prov, wrote=wrote))
+    if args.part != "live-check":
+        results.update({"task": TASK, "budget": {"steps": args.steps, "batch_size": 64, "seed_levels": 0},
+                        "averaged": {"level": AVERAGED, "every": args.every, "keep_last": 5},
+                        "machine": machine_summary()})
 
     def save():
-        results["dates"] = sorted(set(results["dates"]) | {time.strftime("%Y-%m-%d")})
-        atomic_write_text(str(path), json.dumps(results, indent=1, ensure_ascii=False) + "\n")
+        provenance[-1] = _record.snapshot(prov, wrote=wrote)
+        _record.write(path, results)
 
     if args.part in ("levels", "all"):
         for name in LEVELS:
@@ -194,6 +250,7 @@ def main() -> int:
             record = run_level(name, args.steps)
             print(json.dumps(record, ensure_ascii=False), flush=True)
             results["levels"] = [r for r in results["levels"] if r["level"] != name] + [record]
+            wrote.append(name)
             save()
     if args.part in ("average", "all"):
         for seed in args.seeds:
@@ -203,8 +260,14 @@ def main() -> int:
             record = run_average(seed, args.steps, args.every)
             print(json.dumps(record), flush=True)
             results["average"] = [r for r in results["average"] if r["seed"] != seed] + [record]
+            wrote.append(f"average seed {seed}")
             save()
-    save()
+    if args.part in ("live-check", "all"):
+        results["live_check"], results["live_check_reruns"] = live_checks(results)
+        results["live_check_machines"] = _record.played()
+        wrote.append("live_check")
+    provenance[-1] = _record.finish(prov, wrote=wrote)
+    _record.write(path, results)
     print("wrote", path)
     return 0
 

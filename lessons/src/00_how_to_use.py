@@ -46,10 +46,12 @@
 # | 10 decoding and translation | §6.1 | `minitransformer.decoding.greedy_decode`, `beam_search`; `minitransformer.metrics` |
 # | 11 model variations | §6.2, Table 3 | `minitransformer.model.TransformerConfig`, `PRESETS` |
 # | 12 planted bugs: which check catches what | — | `minitransformer.gradcheck`, the tests |
+# | 13 byte-pair encoding and checkpoint averaging | §5.1, §6.1 | `minitransformer.data.bpe`, `minitransformer.average` |
 # | 14 many processes: data-parallel training | §5.2 | `minitransformer.distributed` |
+# | 15 constituency parsing as translation | §6.3, Table 4 | `minitransformer.data.pcfg`, `minitransformer.data.trees`, `minitransformer.metrics.bracket_f1` |
 #
-# Every backward pass in the package is derived step by step in [docs/derivations.md](../docs/derivations.md); this lesson's
-# linear layer is [its §1](../docs/derivations.md#1-linear-layer).
+# Every backward pass in the package is derived step by step in [docs/derivations.md](docs/derivations.md); this lesson's
+# linear layer is [its §1](docs/derivations.md#1-linear-layer).
 #
 # **What each lesson costs.** The first cell of every lesson says how long the lesson took to run top
 # to bottom, and any cell that takes more than 20 s is flagged just before it. The figures are not
@@ -58,7 +60,7 @@
 # `python lessons/build.py --table` lists all the lessons with their runtimes. This lesson trains
 # nothing.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -470,10 +472,10 @@ except ValueError as err:                  # ShapeError is a ValueError
 # ipdb> p shape                      # what arrived
 # (2, 3, 6)
 # ipdb> u                            # up one frame: check_input, every layer's input check
-# ipdb> u                            # up again: the layer's _check
-# ipdb> u                            # and again: MultiHeadAttention.forward
+# ipdb> u                            # up again: MultiHeadAttention._check_input
 # ipdb> p x_q.shape, self.d_model
 # ((2, 3, 6), 8)
+# ipdb> u                            # and again: the wrapper that runs the checks before the forward's math
 # ipdb> q
 # ```
 #

@@ -38,12 +38,12 @@
 # | what forward saves for backward | `minitransformer.layers.attention.AttentionCache` |
 # | masks | `minitransformer.layers.masks.causal_mask`, `padding_mask`; `attention.MASK_FILL` |
 #
-# The derivations in full: [docs/derivations.md §4, the softmax Jacobian](../docs/derivations.md#4-softmax-and-its-jacobian)
-# and [§5, scaled dot-product attention with masks](../docs/derivations.md#5-scaled-dot-product-attention-321-eq-1-with-masks).
+# The derivations in full: [docs/derivations.md §4, the softmax Jacobian](docs/derivations.md#4-softmax-and-its-jacobian)
+# and [§5, scaled dot-product attention with masks](docs/derivations.md#5-scaled-dot-product-attention-321-eq-1-with-masks).
 #
 # **What it trains:** nothing; every array is small and random. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -100,8 +100,12 @@ print(tr("scores / sqrt(d_k):\n"), Q @ K.T / 2)
 print(tr("A = softmax(rows):\n"), cache.A[0, 0])
 print(tr("output A V:\n"), out[0, 0])
 
-by_hand = np.array([[0.8446, 0.5777], [0.5777, 0.8446]])    # the four-digit numbers of the text above
-assert np.allclose(out[0, 0], by_hand, atol=1e-4), "the package no longer gives the hand computation"
+# The numbers of the text above, to the digits written there:
+assert abs(np.e - 2.718) < 5e-4 and abs(2 * np.e + 1 - 6.437) < 5e-4
+by_hand_A = np.array([[0.4223, 0.1554, 0.4223], [0.1554, 0.4223, 0.4223]])
+by_hand = np.array([[0.8446, 0.5777], [0.5777, 0.8446]])
+assert np.allclose(cache.A[0, 0], by_hand_A, atol=5e-5) and np.allclose(out[0, 0], by_hand, atol=5e-5), \
+    "the package no longer gives the hand computation"
 print(tr("matches the hand computation to the 4 digits written above"))
 
 # %% [markdown]
@@ -283,6 +287,7 @@ my_prediction_1_2 = None   # a number: the fraction of the gradient that gets th
 rng = np.random.default_rng(0)
 n_sent, S, d_v = 64, 16, 8
 d_ks = 2 ** np.arange(1, 11)
+assert (d_ks[0], d_ks[-1]) == (2, 1024)          # the range the text names
 stats = {name: {"std": [], "max_w": [], "gain": []} for name in (tr("scaled (Eq. 1)"), tr("unscaled"))}
 for d_k in d_ks:
     Q = rng.standard_normal((n_sent, 1, S, d_k))

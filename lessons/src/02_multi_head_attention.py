@@ -40,12 +40,12 @@
 # The package, like most implementations, also adds a bias after each projection (the paper's
 # equations have none); the check in §1 shows it.
 #
-# The derivations in full: [docs/derivations.md §6, multi-head attention](../docs/derivations.md#6-multi-head-attention-projections-split-and-concat-322),
-# including [the fused projection](../docs/derivations.md#the-fused-projection) that exercise 2.4 asks you to differentiate.
+# The derivations in full: [docs/derivations.md §6, multi-head attention](docs/derivations.md#6-multi-head-attention-projections-split-and-concat-322),
+# including [the fused projection](docs/derivations.md#the-fused-projection) that exercise 2.4 asks you to differentiate.
 #
 # **What it trains:** nothing; it times one attention layer for several head counts. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -146,12 +146,12 @@ print(tr("max |layer - literal Eq.|:"), np.abs(mha.forward(x) - literal).max())
 # `MultiHeadAttention.backward` you can see this in the line
 #
 # ```python
-# dheads = split_heads(backend.matmul(dy, self.W_o.data.T), h)     # (B, h, S_q, d_k)
+# dheads = split_heads(dconcat.reshape(B, S_q, d), self.h)         # (B, h, S_q, d_k)
 # ```
 #
-# (the backward of `concat = merge_heads(heads)`), and in the lines that write `dQ`, `dK`, `dV`
-# side by side into one `(B, S, 3·d_model)` array: the backward of the fused `W_qkv` product and
-# its reshape/transpose into three heads' worth of Q, K and V (exercise 2.4 asks you to write
+# (the backward of `concat = merge_heads(heads)`), and in `merge_qkv`, which writes `dQ`, `dK`,
+# `dV` side by side into one `(B·S, 3·d_model)` array: the backward of the fused `W_qkv` product
+# and its reshape/transpose into three heads' worth of Q, K and V (exercise 2.4 asks you to write
 # it). A gradient check on `merge_heads` alone:
 
 # %%
@@ -641,7 +641,7 @@ check_decoder_mask(my_decoder_mask)
 # `dQ`, `dK`, `dV` of shape `(B, h, S, d_k)` (what `attention_backward` returns), `x` and
 # `W_qkv`, return `(dx, dW_qkv, db_qkv)`. Undo the split (exercise 2.1), put the three blocks
 # side by side in the right order, then it is a linear layer's backward (lesson 0, exercise 0.2).
-# The derivation: [docs/derivations.md, the fused projection](../docs/derivations.md#the-fused-projection).
+# The derivation: [docs/derivations.md, the fused projection](docs/derivations.md#the-fused-projection).
 # Use NumPy only (not `merge_heads`).
 
 # %% tags=["stub"]

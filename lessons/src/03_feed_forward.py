@@ -29,12 +29,12 @@
 # | Eq. (2), forward and backward | `minitransformer.layers.feedforward.FeedForward` |
 # | each of the two affine maps | `minitransformer.layers.linear.Linear`, `linear_forward`, `linear_backward` |
 #
-# The derivation in full: [docs/derivations.md §7, the feed-forward network and ReLU](../docs/derivations.md#7-position-wise-feed-forward-network-and-relu-33-eq-2),
-# built on [§1, the linear layer](../docs/derivations.md#1-linear-layer).
+# The derivation in full: [docs/derivations.md §7, the feed-forward network and ReLU](docs/derivations.md#7-position-wise-feed-forward-network-and-relu-33-eq-2),
+# built on [§1, the linear layer](docs/derivations.md#1-linear-layer).
 #
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -104,6 +104,13 @@ dx = ffn.backward(np.array([[[1.0, 0.0]]]))
 print("dx =", dx[0, 0])
 print("dW1 =\n", ffn.linear1.W.grad, "\ndb1 =", ffn.linear1.b.grad)
 print("dW2 =\n", ffn.linear2.W.grad, "\ndb2 =", ffn.linear2.b.grad)
+
+# The hand computation above, checked: z, u, y, and the backward's dx, dW1, db1, db2.
+z = x[0, 0] @ ffn.linear1.W.data + ffn.linear1.b.data
+assert np.allclose(z, [2.5, -1, 0.5]) and np.allclose(np.maximum(z, 0), [2.5, 0, 0.5])
+assert np.allclose(y[0, 0], [2.6, -1]) and np.allclose(dx[0, 0], [1, 0.5])
+assert np.allclose(ffn.linear1.W.grad, [[2, 0, 0], [1, 0, 0]]) and np.allclose(ffn.linear1.b.grad, [1, 0, 0])
+assert np.allclose(ffn.linear2.W.grad[:, 0], [2.5, 0, 0.5]) and np.allclose(ffn.linear2.b.grad, [1, 0])
 
 # %% [markdown]
 # **Predict.** Feed ReLU inputs drawn from a standard normal distribution: what share of its outputs are exactly 0?

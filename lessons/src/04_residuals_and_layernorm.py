@@ -32,12 +32,12 @@
 # | a stack of wrapped layers | `minitransformer.model.Encoder`, `Decoder`; `TransformerConfig(pre_ln=...)` |
 # | the gradient checker | `minitransformer.gradcheck.check_layer`, `gradcheck`, `rel_error` |
 #
-# The derivations in full: [docs/derivations.md §8, layer normalization](../docs/derivations.md#8-layer-normalization-31-ba-et-al-2016),
-# [§9, residual connections](../docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54) and [§10, dropout](../docs/derivations.md#10-dropout-54).
+# The derivations in full: [docs/derivations.md §8, layer normalization](docs/derivations.md#8-layer-normalization-31-ba-et-al-2016),
+# [§9, residual connections](docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54) and [§10, dropout](docs/derivations.md#10-dropout-54).
 #
 # **What it trains:** nothing; it sends gradients through deep random stacks. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -410,6 +410,13 @@ claim_true("pre-LN: the gradient grows toward the input, in every stack", pre.mi
 # plain and post-LN:
 
 # %%
+# The arithmetic of the text above, on this stack's sizes (Glorot: Var(W) = 2 / (d_in + d_out)):
+glorot = 2 / (d + d_ff)
+per_block = d * glorot * 0.5 * d_ff * glorot
+assert np.isclose(d * glorot, 0.4) and np.isclose(d_ff * glorot, 1.6) and np.isclose(per_block, 0.32)
+assert round(np.sqrt(per_block), 2) == 0.57 and round(np.log10(np.sqrt(per_block) ** depth)) == -16
+
+
 def he_init(ffns, rng, gain=1.0):
     """He et al. (2015) for ReLU: Var(W1) = 2/d_model (a ReLU follows), Var(W2) = 1/d_ff (none does), x gain^2."""
     for f in ffns:
@@ -465,6 +472,9 @@ ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 
 # %%
 median = {key: np.median(ratio) for key, ratio in he_ratios.items()}
+# The text's arithmetic: 0.57 per block compounded 64 times; g^128 for g = 0.9 and 1.1.
+assert round(np.sqrt(per_block), 2) == 0.57 and depth == 64
+assert round(np.log10(0.9 ** (2 * depth))) == -6 and round(1.1 ** (2 * depth), -5) == 2e5
 claim("He init, plain: the median ratio is about 0.4", median[tr("plain F(x)"), 1.0], 0.4, tol=0.15)
 for g, power in ((0.9, 0.9 ** 128), (1.1, 1.1 ** 128)):      # "the table agrees" with g^128, within a factor of 10
     claim(f"plain, gain {g}: about {g}^128 times the gain-1 ratio (log10)",

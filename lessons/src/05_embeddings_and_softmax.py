@@ -34,12 +34,12 @@
 # | softmax (as log-softmax, inside the loss) | `minitransformer.layers.loss.log_softmax`, `LabelSmoothedCrossEntropy` |
 # | the three-way tie | `minitransformer.model.Transformer`: one `Parameter` `E` held by `src_embed`, `tgt_embed`, `output_projection` |
 #
-# The derivations in full: [docs/derivations.md §2, embedding, scatter-add and tying](../docs/derivations.md#2-token-embedding-scatter-add-and-weight-tying-34)
-# and [§11, label-smoothed cross-entropy](../docs/derivations.md#11-label-smoothed-cross-entropy-54).
+# The derivations in full: [docs/derivations.md §2, embedding, scatter-add and tying](docs/derivations.md#2-token-embedding-scatter-add-and-weight-tying-34)
+# and [§11, label-smoothed cross-entropy](docs/derivations.md#11-label-smoothed-cross-entropy-54).
 #
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost

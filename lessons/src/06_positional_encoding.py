@@ -20,7 +20,8 @@
 # \omega_i = 10000^{-2i/d_\text{model}},\quad i = 0,\dots,\tfrac{d_\text{model}}2-1 .$$
 #
 # The wavelengths $2\pi/\omega_i$ grow geometrically, from $2\pi$ for $i=0$ to
-# $2\pi\cdot 10000^{(d_\text{model}-2)/d_\text{model}}$, just under $10000\cdot2\pi$. Section 3.5 also makes two
+# $2\pi\cdot 10000^{(d_\text{model}-2)/d_\text{model}}$: below $10000\cdot2\pi$, and the closer to it the larger
+# $d_\text{model}$ is (section 1 prints both for the width this lesson uses). Section 3.5 also makes two
 # claims that we test here:
 #
 # 1. for any fixed offset $k$, $PE_{pos+k}$ is a *linear function* of $PE_{pos}$ — the paper's guess at why
@@ -34,11 +35,11 @@
 # | $x + PE$ and its backward (the identity) | `PositionalEncoding.forward`, `.backward` |
 # | in the model | `Transformer.src_pos`, `tgt_pos` (one shared table); dropout on the sum (§5.4): `src_dropout`, `tgt_dropout` |
 #
-# The derivation in full: [docs/derivations.md §3, positional encoding](../docs/derivations.md#3-positional-encoding-35).
+# The derivation in full: [docs/derivations.md §3, positional encoding](docs/derivations.md#3-positional-encoding-35).
 #
 # **What it trains:** nothing. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -84,8 +85,14 @@ print("with PE: max |attn(pe(x[perm])) - attn(pe(x))[perm]| =",
 d_model = 64
 P = sinusoidal_table(128, d_model, np, np.float64)        # (max_len, d_model)
 omega = 10000.0 ** (-np.arange(0, d_model, 2) / d_model)   # the d_model/2 frequencies
+from lessonkit.prose import show_markdown
+
+longest = 2 * np.pi / omega[-1]
 print("table shape:", P.shape, "  wavelengths 2pi/omega: from", round(2 * np.pi / omega[0], 3),
-      "to", round(2 * np.pi / omega[-1], 1), " (10000*2pi =", round(10000 * 2 * np.pi, 1), ")")
+      "to", round(longest, 1), " (10000*2pi =", round(10000 * 2 * np.pi, 1), ")")
+show_markdown(f"At $d_\\text{{model}} = {d_model}$ the longest wavelength is {longest / (10000 * 2 * np.pi):.0%} of "
+              f"$10000\\cdot2\\pi$; at the paper's 512 it would be "
+              f"{10000 ** (-2 / 512):.1%}: the wider the model, the closer to the bound.")
 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.4))
 im = axes[0].imshow(P, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest")
@@ -165,7 +172,9 @@ print("M_3 M_5 == M_8:", np.abs(M3 @ M5 - shift_matrix(8, d)).max(), "   M_5^T M
 k = 5
 M = shift_matrix(k, d)
 fits = {}
-for lo, hi in ((0, 2000), (3000, 5000), (0, 200)):
+windows = ((0, 2000), (3000, 5000), (0, 200))
+assert [(lo, hi - 1) for lo, hi in windows] == [(0, 1999), (3000, 4999), (0, 199)]   # as the text names them
+for lo, hi in windows:
     X, Y = T[lo:hi], T[lo + k:hi + k]                      # rows: PE(pos), PE(pos + k)
     M_hat_T, *_ = np.linalg.lstsq(X, Y, rcond=None)        # solves X M^T = Y
     fits[(lo, hi)] = M_hat_T.T
@@ -316,7 +325,7 @@ plt.colorbar(im, ax=axes[1]); plt.tight_layout(); plt.show()
 # The similarity matrix is constant along its diagonals (a Toeplitz matrix): the pattern inside the box
 # repeats unchanged outside it. None of this proves that a *trained* model generalizes to longer inputs —
 # that also depends on what the attention weights learned — but the encoding itself poses no obstacle,
-# whereas a learned position table simply has no row for position 65.
+# whereas a learned position table trained on the first 64 positions simply has no row for any later one.
 #
 # In the package the table has no parameters, so a model built with a longer `max_len` has exactly the same
 # weights (for the same seed) and accepts longer inputs:

@@ -37,12 +37,12 @@
 # | loss | `minitransformer.layers.loss.LabelSmoothedCrossEntropy` |
 # | parameter count | `minitransformer.model.count_parameters(cfg)` |
 #
-# The whole model's backward chains the pieces derived in [docs/derivations.md](../docs/derivations.md), §1–§11; the
-# stack's wiring is in [§9, residual connections](../docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54).
+# The whole model's backward chains the pieces derived in [docs/derivations.md](docs/derivations.md), §1–§11; the
+# stack's wiring is in [§9, residual connections](docs/derivations.md#9-residual-connections-post-ln-and-pre-ln-31-54).
 #
 # **What it trains:** nothing; it checks an untrained model. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost, show_slow_cell

@@ -25,8 +25,8 @@
 # 1. **greedy decoding by hand**, one position at a time with a key/value cache, and a check
 #    that it computes exactly what the teacher-forced decoder computes; then what the cache
 #    buys in speed;
-# 2. a **translation model trained in this notebook** (English dates to Korean, 400 steps of a
-#    small model), so that there is something real to decode;
+# 2. a **translation model trained in this notebook** (English dates to Korean, a few hundred steps
+#    of a small model), so that there is something real to decode;
 # 3. **beam search**: a real sentence where it beats greedy decoding and why, and what the
 #    length penalty $\alpha$ does to the length of the output;
 # 4. **BLEU** by hand for one sentence, then corpus BLEU with the package checked against
@@ -38,7 +38,7 @@
 # | in this lesson | where in the package |
 # | --- | --- |
 # | encoder once, then one decoder position at a time | `Transformer.encode`, `Transformer.decode_step` (in `minitransformer/model.py`) |
-# | the key/value cache | `minitransformer.model.KVCache` |
+# | the key/value cache | `minitransformer.kvcache.KVCache` (used by `Transformer.decode_step`) |
 # | the teacher-forced decoder, to compare with | `Transformer.decode`, `Transformer.forward` |
 # | dropout off while decoding | `minitransformer.layers.parameter.eval_mode` |
 # | greedy decoding and beam search (§6.1) | `minitransformer.decoding.greedy_decode`, `beam_search`; as named strategies `Greedy()`, `Beam(size=4, alpha=0.6)` (and `Sample(...)`) for `decoding.decode` and `translate` |
@@ -53,7 +53,7 @@
 #
 # **What it trains:** a small English-to-Korean dates model, and the checker of Exercise 10.3 a tiny one. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost, show_slow_cell
@@ -71,7 +71,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from minitransformer import backend, decoding, machine, metrics, runsetup, translate
-from minitransformer.data.registry import load_task
+from minitransformer.data.registry import PRESETS, load_task
+from minitransformer.data.vocab import tokenize
 from minitransformer import model as model_module
 from minitransformer.layers.loss import log_softmax
 from minitransformer.layers.masks import padding_mask
@@ -203,7 +204,7 @@ assert np.allclose(step_logits, teacher, rtol=0, atol=1e-12)
 assert np.allclose(step_logits, whole, rtol=0, atol=1e-12)
 
 # %% [markdown]
-# Equal to float64 rounding (about $10^{-15}$, against logits of a few units). The same check,
+# Equal to float64 rounding (far inside the $10^{-12}$ asserted, against logits of a few units). The same check,
 # on float64 and float32 models, a pre-LN model and batches with padding, is in
 # `tests/test_decoding.py`.
 #
@@ -218,7 +219,7 @@ assert np.allclose(step_logits, whole, rtol=0, atol=1e-12)
 # projections at these lengths). The speed-up should therefore grow about linearly with $T$.
 #
 # We measure both on a model of the size we train below ($d_\text{model} = 128$, $h = 4$,
-# $N = 2$, $d_\text{ff} = 512$, 304 tokens), float32, a batch of 8 sentences, one BLAS thread,
+# $N = 2$, $d_\text{ff} = 512$, 305 tokens), float32, a batch of 8 sentences, one BLAS thread,
 # forcing every output to its length with `eos_id=None`. The clock is the CPU time of this
 # thread (`time.thread_time`), which stops while the operating system runs someone else's
 # process, and we keep the **minimum** of 4 repeats, because on a shared machine noise only
@@ -230,9 +231,9 @@ show_slow_cell("10", "timing decoding with and without the cache")
 # %%
 # slow: timing decoding with and without the cache
 backend.set_default_dtype("float32")          # decoding and training run in float32
-speed_cfg = model_module.PRESETS["translate"].with_(vocab_size=304, max_len=160)
+speed_cfg = PRESETS["translate"].with_(vocab_size=305, max_len=160)
 speed_model = model_module.Transformer(speed_cfg, seed=0)
-speed_src = np.random.default_rng(0).integers(3, 304, size=(8, 10))    # (B, S) = (8, 10)
+speed_src = np.random.default_rng(0).integers(3, 305, size=(8, 10))    # (B, S) = (8, 10)
 
 
 def cpu_time(fn):
@@ -280,7 +281,7 @@ show_markdown(
     f"The uncached times follow the $T^2$ line and the cached ones stay close to the $T$ line, so the speed-up "
     f"grows with the length, roughly linearly: in this run from {speedup[0]:.1f}x at {lengths[0]} tokens to "
     f"{speedup[-1]:.1f}x at {lengths[-1]}. The exact factors move with the load of a shared machine (the one "
-    "named above the plot). For the 4 to 5 tokens of the dates translated below the cache saves little; for the "
+    "named above the plot). For the few tokens of the dates translated below the cache saves little; for the "
     "sentences of a real translation system, tens of tokens long and decoded with 4 beams, it decides whether "
     "decoding takes seconds or minutes.")
 
@@ -288,11 +289,14 @@ show_markdown(
 # ## 2. A translation model, trained here
 #
 # To have something worth decoding we train a small model on **dates-en-ko**, one of the
-# package's offline translation tasks: every day from 1950 to 2049 written in full in English
-# and in Korean, generated from the Unicode CLDR data that ships with the `babel` package
-# (nothing is downloaded; sources and licence in `docs/datasets.md`). The Korean puts the
+# package's offline translation tasks: every day from 1950 to 2049, written in English in one of
+# the four forms people write a date in ("Tuesday, March 5, 2024", "March 5, 2024", "Tuesday, 5
+# March 2024", "5 March 2024") and in Korean in the matching full or long form ("2024년 3월 5일
+# 화요일", "2024년 3월 5일"), generated from the Unicode CLDR data that ships with the `babel`
+# package (nothing is downloaded; sources and licence in `docs/datasets.md`). The Korean puts the
 # parts in the opposite order, so the model must learn to reorder as well as to translate
-# words. Both sides are split into words.
+# words. Both sides are split into words, and a comma or a full stop is a token of its own
+# (`data.vocab.tokenize(text, "word")`), so "5" is one word whether a comma follows it or not.
 
 # %%
 task = load_task("dates-en-ko")
@@ -301,6 +305,9 @@ print(f"{task.name}: {len(task.train):,} training pairs, {len(task.valid)} valid
       f"{len(vocab)} tokens in the shared vocabulary")
 for src_tokens, tgt_tokens in task.test[:3]:
     print(f"  {' '.join(src_tokens):32s} ->  {' '.join(tgt_tokens)}")
+from minitransformer.data.translation import DATE_RANGE
+
+assert (DATE_RANGE[0].year, DATE_RANGE[1].year) == (1950, 2049)   # the text above
 
 # %% [markdown]
 # The model and the schedule are the task's recipe (`runsetup.settings_for("dates-en-ko")`): the
@@ -316,6 +323,10 @@ for src_tokens, tgt_tokens in task.test[:3]:
 # validation sentences decoded greedily).
 
 # %%
+# The recipe the text above describes, read from the task registry:
+recipe = runsetup.settings_for("dates-en-ko")[1]
+assert (recipe.warmup_steps, recipe.lr_factor, recipe.clip_norm) == (400, 0.5, 1.0)
+assert (recipe.steps, recipe.batch_size, recipe.valid_decode) == (1500, 128, 200)
 show_slow_cell("10", "training the dates model, 400 steps")
 
 # %%
@@ -357,7 +368,7 @@ plt.show()
 
 # %% [markdown]
 # The loss levels off near 1 and not near 0: label smoothing (§5.4, lesson 9) asks the
-# model to put only 90% of the probability on the right token, and that cross-entropy never
+# model to put only $1 - \varepsilon_{ls}$ of the probability on the right token, and that cross-entropy never
 # reaches zero.
 
 # %%
@@ -395,7 +406,7 @@ claim("the training loss levels off near 1", [r["loss"] for r in history if "los
 # ### Where beam search and greedy decoding differ
 #
 # On the fully trained model they agree almost everywhere (section 5 shows it). The
-# half-trained copy still hesitates, so we decode all 1,000 test sentences with it both ways
+# half-trained copy still hesitates, so we decode all the test sentences with it both ways
 # (`translate.score_translations` translates and scores a test set with the strategy it is
 # given; `decoding.Beam(4)` is beam 4 with $\alpha = 0.6$) and look at the sentences where
 # the two outputs differ.
@@ -509,7 +520,8 @@ print(f"of the {len(differ)} sentences where the outputs differ: {same_length} h
 # $\alpha = 0$ ranks finished hypotheses by raw $\log P$, which favours short outputs: every
 # extra token adds a negative term. A larger $\alpha$ divides longer outputs by a larger
 # $\text{lp}$, so it favours length. We sweep $\alpha$ with beam 4 on 300 test sentences of
-# the half-trained model and measure the mean output length (the references are 4 tokens long).
+# the half-trained model and measure how often an output is shorter or longer than its reference
+# (a long form's Korean has three words, a full form's four).
 
 # %%
 show_slow_cell("10", "the alpha sweep, 7 x 300 sentences")
@@ -519,21 +531,23 @@ show_slow_cell("10", "the alpha sweep, 7 x 300 sentences")
 alphas = [0.0, 0.3, 0.6, 1.0, 1.5, 2.0, 3.0]
 sweep_src = [translate.source_ids(vocab, s) for s, _ in task.test[:300]]
 sweep_ref = [vocab.encode(t) for _, t in task.test[:300]]
+ref_len = np.array([len(r) for r in sweep_ref])
+print(f"reference lengths: {dict(sorted(Counter(ref_len.tolist()).items()))} (tokens: sentences)")
 mean_len, shorter, longer, exact = [], [], [], []
 with one_blas_thread(1):
     for a in alphas:
         outs = translate.translate_ids(half, vocab, sweep_src, strategy=decoding.Beam(4, alpha=a))
         n_out = np.array([len(o) for o in outs])
         mean_len.append(n_out.mean())
-        shorter.append(np.mean(n_out < 4))
-        longer.append(np.mean(n_out > 4))
+        shorter.append(np.mean(n_out < ref_len))
+        longer.append(np.mean(n_out > ref_len))
         exact.append(np.mean([o == r for o, r in zip(outs, sweep_ref)]))
-        print(f"alpha = {a:3.1f}: mean output length {mean_len[-1]:6.3f} tokens; shorter than 4: {shorter[-1]:5.1%}, "
-              f"longer: {longer[-1]:5.1%}; exact match {exact[-1]:.1%}")
+        print(f"alpha = {a:3.1f}: mean output length {mean_len[-1]:6.3f} tokens (references {ref_len.mean():.3f}); "
+              f"shorter than the reference: {shorter[-1]:5.1%}, longer: {longer[-1]:5.1%}; exact match {exact[-1]:.1%}")
 
 fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(10, 3.2))
-ax1.plot(alphas, 100 * np.array(shorter), "o-", label="shorter than the reference (< 4 tokens)")
-ax1.plot(alphas, 100 * np.array(longer), "s-", label="longer than the reference (> 4 tokens)")
+ax1.plot(alphas, 100 * np.array(shorter), "o-", label="shorter than the reference")
+ax1.plot(alphas, 100 * np.array(longer), "s-", label="longer than the reference")
 ax1.set(xlabel=r"length penalty $\alpha$", ylabel="% of outputs", title="beam 4, half-trained model, 300 sentences")
 ax1.legend(fontsize=8)
 ax2.plot(alphas, 100 * np.array(exact), "o-", color="C2")
@@ -545,13 +559,16 @@ plt.tight_layout()
 plt.show()
 
 # %%
+claim_true("a long form's Korean has three words, a full form's four", set(ref_len.tolist()) == {3, 4},
+           f"reference lengths {sorted(set(ref_len.tolist()))}")
 up_to_2 = [i for i, a in enumerate(alphas) if a <= 2]
 claim_true("up to alpha = 2 the share of too-short outputs falls (or stays)",
            all(np.diff([shorter[i] for i in up_to_2]) <= 0), f"shorter {np.round(shorter, 3)}")
 claim_true("up to alpha = 2 exact match does not fall by more than a point",
            min(exact[i] for i in up_to_2) >= exact[0] - 0.01, f"exact {np.round(exact, 3)}")
-claim_true("at alpha = 3 the mean length jumps (more than one token over the reference's 4)",
-           mean_len[alphas.index(3.0)] > 5, f"mean length {mean_len[alphas.index(3.0)]:.2f}")
+claim_true("at alpha = 3 the mean length jumps (more than one token over the references')",
+           mean_len[alphas.index(3.0)] > ref_len.mean() + 1,
+           f"mean length {mean_len[alphas.index(3.0)]:.2f}, references {ref_len.mean():.2f}")
 
 # %% [markdown]
 # **Predict.** A hypothesis of three words that is exactly its reference: what BLEU does `metrics.corpus_bleu` give it (sacrebleu's defaults)?
@@ -576,7 +593,7 @@ reveal(my_prediction_10_1, metrics.corpus_bleu(["das ist gut"], ["das ist gut"])
 # mean length jumps. The reason is in the formula. $-\log P$ grows about linearly with the
 # length, while $\text{lp}$ grows like $|Y|^{\alpha}$; for $\alpha > 1$ a long enough output
 # therefore has a score $\log P/\text{lp}$ close to 0, the best possible. $\alpha = 0.6$ (the
-# red dashed line) stays well below that. The dates are all 4 tokens long, so this task cannot
+# red dashed line) stays well below that. The dates are all a few tokens long, so this task cannot
 # show the other side, where $\alpha$ too small cuts real sentences short.
 #
 # ## 4. BLEU
@@ -732,7 +749,7 @@ reveal(my_prediction_10_2, metrics.corpus_bleu([pair_hyp], [pair_ref], tokenize=
 # A 4-gram of characters is shorter than most words: getting four characters in a row right
 # is much easier than getting four words right, and one wrong word breaks every word n-gram
 # that contains it but only the few character n-grams that overlap the wrong characters. The
-# two scales measure different things, so a char-level BLEU of 80 says nothing about what the
+# two scales measure different things, so a high char-level BLEU says nothing about what the
 # word-level BLEU would be. Only scores computed with the same tokenizer (and the same
 # references) can be compared; sacrebleu prints its settings as a "signature" for that reason.
 # The paper's BLEU is on words (newstest2014, WMT's tokenization), so none of the numbers in
@@ -756,6 +773,11 @@ for hyp, ref in (("einundzwanzig", "einunddreißig"), ("dreitausendvierhundertei
                                                      "dreitausendvierhundertzweiundzwanzig")):
     print(f"{hyp:38s} vs {ref:38s}: word BLEU {metrics.corpus_bleu([hyp], [ref]).score:5.1f}, "
           f"chrF {metrics.corpus_chrf([hyp], [ref]):5.1f}")
+from num2words import num2words
+
+assert [num2words(n, lang="de") for n in (21, 31, 3421, 3422)] == ["einundzwanzig", "einunddreißig",
+                                                                   "dreitausendvierhunderteinundzwanzig",
+                                                                   "dreitausendvierhundertzweiundzwanzig"]
 
 # %% [markdown]
 # (21 against 31, and 3,421 against 3,422, in German.) BLEU stays the standard for comparing
@@ -764,7 +786,7 @@ for hyp, ref in (("einundzwanzig", "einunddreißig"), ("dreitausendvierhundertei
 #
 # ## 5. The trained model's scores, greedy and beam
 #
-# `translate.score_translations` decodes the 1,000 test sentences and returns BLEU (word
+# `translate.score_translations` decodes the test sentences and returns BLEU (word
 # level, "13a"), chrF and exact match. The half-trained rows come from section 3.
 
 # %%
@@ -780,7 +802,7 @@ wrong = [i for i, (h, r) in enumerate(zip(full_beam["hyps"], full_beam["refs"]))
 print(f"trained model, beam 4: {len(wrong)} of {len(task.test)} test sentences wrong", wrong[:5])
 probes = {}
 for text in ("Tuesday, March 5, 2024", "Monday, March 5, 2024", "Sunday, January 1, 1950"):
-    probes[text] = " ".join(translate.translate_tokens(model, vocab, [text.split()], decoding.Beam(4))[0])
+    probes[text] = " ".join(translate.translate_tokens(model, vocab, [tokenize(text, "word")], decoding.Beam(4))[0])
     print(f"  {text:26s} -> {probes[text]}")
 
 claim("after 400 steps the model translates (nearly) every test date exactly", full_beam["exact_match"], low=0.98)
@@ -807,7 +829,7 @@ claim_true("'Monday, March 5, 2024' is translated faithfully, with the wrong wee
 # predicts the token after it.
 
 # %%
-sentence = "Tuesday, March 5, 2024".split()
+sentence = tokenize("Tuesday, March 5, 2024", "word")         # Tuesday , March 5 , 2024
 output = translate.translate_tokens(model, vocab, [sentence], decoding.Beam(4))[0]
 src_ids = translate.source_ids(vocab, sentence)                # + <eos>, as in training
 dec_in = [vocab.bos_id] + vocab.encode(output)                 # <bos> + output
@@ -837,18 +859,21 @@ def draw_heads(weights, rows, cols, title):
 draw_heads(maps["encoder_decoder"], dec_labels, src_labels,
            f"encoder-decoder attention: rows = decoder input (<bos> + output), columns = source\n"
            f"'{' '.join(sentence)}' -> '{' '.join(output)}' (beam 4)")
+# Korean writes year, month, day, weekday: decoder row i (<bos>, then each output word) predicts the
+# word that translates this source word.
+aligned_src = np.array([src_labels.index(word) for word in ("2024", "March", "5", "Tuesday", "<eos>")])
 
 # %% [markdown]
 # **Encoder-decoder attention** is where the reordering happens. The row of `<bos>` is where
 # the model predicts the first Korean token, the year, and (in the second layer at least) it
 # looks at `2024`; the row of the year looks at `March`, which comes next in Korean, the row of
-# the month at `5,`, the row of the day at `Tuesday,`, and the last row, which must predict
+# the month at `5`, the row of the day at `Tuesday`, and the last row, which must predict
 # `<eos>`, at the source's `<eos>`. Each row looks at the source word of the **next** output
 # token: an alignment, here a permutation because Korean writes year, month, day, weekday.
 # What the maps drawn show, head by head, counted from their weights:
 
 # %%
-aligned_src = np.array([3, 1, 2, 0, 4])          # decoder row i looks up source position aligned_src[i]
+print("decoder row i looks up source position aligned_src[i]:", aligned_src)
 N_layers, n_heads = maps["encoder_decoder"].shape[:2]
 
 
@@ -878,14 +903,14 @@ draw_heads(maps["encoder_self"], src_labels, src_labels,
            "encoder self-attention: rows and columns = source (+ <eos>)")
 
 # %% [markdown]
-# One sentence can mislead, so we measure each head over 200 test sentences. Every source
-# here has the same shape (weekday, month, day, year, `<eos>`: 5 positions) and every target
-# too (year, month, day, weekday: 4 tokens, 5 decoder inputs), so the sentences stack into one
-# batch without padding and a head's habit can be averaged position by position:
+# One sentence can mislead, so we measure each head over the test sentences written in the
+# drawn sentence's form (weekday, comma, month, day, comma, year, `<eos>`), the first 200 of them.
+# Their targets all have the same shape too (year, month, day, weekday, and `<bos>` before them),
+# so the sentences stack into one batch without padding and a head's habit can be averaged
+# position by position:
 #
 # * **alignment** (encoder-decoder): the mean weight that decoder row $i$ puts on the source
-#   word of output token $i$ (rows `<bos>`, year, month, day, weekday look at source
-#   positions 3, 1, 2, 0, 4);
+#   word of output token $i$ (the positions `aligned_src` printed above);
 # * **diagonal** (self-attention): the mean weight a position puts on itself; in the decoder
 #   that is the token written last, the "previous-token" pattern (row $i$ holds output
 #   token $i-1$);
@@ -896,13 +921,16 @@ draw_heads(maps["encoder_self"], src_labels, src_labels,
 # is 1 there in every head.
 
 # %%
-batch = task.test[:200]
-src_batch = np.array([translate.source_ids(vocab, s) for s, _ in batch])               # (200, 5)
-dec_batch = np.array([[vocab.bos_id] + vocab.encode(t) for _, t in batch])             # (200, 5)
-assert src_batch.shape == dec_batch.shape == (200, 5)
+same_form = [(s, t) for s, t in task.test if [tok == "," for tok in s] == [tok == "," for tok in sentence]]
+batch = same_form[:200]
+src_batch = np.array([translate.source_ids(vocab, s) for s, _ in batch])               # (B, 7): 6 words + <eos>
+dec_batch = np.array([[vocab.bos_id] + vocab.encode(t) for _, t in batch])             # (B, 5): <bos> + 4 words
+assert src_batch.shape == (len(batch), len(src_labels)) and dec_batch.shape == (len(batch), len(dec_labels))
+print(f"{len(same_form)} test sentences in this form; the first {len(batch)} stacked")
 batch_maps = translate.attention_maps(model, src_batch, dec_batch)                    # each (N, B, h, ., .)
-rows = np.arange(5)
+rows = np.arange(len(dec_labels))
 later = rows[1:]                                 # decoder rows 1..4: row 0 (<bos>) can only attend to itself
+keys = np.arange(len(src_labels))                # encoder positions
 print(f"{'head':>14s}{'enc-dec alignment':>19s}{'dec diagonal':>14s}{'dec <bos>':>11s}"
       f"{'enc diagonal':>14s}{'enc <eos>':>11s}")
 head_table, ed_eos = {}, {}
@@ -912,7 +940,7 @@ for layer in range(model.cfg.N):
         ds = batch_maps["decoder_self"][layer, :, head]                                # (B, T, T)
         es = batch_maps["encoder_self"][layer, :, head]                                # (B, S, S)
         head_table[layer, head] = scores = (ed[:, rows, aligned_src].mean(), ds[:, later, later].mean(),
-                                            ds[:, later, 0].mean(), es[:, rows, rows].mean(), es[:, :, -1].mean())
+                                            ds[:, later, 0].mean(), es[:, keys, keys].mean(), es[:, :, -1].mean())
         ed_eos[layer, head] = ed[:, :, -1].mean()                                        # enc-dec weight on <eos>
         print(f"layer {layer + 1}, head {head + 1}" + "".join(f"{s:{w}.2f}" for s, w in zip(scores, (19, 14, 11, 14, 11))))
 
@@ -949,7 +977,7 @@ first_eos = [ed_eos[0, j] for j in range(model.cfg.h)]
 show_markdown("\n".join([
     f"* **Encoder-decoder attention** in the last layer is an **alignment**: heads {head_names(aligned_last)} of "
     f"layer {last + 1} put more than 0.8 of their weight on the source word that the next output token "
-    f"translates, on average over all 200 sentences ({', '.join(f'{head_table[last, j][0]:.2f}' for j in aligned_last)}), "
+    f"translates, on average over all {len(batch)} sentences ({', '.join(f'{head_table[last, j][0]:.2f}' for j in aligned_last)}), "
     f"not only in the one drawn. The first layer's heads reach at most {columns[:model.cfg.h, 0].max():.2f} and "
     f"put {min(first_eos):.2f} to {max(first_eos):.2f} of their weight on the source `<eos>`. Translation models "
     "before the Transformer learned such alignments with a dedicated attention (Bahdanau et al., 2014); here it "
@@ -962,7 +990,7 @@ show_markdown("\n".join([
                          "look hardest at the year from every later row." if year_heads else
                          f"In the map of the one sentence drawn, no head of layer {last + 1} looks hardest at the "
                          "year from every later row."),
-    f"* **Encoder self-attention** has no clean pattern: over 200 sentences every head puts "
+    f"* **Encoder self-attention** has no clean pattern: over {len(batch)} sentences every head puts "
     f"{columns[:, 3].min():.2f} to {columns[:, 3].max():.2f} on its own position and "
     f"{columns[:, 4].min():.2f} to {columns[:, 4].max():.2f} on the source `<eos>`, a mix of the two. This task "
     "hardly needs the encoder to mix words, since each source word translates on its own."]))

@@ -22,7 +22,7 @@
 #    gradients, and the same optimizer steps, to $10^{-9}$;
 # 3. **property tests**: statements that must hold whatever the weights, such as "each row of
 #    attention weights sums to 1" or "changing a later target token leaves earlier outputs alone";
-# 4. **a short training run**: 100 steps on a toy task, and a pass mark the model must reach.
+# 4. **a short training run** on a toy task, and a pass mark the model must reach.
 #
 # The result is a table of bugs against checks, and every entry in it is produced by running the
 # checks below; nothing in it is typed by hand. Before each bug runs, you are asked to **predict** its
@@ -57,7 +57,7 @@
 #
 # **What it trains:** one tiny copy model per bug (and per mystery), a hundred steps each. The cell below says how long the whole lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -130,6 +130,7 @@ def build(plant, cfg=BENCH, seed=0):
 
 CLEAN = Plant(tr("0 no bug (the package)"), "—")
 print(tr("parameter tensors:"), len(build(CLEAN).parameters()), tr("  numbers:"), build(CLEAN).num_parameters())
+assert (len(build(CLEAN).parameters()), build(CLEAN).num_parameters()) == (31, 464)   # the text above
 
 # %% [markdown]
 # Each check takes a plant and returns an `Outcome`: **caught** (the check failed, so it found the bug),
@@ -205,6 +206,7 @@ def gradient_check(plant):
 
 
 print(gradient_check(CLEAN))
+assert 2 * build(CLEAN).num_parameters() == 928           # two forward passes per number: the text above
 
 # %% [markdown]
 # ### 2.2 Parity with PyTorch
@@ -813,6 +815,7 @@ BUG3 = Plant(tr("3 warm-up per tensor"), "optimizer",
 
 schedule = NoamSchedule(TRAIN.d_model, warmup_steps=30, factor=0.5)
 n_tensors = len(build(CLEAN, TRAIN).parameters())
+assert n_tensors == 31                                    # the text above
 steps = np.arange(1, STEPS + 1)
 fig, ax = plt.subplots(figsize=(7, 2.8))
 ax.plot(steps, [schedule(int(k)) for k in steps], "k", lw=2, label=tr("§5.3: once per step (every tensor)"))
@@ -1181,7 +1184,7 @@ print(tr(f"all {len(claims)} claims hold"))
 #   is the derivative of the forward we wrote. A mask that is transposed, a scale that is missing, a
 #   pre-LN wiring: each is a different but perfectly differentiable function, and the backward
 #   differentiates it correctly. The check tests consistency, not correctness.
-# * *Outside the function it differentiates, or at inputs it never tries* (bugs 2, 3, 4, 10): the
+# * *Outside the function it differentiates, or at inputs it never tries* (bugs 2, 3, 4 and 10): the
 #   optimizer and the schedule run after the gradient exists; the log(0) needs logits hundreds apart
 #   (about 745 in float64), the by-value target needs two logits exactly equal, and random weights
 #   produce neither.
@@ -1189,16 +1192,17 @@ print(tr(f"all {len(claims)} claims hold"))
 # **Parity caught every bug that changes what the model or the optimizer computes on the bench** (2, 3, 5,
 # 6, 7, 8, 9): it compares with an independent implementation of the paper, so a different function shows
 # up however consistent its backward is, and the detail says where (`logits` first for 5–8, `dE` alone for
-# 9, the parameters after five Adam steps for 2 and 3). It missed 1, 4 and 10, each for a reason worth
+# 9, the parameters after five Adam steps for 2 and 3). It missed bugs 1, 4 and 10, each for a reason worth
 # remembering: dropout had to be off to compare at all; torch computes the same loss as the log(0) copy
 # while no probability underflows; and no two of the bench's logits tie. Parity is only as good as the
 # inputs it is run on, and only as independent as its reference (section 2.2, and Exercise 12.4).
 #
 # **The properties caught all ten**, because each one is a sentence of the specification tested on inputs
-# chosen to be awkward: integer logits make ties common, $\pm 10^4$ makes probabilities underflow, a changed
+# chosen to be awkward: integer logits make ties common, logits in the thousands make probabilities underflow, a changed
 # future token tests causality directly. What the matrix of section 4 shows, property by property:
 
 # %%
+assert np.exp(-745.0 - 1) == 0.0 < np.exp(-745.0 + 1)    # "about 745": where exp underflows in float64
 caught_by = {n: [p.name.split()[0] for p in BUGS if not PROPERTY_NOTES[p.name][n][0]] for n in names}
 single = [n for n in names if len(caught_by[n]) == 1]
 several = [n for n in names if len(caught_by[n]) > 1]
@@ -1364,6 +1368,7 @@ check_mystery(1, "pe-sin-cos-swapped")
 # %% tags=["solution"]
 show_properties(MYSTERY2)
 check_mystery(2, "layernorm-unbiased-variance")
+assert (BENCH.d_model - 1) / BENCH.d_model == 0.75       # the variance the text above reads
 
 # %% [markdown] tags=["solution"]
 # **12.3.** Every check that builds the model passes, and so does the Adam property and parity's five

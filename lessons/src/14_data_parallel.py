@@ -34,11 +34,11 @@
 #
 # Processes are started with `mpiexec` from cells below, through `subprocess`: a notebook is one process.
 #
-# **What it trains:** a tiny copy model for 20 steps four times (on one process and on 2 ranks; with and without
+# **What it trains:** a tiny copy model for a few steps, four times (on one process and on 2 ranks; with and without
 # gradient accumulation), and it times MPI messages on 2 and 4 ranks. The cell below says how long the whole
 # lesson takes.
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -100,7 +100,8 @@ print(f"per GPU and step: {tokens_per_batch // gpus:,} of the batch's {tokens_pe
 # layer two attentions and one FFN, each sub-layer with its LayerNorm), checked against the package's own count:
 
 # %%
-from minitransformer.model import PRESETS, Transformer
+from minitransformer.data.registry import PRESETS
+from minitransformer.model import Transformer
 
 
 def parameter_count(cfg):
@@ -173,6 +174,7 @@ assert all(c == frozenset(range(3)) for row in trace[-1][1] for c in row)
 
 # %%
 sizes = [1_000, 10_000, 100_000, 1_000_000]
+assert (4 * sizes[0], 4 * sizes[-1]) == (4_000, 4_000_000)     # float32 vectors of 4 kB to 4 MB, as the text says
 timing = {N: json.loads(mpiexec(N, "-m", "lessonkit.exercises.lesson_14", *map(str, sizes)))
           for N in (2, 4)}
 print(f"{timing[2]['library']}; {os.cpu_count()} cores, so 4 ranks share them; load {os.getloadavg()[0]:.1f}")
@@ -330,6 +332,7 @@ while len(lines) < 800:
 (work / "copy.tsv").write_text("".join(lines), encoding="utf-8")
 run = ["-m", "minitransformer", "train", "--data", str(work / "copy.tsv"), "--level", "word", "--preset", "tiny",
        "--set", "P_drop=0", "--batch-size", "32", "--steps", "20", "--valid-every", "10", "--no-progress"]
+assert run[run.index("--steps") + 1] == "20"                    # the text above
 f64 = {"MINITRANSFORMER_DTYPE": "float64"}
 one = mpiexec(1, *run, "--out", str(work / "one"), env=f64)
 two = mpiexec(2, *run, "--out", str(work / "two"), "--check-sync-every", "1", env=f64)
@@ -399,6 +402,7 @@ from minitransformer.settings import TrainSettings
 from minitransformer.train import Trainer
 
 K, steps = 4, 20
+assert K * 12 == 48                                              # four micro-batches of 12 against one of 48
 train_pairs = encode_pairs(cv, copy_task.train[:600])
 plan = [b for epoch in (0, 1) for b in batch_plan(train_pairs, 48, None, np.random.default_rng([0, epoch]))]
 settings = TrainSettings(steps=steps, batch_size=48, accumulate=K, warmup_steps=100, valid_every=10**9)

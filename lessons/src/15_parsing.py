@@ -29,16 +29,19 @@
 #
 # The Penn Treebank cannot ship with this package, so this lesson builds the same experiment on a treebank
 # the package *generates* from a small probabilistic grammar. That buys something the paper did not have:
-# the grammar's own best parse, a **ceiling** no parser can beat on average, so we can say how much of a
-# parser's error is the model and how much is the language's ambiguity.
+# what the grammar itself would answer. Its **most probable tree** for each sentence, and its
+# **max-expected-F1 parse** (the brackets most likely to be right, from the probabilities of all the
+# sentence's trees), are two **references**: a trained parser is read against the better of the two, so we
+# can say how much of its error is the model and how much is the language's ambiguity.
 #
 # | in this lesson | where in the package |
 # | --- | --- |
 # | the grammar (25 rules, 173 words) and its treebank | `data/pcfg.py`: `GRAMMAR`, `sample_tree`, `parse_splits` |
 # | trees, bracket strings, a tree as tokens and back | `data/trees.py`: `Tree`, `parse_tree`, `linearize`, `read_linearized` |
 # | the tasks `parse` and `parse-large`, and what `translate` and `evaluate` print for them | `data/parsing.py` (`render_tree`, `tree_scores`) |
-# | bracket F1, evalb-style | `metrics.bracket_f1`, `metrics.brackets` |
-# | the ceiling (Viterbi CKY) and the floor (right-branching) | `data/cky.py`: `ViterbiParser`; `trees.right_branching` |
+# | bracket F1, evalb-style | `data.evalb.bracket_f1`, `data.evalb.brackets` |
+# | the references: the most probable tree (Viterbi CKY) and the max-expected-F1 parse (inside-outside) | `data/cky.py`: `ViterbiParser`; `data/posterior.py`: `PosteriorParser` |
+# | the floor (right-branching) | `trees.right_branching` |
 # | Table 4 in miniature | `lessons/experiments/parse_table4.py` → `parse_table4.json` (and `parse_baselines.json`) |
 #
 # From the command line the whole experiment is three commands:
@@ -51,8 +54,9 @@
 #
 # **What it trains:** one small parser for 600 steps, in three cells of 200 (a row of the record, repeated
 # live); the full runs of Table 4 come from the record. The cell below says how long the whole lesson takes.
+# (The grammar's size, the training steps and the sets' sizes this lesson names are asserted in its cells.)
 #
-# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](../docs/glossary.md).
+# **Terms:** each term of these lessons, in English and as Korean texts write it, is in [the glossary](docs/glossary.md).
 
 # %%
 from lessonkit.runtimes import show_cost
@@ -72,8 +76,10 @@ import numpy as np
 
 from minitransformer.data import parsing, pcfg
 from minitransformer.data.cky import ViterbiParser
+from minitransformer.data.posterior import PosteriorParser
+from lessonkit.prose import claim_true, show_markdown
 from minitransformer.data.trees import linearize, read_linearized, right_branching
-from minitransformer.metrics import bracket_f1, brackets
+from minitransformer.data.evalb import bracket_f1, brackets
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
 LESSON_START = time.perf_counter()
@@ -87,6 +93,9 @@ made = table4["provenance"]            # every call of parse_table4.py that wrot
 machine = f"{made[-1]['machine']['cpu']}, {made[-1]['machine']['cores']} cores"
 print(f"Table 4 record: {len(made)} call(s) of parse_table4.py, the last:", made[-1]["command"])
 print("   finished", made[-1]["finished"], "at commit", made[-1]["commit"][:10], "on", machine)
+# The sizes the introduction names: the grammar, and the lesson's run (three chunks of 200 steps).
+assert (len(pcfg.GRAMMAR.rules), len(pcfg.GRAMMAR.words)) == (25, 173)
+assert tuple(parse_table4.LESSON["chunks"]) == (200, 200, 200) and sum(parse_table4.LESSON["chunks"]) == 600
 
 # %% [markdown]
 # ## 1. A grammar and its trees
@@ -199,17 +208,28 @@ assert words_f1 > xx_f1, "the record no longer shows the words form learning fas
 print(f"the words form is {words_f1 - xx_f1:.1f} F1 points ahead after the same {words_row['steps']} steps")
 
 # %% [markdown]
-# ## 3. The ceiling and the floor
+# ## 3. Two references and a floor
 #
-# Because the treebank comes from a known grammar, the best any parser can do *on average* is known too:
-# for each sentence pick the tree the grammar finds most probable, $\hat t = \arg\max_t P(t)$ over the
-# sentence's parses. This is the Viterbi parse, found by the CKY algorithm (`data/cky.py`, checked against
-# nltk's `ViterbiParser` in the tests). The gold tree is a *draw* from $P(t \mid \text{sentence})$, so
-# Viterbi is wrong whenever the draw was not the likeliest reading: "the man saw the dog with the telescope"
-# has both attachments, and the grammar always prefers the same one. That gap is ambiguity, not the model.
-# The floor is a parser that learns nothing: every sentence gets a right-branching tree.
+# Because the treebank comes from a known grammar, we can ask what the grammar itself would answer. The
+# first answer is the **most probable tree**, $\hat t = \arg\max_t P(t)$ over the sentence's parses, found
+# by the CKY algorithm with Viterbi's maximum (`data/cky.py`, checked against nltk's `ViterbiParser` in the
+# tests). The gold tree is a *draw* from $P(t \mid \text{sentence})$, so the most probable tree is wrong
+# whenever the draw was not the likeliest reading: "the man saw the dog with the telescope" has both
+# attachments, and the grammar always prefers the same one. That gap is ambiguity, not the model.
 #
-# We re-check the record's ceiling for seed 0 live (CKY is exact, so the tolerance is rounding only):
+# The most probable tree is the best guess when a parse is right or wrong *as a whole*. Bracket F1 (section
+# 4) gives credit bracket by bracket, and then a better bet exists. The **inside-outside** algorithm sums
+# over all of a sentence's trees, not just the best one, and gives each labelled bracket its **posterior**:
+# the probability that the gold tree has it. Keeping every bracket whose posterior is above one half already
+# scores more on average than the most probable tree, which may contain a bracket that is in only one
+# likely reading. The **max-expected-F1 parse** (`data/posterior.py`) lowers that threshold to the point that
+# maximises the expected F1 of the whole test set (a threshold near half the F1 reached; the module's
+# docstring derives it, the tests check it against brute force over every tree of short sentences). Neither
+# reference is a ceiling in the strict sense (F1 is a ratio, and a parser could get lucky), but no parser
+# that learns the grammar from samples can expect to beat the second; the model is read against the better one.
+#
+# The floor is a parser that learns nothing: every sentence gets a right-branching tree. We re-check the
+# record's most probable tree for seed 0 live (CKY is exact, so the tolerance is rounding only):
 
 # %%
 splits = pcfg.parse_splits(0, seed=0)                   # test and valid do not depend on the training size
@@ -220,15 +240,47 @@ viterbi_parser = ViterbiParser()
 t0 = time.perf_counter()
 viterbi = [viterbi_parser.parse(e.words).tree for e in test]
 cky_seconds = time.perf_counter() - t0
-ceiling = bracket_f1(gold, viterbi)
+most_probable = bracket_f1(gold, viterbi)
 floor = bracket_f1(gold, [right_branching(e.words) for e in test])
 recorded = baselines["seeds"][0]
-print(f"Viterbi (ceiling):   {ceiling}   [{len(test)} sentences in {cky_seconds:.1f} s]")
+print(f"most probable tree:  {most_probable}   [{len(test)} sentences in {cky_seconds:.1f} s]")
 print(f"right-branching:     {floor}")
-assert abs(ceiling.f1 - recorded["ceiling_viterbi"]["f1"]) < 0.005, (ceiling.f1, recorded["ceiling_viterbi"])
+assert abs(most_probable.f1 - recorded["most_probable_tree"]["f1"]) < 0.005, (most_probable.f1, recorded)
 assert abs(floor.f1 - recorded["floor_right_branching"]["f1"]) < 0.005
-print(f"matches parse_baselines.json for seed 0: ceiling {recorded['ceiling_viterbi']['f1']}, "
+print(f"matches parse_baselines.json for seed 0: most probable tree {recorded['most_probable_tree']['f1']}, "
       f"floor {recorded['floor_right_branching']['f1']}")
+
+# %% [markdown]
+# The max-expected-F1 parse of the same sentences, live (exact arithmetic too, so the same tolerance), and
+# the record's three seeds side by side: the most probable tree, the max-expected-F1 parse with the threshold
+# it chose, the plain "posterior above one half", and the floor.
+
+# %%
+posterior_parser = PosteriorParser()
+t0 = time.perf_counter()
+best_bet = posterior_parser.parse_corpus([e.words for e in test])
+posterior_seconds = time.perf_counter() - t0
+max_expected = bracket_f1(gold, best_bet.trees)
+print(f"max-expected-F1 parse: {max_expected}   [threshold {best_bet.threshold:.4f}; {len(test)} sentences in "
+      f"{posterior_seconds:.1f} s]")
+assert abs(max_expected.f1 - recorded["max_expected_f1"]["f1"]) < 0.005, (max_expected.f1, recorded)
+
+print(f"\n{'seed':>4} {'most probable tree':>19} {'max expected F1':>16} {'(threshold)':>11} {'posterior > 0.5':>16} "
+      f"{'better of the two':>18} {'floor':>7}")
+for row in baselines["seeds"]:
+    print(f"{row['seed']:>4} {row['most_probable_tree']['f1']:>19.2f} {row['max_expected_f1']['f1']:>16.2f} "
+          f"{row['max_expected_f1']['threshold']:>11.4f} {row['posterior_above_half']['f1']:>16.2f} "
+          f"{row['better_reference_f1']:>18.2f} {row['floor_right_branching']['f1']:>7.2f}")
+gains = [row["max_expected_f1"]["f1"] - row["most_probable_tree"]["f1"] for row in baselines["seeds"]]
+claim_true("keeping every bracket above one half scores more than the most probable tree (every seed)",
+           all(row["posterior_above_half"]["f1"] > row["most_probable_tree"]["f1"] for row in baselines["seeds"]))
+recall_cost = [row["most_probable_tree"]["recall"] - row["max_expected_f1"]["recall"] for row in baselines["seeds"]]
+show_markdown(
+    f"On {sum(g > 0 for g in gains)} of the {len(gains)} seeds the max-expected-F1 parse scores more than the most "
+    f"probable tree, by {min(gains):.2f} to {max(gains):.2f} F1 points: it keeps fewer brackets (recall "
+    f"{min(recall_cost):.2f} to {max(recall_cost):.2f} points lower) that are more often right. That is as large "
+    "as some of the gaps between models below, so a model is read against the better of the two references "
+    "(`better_reference_f1` in the record).")
 
 # %% [markdown]
 # ## 4. Bracket F1 by hand
@@ -238,7 +290,7 @@ print(f"matches parse_baselines.json for seed 0: ceiling {recorded['ceiling_vite
 # A bracket of the test tree is *matched* when the gold tree has the same label over the same span.
 # Precision is matched / test brackets, recall is matched / gold brackets, and F1 their harmonic mean,
 # $F_1 = 2PR/(P+R)$. Over a corpus the counts are summed first, then divided (so long sentences weigh more).
-# Take a test sentence where Viterbi went wrong:
+# Take a test sentence where the most probable tree went wrong:
 
 # %%
 wrong_k = next(k for k, (g, v) in enumerate(zip(gold, viterbi)) if brackets(g) != brackets(v) and
@@ -246,7 +298,7 @@ wrong_k = next(k for k, (g, v) in enumerate(zip(gold, viterbi)) if brackets(g) !
 g_tree, v_tree = gold[wrong_k], viterbi[wrong_k]
 fig, axes = plt.subplots(1, 2, figsize=(11, 3.2))
 draw_tree(g_tree, axes[0], "gold (sampled)")
-draw_tree(v_tree, axes[1], "Viterbi (the grammar's most probable tree)")
+draw_tree(v_tree, axes[1], "the grammar's most probable tree (Viterbi)")
 plt.show()
 
 
@@ -273,12 +325,12 @@ P, R = 100 * len(matched) / len(v_spans), 100 * len(matched) / len(g_spans)
 F1 = 2 * P * R / (P + R)
 print("words:   ", list(enumerate(g_tree.words())))
 print("gold:    ", g_spans)
-print("Viterbi: ", v_spans)
+print("most probable:", v_spans)
 print("matched: ", matched)
 print(f"by hand: P = {len(matched)}/{len(v_spans)} = {P:.2f}, R = {len(matched)}/{len(g_spans)} = {R:.2f}, "
       f"F1 = {F1:.2f}")
 package = bracket_f1([g_tree], [v_tree])
-print("metrics.bracket_f1:", package)
+print("evalb.bracket_f1:", package)
 assert abs(package.f1 - F1) < 1e-9 and abs(package.precision - P) < 1e-9
 
 # %% [markdown]
@@ -305,14 +357,15 @@ reveal(my_prediction_15_1, bracket_f1([g_tree], [flat_tree]).f1, what="bracket F
 # (`parse_table4.LESSON`), through the package's own training path (`runsetup.settings_for`,
 # `runsetup.make_trainer`, `Trainer.run`, what `train --task parse` calls), in chunks of a couple of hundred
 # steps, one cell each. Chunks change nothing: the schedule, the batches and the dropout masks depend on
-# the step number alone, so three runs of 200 steps are one run of 600.
+# the step number alone, so three runs of a third of the steps are one run of all of them.
 
 # %%
 from threadpoolctl import threadpool_limits
 
 from minitransformer import threads
 from minitransformer.data.registry import get_task
-from minitransformer.model import PRESETS, describe
+from minitransformer.data.registry import PRESETS
+from minitransformer.model import describe
 
 # The record was trained on one BLAS thread; another thread count adds the same numbers in another
 # order, and 600 steps turn those last bits into other weights. So this run uses one thread too.
@@ -330,8 +383,8 @@ train_seconds = parse_table4.train_more(trainer, chunks.pop(0))
 print(f"{trainer.step} steps in {train_seconds:.0f} s, {trainer.model.num_parameters():,} parameters")
 
 # %% [markdown]
-# The valid loss printed is the label-smoothed cross-entropy on the 500 validation sentences. The exact
-# match beside it is 0.0% only because this run decodes no validation sentences (`valid_decode=0`, set
+# The valid loss printed is the label-smoothed cross-entropy on the validation sentences. The exact
+# match beside it is zero only because this run decodes no validation sentences (`valid_decode=0`, set
 # by `parse_table4.parser_trainer`): the test sentences are decoded below. Two more chunks:
 
 # %%
@@ -346,10 +399,11 @@ print(f"{trainer.step} steps in {train_seconds:.0f} s")
 
 # %% [markdown]
 # Decoding greedily and scoring the first test sentences. The record holds the same run, made by the
-# Table 4 script; the assert re-checks it. The tolerance is 3 F1 points: the run is seeded, but another
-# BLAS library or thread count adds the same numbers in another order, and hundreds of steps amplify those
-# last-bit differences into slightly different weights. On the machine that wrote the record the two
-# agree exactly.
+# Table 4 script; the assert re-checks it, within the tolerance the script measured by re-running this run
+# on four processors' arithmetic (their BLAS kernels and SIMD code) and two seeds
+# (lessons/experiments/README.md): the run is seeded, but another processor adds the same numbers in another
+# order, and hundreds of steps turn those last bits into other weights, as another seed would. On the
+# machine that wrote the record the two agree exactly.
 
 # %%
 from minitransformer.translate import score_translations, translate_tokens
@@ -362,8 +416,8 @@ recorded_f1 = table4["lesson"]["greedy"]["bracket_f1"]
 print(f"live: {', '.join(f'{k} {v:.2f}' for k, v in live['scores'].items())}  [{live['seconds']:.1f} s]")
 print(f"recorded by parse_table4.py: bracket F1 {recorded_f1:.2f} (trained in {table4['lesson']['train_seconds']} s "
       f"on {machine})")
-assert abs(live_f1 - recorded_f1) <= 3.0, (live_f1, recorded_f1)
-print(f"live - recorded = {round(live_f1 - recorded_f1, 2) + 0.0:+.2f} F1 points (tolerance ±3)")   # + 0.0: no "-0.00"
+print(f"live - recorded = {round(live_f1 - recorded_f1, 2) + 0.0:+.2f} F1 points")   # + 0.0: no "-0.00"
+print("the live run agrees with the record:", *parse_table4.check_live(table4, live["scores"]), sep="\n  ")
 
 # %% [markdown]
 # What `translate` prints for a parse checkpoint is the output read back as a tree, with the sentence's
@@ -374,10 +428,39 @@ for sentence in ("Alice saw the dog with the telescope", "the cat that Bob liked
     out = translate_tokens(model, vocab, [sentence.split()], max_len=parsing.PARSE_MAX_OUTPUT)[0]
     print(f"{sentence!r}\n   -> {' '.join(out)}\n   -> {parsing.render_tree(sentence, ' '.join(out))}")
 
+# %%
+# What the second output means: read it back and compare it with the grammar's most probable tree.
+hard = "the cat that Bob liked slept and the dog barked".split()
+hard_out = translate_tokens(model, vocab, [hard], max_len=parsing.PARSE_MAX_OUTPUT)[0]
+hard_read = read_linearized(hard_out, hard)
+leaves = sum(not tok.startswith(("(", ")")) for tok in hard_out)
+hard_f1 = bracket_f1([viterbi_parser.parse(hard).tree], [hard_read.tree]).f1
+final_ill = table4["summary"]["small"]["greedy"]["ill_formed_mean"]
+# What each repair step taken says the model did (trees.py names the steps):
+did = {"step 2": "closes brackets it never opened", "step 3": "closes brackets under another label",
+       "step 4": "leaves brackets open", "step 7": "writes too few or too many words",
+       "step 8": "writes a word other than the input's at its place (it lost its place in the input)"}
+what = [text for step, text in did.items() if any(r.startswith(step + ":") for r in hard_read.repairs)]
+taken = ", ".join(f"{step} {'×' + str(n) if n > 1 else 'once'}" for step, n in
+                  sorted(collections.Counter(r.split(":")[0] for r in hard_read.repairs).items()))
+show_markdown(
+    (f"The second sentence, a relative clause and a coordination in {len(hard)} words, comes out **mangled**: "
+     f"{leaves} leaves for its {len(hard)} words, and the repair rule of `trees.py` had to take "
+     f"{len(hard_read.repairs)} steps ({taken}) to make a tree of it, whose F1 against the grammar's most "
+     f"probable tree is {hard_f1:.0f}. "
+     if hard_read.ill_formed else
+     f"The second sentence, a relative clause and a coordination in {len(hard)} words, comes out as a "
+     f"well-formed tree here, with F1 {hard_f1:.0f} against the grammar's most probable tree. ")
+    + (f"After {trainer.step} steps the model " + (", ".join(what[:-1]) + " and " if len(what) > 1 else "")
+       + what[-1] + ". " if what else "")
+    + "Section 6 counts such outputs on the test set; the Table 4 models, trained for the "
+    f"recipe's {recipe.settings.steps} steps, leave {final_ill:.1f}% of the test outputs ill-formed (greedy, the "
+    "mean of three seeds, section 8).")
+
 # %% [markdown]
 # ## 6. Where the model fails
 #
-# Three questions, each against the ceiling: are long sentences harder, does the model fail where the
+# Three questions, each against the grammar's most probable tree: are long sentences harder, does the model fail where the
 # grammar itself is ambiguous, and what goes wrong in the outputs that are not even trees?
 
 # %% [markdown]
@@ -400,11 +483,11 @@ for lo, hi in buckets:
     m = bracket_f1([gold_n[k] for k in idx], [model_trees[k] for k in idx])
     v = bracket_f1([gold_n[k] for k in idx], [viterbi_n[k] for k in idx])
     rows.append((f"{lo}-{hi}", len(idx), m.f1, v.f1, 100 * np.mean([reads[k].ill_formed for k in idx])))
-print(f"{'words':>6} {'sentences':>10} {'model F1':>9} {'Viterbi F1':>11} {'ill-formed %':>13}")
+print(f"{'words':>6} {'sentences':>10} {'model F1':>9} {'most probable tree F1':>22} {'ill-formed %':>13}")
 for r in rows:
-    print(f"{r[0]:>6} {r[1]:>10} {r[2]:>9.1f} {r[3]:>11.1f} {r[4]:>13.1f}")
+    print(f"{r[0]:>6} {r[1]:>10} {r[2]:>9.1f} {r[3]:>22.1f} {r[4]:>13.1f}")
 fig, ax = plt.subplots(figsize=(5.5, 2.8))
-ax.plot([r[0] for r in rows], [r[3] for r in rows], "o-", label="Viterbi (ceiling)")
+ax.plot([r[0] for r in rows], [r[3] for r in rows], "o-", label="the most probable tree (Viterbi)")
 ax.plot([r[0] for r in rows], [r[2] for r in rows], "s-", label=f"model ({trainer.step} steps)")
 ax.set_xlabel("sentence length (words)")
 ax.set_ylabel("bracket F1")
@@ -431,25 +514,27 @@ def agrees_with_viterbi(idx):
     return 100 * np.mean([brackets(model_trees[k]) == brackets(viterbi_n[k]) for k in idx])
 
 
-print(f"Viterbi exactly right on {len(viterbi_right)} of {n_test} sentences: the model is exactly right on "
+print(f"the most probable tree exactly right on {len(viterbi_right)} of {n_test} sentences: the model is exactly right on "
       f"{exact_rate(viterbi_right):.0f}% of them")
-print(f"Viterbi wrong on the other {len(viterbi_wrong)} (the ambiguous ones): the model is exactly right on "
-      f"{exact_rate(viterbi_wrong):.0f}% of them, and gives Viterbi's tree on {agrees_with_viterbi(viterbi_wrong):.0f}%")
+print(f"the most probable tree wrong on the other {len(viterbi_wrong)} (the ambiguous ones): the model is exactly right "
+      f"on {exact_rate(viterbi_wrong):.0f}% of them, and gives the most probable tree on "
+      f"{agrees_with_viterbi(viterbi_wrong):.0f}%")
 long_gap = rows[-1][3] - rows[-1][2]
 short_gap = rows[0][3] - rows[0][2]
 
 # %% [markdown]
 # Where the grammar's most probable tree is wrong, the sentence really is ambiguous: a model trained on
-# samples from the grammar has no more to go on than the grammar, and the best it can do is the reading
-# the grammar prefers, as Viterbi does. Where Viterbi is right, the model's failures are its own. What the
+# samples from the grammar has no more to go on than the grammar, and the best it can do to get the whole tree
+# right is the reading the grammar prefers, its most probable tree. Where that tree is right, the model's failures
+# are its own. What the
 # numbers above say, and what the outputs that were not trees needed (`read_linearized` names each step;
 # steps 7 and 8 are a word skipped, repeated or miscopied):
 
 # %%
-print(f"on the ambiguous sentences the model gives Viterbi's (wrong) tree "
+print(f"on the ambiguous sentences the model gives the most probable (wrong) tree "
       f"{'more' if agrees_with_viterbi(viterbi_wrong) > exact_rate(viterbi_wrong) else 'less'} often than the gold "
       f"one ({agrees_with_viterbi(viterbi_wrong):.0f}% against {exact_rate(viterbi_wrong):.0f}%)")
-print(f"gap to the ceiling: {short_gap:.1f} F1 points on {rows[0][0]}-word sentences, {long_gap:.1f} on "
+print(f"gap to the most probable tree: {short_gap:.1f} F1 points on {rows[0][0]}-word sentences, {long_gap:.1f} on "
       f"{rows[-1][0]}-word ones: it {'grows' if long_gap > short_gap else 'does not grow'} with the length")
 steps = collections.Counter(r.split(":")[0] for read in reads for r in read.repairs)
 print(f"{sum(r.ill_formed for r in reads)} of {n_test} outputs needed a repair; steps taken: {dict(sorted(steps.items()))}")
@@ -511,6 +596,36 @@ for t, tok in enumerate(tgt):
 ax.set_title(f"encoder-decoder attention, layer {best_layer}, head {best_head}\n(closing brackets in red)")
 plt.show()
 
+# %%
+# Chance: a head that put its largest weight on a source position at random would hit the next word with
+# probability 1/S. Only the closing brackets that have a next word count (after the last word there is none).
+chance, with_next = [], 0
+for src, tgt in task.test[:100]:
+    leaf = 0
+    for tok in tgt:
+        if tok.startswith(")") and leaf < len(src):
+            chance.append(1 / len(src))
+        elif not tok.startswith(("(", ")")):
+            leaf += 1
+with_next = len(chance)
+closing = int(counts[0, 0].sum())
+best_given = counts[best_layer, best_head, 1] / with_next          # hits can only come from these brackets
+chance_given = float(np.mean(chance))
+ratio = best_given / chance_given
+show_markdown(
+    f"**What this says.** {with_next} of the {closing} closing brackets have a next word. The head that looks at it "
+    f"most (the best of {N * h}, picked after the fact) puts its largest weight there for {best_given:.0%} of them; "
+    f"a head picking a source position at random would for {chance_given:.0%}, so {ratio:.1f} times chance. "
+    + ("That is about chance: no single head of this small model has learned to read the next word when it closes "
+       "a phrase. " if ratio < 2 else
+       "Above chance, but at fewer than half of the brackets: a partial specialisation, not a head that closes "
+       "phrases by looking ahead. " if best_given < 0.5 else
+       "A head that mostly reads the next word when a phrase closes. ")
+    + "So one head's largest weight does not show where the model finds that a phrase is over: the evidence may "
+    "be spread over several heads and layers, or carried by the decoder's own input, the words it has already "
+    "copied. The test that would settle it is to remove heads and measure what is lost (lesson 8 does that for a "
+    "translation model).")
+
 # %% [markdown]
 # ## 8. Table 4 in miniature
 #
@@ -522,7 +637,8 @@ plt.show()
 # the largest difference between the two). It
 # scores the 1 000 test sentences of each seed greedily and with §6.3's beam (21 hypotheses, $\alpha = 0.3$),
 # at most `PARSE_MAX_OUTPUT` tokens: the longest tree the grammar can give a 20-word sentence, our scaled
-# equivalent of "input + 300". The ceiling and floor are the means over the three test sets. The table
+# equivalent of "input + 300". The references and the floor (section 3) are the means over the three test
+# sets, and each run is read against the better reference of its own seed. The table
 # below is whatever the record holds: a cell the script has not measured yet says so, with the number of
 # seeds and test sentences behind every figure.
 
@@ -548,8 +664,13 @@ print(f"{'':44} {'greedy':>24} {'beam 21, α 0.3':>24}")
 for size, what in (("small", f"parse, {table4['sizes']['small']:,} trees (\"WSJ only\")"),
                    ("large", f"parse-large, {table4['sizes']['large']:,} trees (\"semi-supervised\")")):
     print(f"{what:44} {shown(cell(size, 'greedy'))} {shown(cell(size, 'beam'))}")
-print(f"{'Viterbi parse of the grammar (ceiling)':44} {table4['ceiling_f1_mean']:8.2f}")
-print(f"{'right-branching (floor)':44} {table4['floor_f1_mean']:8.2f}")
+print(f"{'the grammar: most probable tree':44} {baselines['most_probable_tree_f1_mean']:8.2f}")
+print(f"{'the grammar: max-expected-F1 parse':44} {baselines['max_expected_f1_f1_mean']:8.2f}")
+print(f"{'the better of the two, seed by seed':44} {baselines['better_reference_f1_mean']:8.2f}")
+print(f"{'right-branching (floor)':44} {baselines['floor_right_branching_f1_mean']:8.2f}")
+# The sizes the text above names:
+assert (pcfg.SIZES["small"], pcfg.SIZES["large"], pcfg.SIZES["large"] // pcfg.SIZES["small"]) == (8000, 80000, 10)
+assert table4["test_sentences"] == 1000 and pcfg.MAX_WORDS == 20 and len(pcfg.GRAMMAR.rules) == 25
 print("\nthe paper (WSJ section 23):")
 for row, f1 in table4["paper"].items():
     print(f"  {row:50} {f1}")
@@ -565,8 +686,8 @@ for size in ("small", "large"):
             values.append(c[0])
             errors.append(c[1] or 0.0)
 ax.bar(labels, values, yerr=errors, color="C0", capsize=3)
-ax.axhline(table4["ceiling_f1_mean"], color="k", ls="--", lw=1, label="ceiling (Viterbi)")
-ax.axhline(table4["floor_f1_mean"], color="0.5", ls=":", lw=1, label="floor (right-branching)")
+ax.axhline(baselines["better_reference_f1_mean"], color="k", ls="--", lw=1, label="the better reference")
+ax.axhline(baselines["floor_right_branching_f1_mean"], color="0.5", ls=":", lw=1, label="floor (right-branching)")
 ax.set_ylim(0, 100)
 ax.set_ylabel("test bracket F1")
 ax.legend(loc="lower right", fontsize=8)
@@ -585,12 +706,19 @@ for size in ("small", "large"):
     if gains:
         print(f"{size}: beam over greedy on the same sentences, seed by seed: "
               f"{', '.join(f'{g:+.2f}' for g in gains)} F1")
-for run in table4["runs"]:                  # each run against the ceiling of its own seed's test set
-    ceiling_f1 = table4["ceiling_viterbi_f1"][str(run["seed"])]
+reference = {row["seed"]: row for row in baselines["seeds"]}
+under = {}
+for run in table4["runs"]:                  # each run against the better reference of its own seed's test set
+    ref = reference[run["seed"]]
+    better = ref["better_reference_f1"]
+    name = {"max_expected_f1": "max-expected-F1 parse", "most_probable_tree": "most probable tree"}[
+        ref["better_reference"]]
     last = run.get("last_checkpoint", {}).get("greedy")
     beside = f"; the last step's checkpoint alone {last['bracket_f1']:.2f}" if last else ""
+    under[run["size"], run["seed"]] = better - run["greedy"]["bracket_f1"]
     print(f"{run['size']}, seed {run['seed']}: greedy F1 {run['greedy']['bracket_f1']:.2f}, "
-          f"{ceiling_f1 - run['greedy']['bracket_f1']:.2f} points under its ceiling ({ceiling_f1:.2f}){beside}")
+          f"{under[run['size'], run['seed']]:.2f} points under the better reference ({better:.2f}, the {name}; "
+          f"the most probable tree {ref['most_probable_tree']['f1']:.2f}){beside}")
 # The recipe the prose above describes (the last 5 checkpoints, 500 steps apart), and what averaging changed:
 assert (recipe.settings.average_last, recipe.settings.checkpoint_every) == (5, 500), recipe.settings
 swings = [abs(r["greedy"]["bracket_f1"] - r["last_checkpoint"]["greedy"]["bracket_f1"])
@@ -598,12 +726,39 @@ swings = [abs(r["greedy"]["bracket_f1"] - r["last_checkpoint"]["greedy"]["bracke
 if swings:
     print(f"the average and the last checkpoint differ by up to {max(swings):.2f} F1 points")
 
+# %%
+# What the differences above are worth: against the spread of the seeds themselves.
+small_all = [r["greedy"]["bracket_f1"] for r in table4["runs"] if r["size"] == "small"]
+large_all = [r["greedy"]["bracket_f1"] for r in table4["runs"] if r["size"] == "large"]
+gain = float(np.mean(large_all) - np.mean(small_all))
+sd_small, sd_large = float(np.std(small_all, ddof=1)), float(np.std(large_all, ddof=1))
+# the standard error of a difference of two means of three seeds each
+se_gain = float(np.sqrt(sd_small ** 2 / len(small_all) + sd_large ** 2 / len(large_all)))
+beam_gains = [r["beam"]["bracket_f1"] - r.get("greedy_on_beam_sentences", r["greedy"])["bracket_f1"]
+              for r in table4["runs"] if "beam" in r]
+under_small = [v for (size, _), v in under.items() if size == "small"]
+under_large = [v for (size, _), v in under.items() if size == "large"]
+show_markdown(
+    f"**Within the noise.** Ten times the data moves the greedy mean by {gain:+.2f} F1 points, while the three seeds "
+    f"of each set spread with standard deviations of {sd_small:.2f} (small) and {sd_large:.2f} (large): the "
+    f"difference is {gain / se_gain:.1f} standard errors, "
+    + ("too few to call with three seeds each. The paper's +1.4 between its rows is a single run per row on real "
+       "data; here the direction agrees but the size cannot be told from seed noise."
+       if abs(gain) < 2 * se_gain else "a difference the seeds do not explain, in the paper's direction."
+       if gain > 0 else "a difference against the paper's direction.")
+    + f" Beam search over greedy, seed by seed, moves F1 by {', '.join(f'{g:+.2f}' for g in beam_gains)}: "
+    + ("both signs, so §6.3's beam of 21 buys nothing measurable on these trees, which greedy decoding already "
+       "finds nearly as well as any search." if min(beam_gains) < 0 < max(beam_gains) else
+       "the same sign on every seed.")
+    + f" Against the better reference of its own seed, the small set's runs are {min(under_small):.2f} to "
+    f"{max(under_small):.2f} points under it, the large set's {min(under_large):.2f} to {max(under_large):.2f}.")
+
 # %% [markdown]
-# The lines under the chart are the findings, computed from the record; read them against the paper's two
-# rows, whose difference is printed beside ours. With a known grammar we can also say what the paper could
-# not: how far the parser is from the best any parser can do on the same sentences. Our F1 and the paper's
-# are not comparable in value (a 25-rule grammar is not the Wall Street Journal, and our ceiling is the
-# grammar's own ambiguity), only in direction.
+# The lines and the sentence above are the findings, computed from the record; read them against the paper's
+# two rows, whose difference is printed beside ours. With a known grammar we can also say what the paper could
+# not: how far the parser is from what the grammar itself would answer on the same sentences. Our F1 and the
+# paper's are not comparable in value (a grammar of a few dozen rules is not the Wall Street Journal, and our
+# references carry only the grammar's own ambiguity), only in direction.
 #
 # ## Exercises
 #

@@ -62,7 +62,8 @@ def register(sub) -> None:
     p.add_argument("--task", help="a named task (uses its --split)")
     p.add_argument("--split", choices=["train", "valid", "test"], default=None,
                    help="which split of --task to evaluate (default: test)")
-    p.add_argument("--level", choices=["char", "word"], help="tokenization of --data (default: the checkpoint's)")
+    p.add_argument("--level", choices=["char", "word", "space"],
+                   help="tokenization of --data (default: the checkpoint's)")
     add_strategy_options(p)      # scored after greedy (--beam 1: greedy only)
     p.add_argument("--limit", type=positive_int, help="evaluate only the first N pairs")
     p.add_argument("--samples", type=non_negative_int, default=5, help="sample decodes to print (0: none)")
@@ -168,6 +169,8 @@ def _task_pairs(req: EvaluateRequest, ckpt, model, bpe):
 
 
 def run(req: EvaluateRequest) -> int:
+    from ..data.vocab import detokenize  # noqa: PLC0415
+
     set_backend(req.backend)
     strategy = req.decoder.strategy()
     _check_options(req)
@@ -183,7 +186,8 @@ def run(req: EvaluateRequest) -> int:
         where = f"--task {req.task}"
     if req.limit is not None:
         pairs = pairs[: req.limit]
-    warn_unknown_tokens(ckpt.vocab, [src for src, _ in pairs], [tgt for _, tgt in pairs], bpe=bpe is not None)
+    warn_unknown_tokens(ckpt.vocab, [src for src, _ in pairs], [tgt for _, tgt in pairs], bpe=bpe is not None,
+                        name=lambda i: f"{where}, pair {i + 1} ({detokenize(pairs[i][0], task.src_level)!r})")
     option = req.decoder.option
     check_decoding_fits(model, [src for src, _ in pairs], after_greedy(strategy), option,
                         max_len=task.entry.max_output_len if task.entry is not None else None)

@@ -35,7 +35,8 @@ def model_changes(assignments) -> dict:
 
 def check_resumed_model(ckpt, preset: str | None, changes: dict, path: str) -> None:
     """A resumed run keeps its model: a --preset or --set that disagrees with the checkpoint is refused."""
-    from ..model import DATA_FIELDS, PRESETS  # noqa: PLC0415
+    from ..data.registry import PRESETS  # noqa: PLC0415
+    from ..model import DATA_FIELDS  # noqa: PLC0415
 
     cfg = ckpt.model.cfg
     for name, value in changes.items():

@@ -32,14 +32,28 @@ def lowercase(tokens: list[str], level: str, bpe) -> list[str]:
     return tokenize(detokenize(tokens, level).lower(), level, bpe)
 
 
-def warn_unknown_tokens(vocab, sources, targets=(), bpe: bool = False) -> None:
-    """The warning ``translate`` and ``evaluate`` give for tokens the model has never seen."""
-    unknown = sorted({t for src in sources for t in src if t not in vocab})
-    if unknown:
-        # A byte-pair piece is missing only when it holds a character never seen in training (no merge
-        # has it), or one seen only at the end of words and now inside one ("x" known, "x@@" not).
-        why = "; each holds a character never seen in training at that place in a word" if bpe else ""
-        print(f"warning: tokens not in the vocabulary (read as <unk>): {unknown[:10]}{why}", file=sys.stderr)
+# translate and evaluate name at most this many sentences with unknown tokens, then count the rest.
+MAX_SENTENCES_NAMED = 5
+
+
+def warn_unknown_tokens(vocab, sources, targets=(), bpe: bool = False, name=None) -> None:
+    """The warning ``translate`` and ``evaluate`` give for tokens the model has never seen: one line
+    per sentence that has some, naming it (``name(i)``: sentence i, default "sentence i + 1"), up to
+    ``MAX_SENTENCES_NAMED``, then a count of the others."""
+    name = name or (lambda i: f"sentence {i + 1}")
+    # A byte-pair piece is missing only when it holds a character never seen in training (no merge
+    # has it), or one seen only at the end of words and now inside one ("x" known, "x@@" not).
+    why = "; each holds a character never seen in training at that place in a word" if bpe else ""
+    with_unknown = [(i, sorted({t for t in src if t not in vocab})) for i, src in enumerate(sources)]
+    with_unknown = [(i, unknown) for i, unknown in with_unknown if unknown]
+    for i, unknown in with_unknown[:MAX_SENTENCES_NAMED]:
+        print(f"warning: {name(i)}: tokens not in the vocabulary (read as <unk>): {unknown[:10]}{why}",
+              file=sys.stderr)
+    if len(with_unknown) > MAX_SENTENCES_NAMED:
+        rest = with_unknown[MAX_SENTENCES_NAMED:]
+        distinct = sorted({t for _, unknown in rest for t in unknown})
+        print(f"warning: {len(rest):,} more sentences have tokens not in the vocabulary (read as <unk>), "
+              f"{len(distinct):,} distinct: {distinct[:10]}", file=sys.stderr)
     unreachable = sorted({t for tgt in targets for t in tgt if t not in vocab})
     if unreachable:
         print(f"warning: reference tokens not in the vocabulary (the model can never produce them): "
@@ -98,7 +112,7 @@ def report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> d
 
     stream = stream or sys.stdout   # looked up now: a default of sys.stdout would miss redirections
     entry = task.entry
-    results = {}
+    results, explained = {}, False
     for i, strategy in enumerate(strategies):
         r = score_translations(model, vocab, pairs, task.tgt_level, task.bleu_tokenize, strategy=strategy,
                                max_len=entry.max_output_len if entry is not None else None,
@@ -114,7 +128,23 @@ def report(model, task, vocab, pairs, strategies, n_samples=5, stream=None) -> d
         else:
             print(f"{name:>7}: exact match {100 * r['exact_match']:.2f}% ({len(pairs)} sentences), "
                   f"BLEU {r['bleu']:.2f}, chrF {r['chrf']:.2f}  [{r['seconds']:.1f}s]", file=stream)
+            why = None if explained else why_bleu_is_zero(r["bleu_stats"], task.bleu_tokenize)
+            if why:
+                print(f"         ({why})", file=stream)
+                explained = True
     return results
+
+
+def why_bleu_is_zero(bleu, tokenize: str) -> str | None:
+    """Why a BLEU of 0 is no verdict on the outputs, when it is because they are too short to
+    have n-grams of BLEU's highest order (metrics.BleuScore's totals); None otherwise."""
+    if bleu.score != 0 or not bleu.totals or bleu.totals[0] == 0 or bleu.totals[-1] != 0:
+        return None
+    order = len(bleu.totals)
+    longest = bleu.totals.index(0)          # no output has this many tokens: the longest has fewer
+    return (f"BLEU is 0 because no output has {order} tokens ({tokenize} tokenizer; the longest has {longest}): "
+            f"BLEU multiplies the precisions of 1- to {order}-grams, and with no {order}-gram the product is 0. "
+            "Exact match and chrF are the scores to read for sentences this short")
 
 
 def _print_samples(task, pairs, r, n_samples: int, stream) -> None:

@@ -1,4 +1,4 @@
-"""``tasks``: the built-in tasks, each with its description, source and recipe."""
+"""``tasks``: the built-in tasks, each with its description, source and recipe, and what its model reads."""
 
 from __future__ import annotations
 
@@ -20,4 +20,6 @@ def run() -> int:
         bpe = f"; --level bpe: {task.bpe_merges} merges" if task.bpe_merges else ""
         print(f"{task.name:<16} {task.description}  [{task.source}{'; ' + task.license if task.license else ''}; "
               f"recipe: preset {task.recipe.preset}, {steps}{bpe}]")
+        if task.phrasing:
+            print(f"{'':<16} its model reads {task.phrasing}")
     return 0

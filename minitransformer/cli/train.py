@@ -79,7 +79,8 @@ def _task_names_help() -> str:
 
 def register(sub) -> None:
     from ..data.loading import MAX_DATA_LENGTH  # noqa: PLC0415
-    from ..model import DATA_FIELDS, PRESETS, TransformerConfig  # noqa: PLC0415
+    from ..data.registry import PRESETS  # noqa: PLC0415
+    from ..model import DATA_FIELDS, TransformerConfig  # noqa: PLC0415
     from ..options import add_options, field_help  # noqa: PLC0415
     from ..settings import TrainSettings  # noqa: PLC0415
 
@@ -92,8 +93,10 @@ def register(sub) -> None:
     p.add_argument("--task", help=f"a named task: {_task_names_help()} (see the 'tasks' command)")
     p.add_argument("--data", help="a TSV file of source<TAB>target lines (instead of --task); duplicate pairs "
                                   "are removed and the rest split into train / valid / test")
-    p.add_argument("--level", choices=["char", "word", "bpe"], default=None,
-                   help="tokenization of both sides of --data: char (default), word, or bpe (byte-pair pieces, "
+    p.add_argument("--level", choices=["char", "word", "space", "bpe"], default=None,
+                   help="tokenization of both sides of --data: char (default); word (punctuation split off: "
+                        "'March 5, 2024' is March|5|,|2024, but twenty-one and 1,234 stay whole); space (split "
+                        "at spaces only, for text that is already tokens); or bpe (byte-pair pieces, "
                         "§5.1, learned on the training split, one vocabulary for source and target; give "
                         "--bpe-merges). With --task only bpe: the task's own tokenization otherwise")
     p.add_argument("--bpe-merges", type=positive_int, default=None, metavar="N",
@@ -252,18 +255,34 @@ def _train_locked(req: TrainRequest, task, out_dir: str, ckpt, saved, seed: int,
                         max_len=task.entry.max_output_len if task.entry is not None else None)
     print(f"task {task.name}: {len(task.train)} train / {len(task.valid)} valid / {len(task.test)} test pairs, "
           f"vocabulary {len(vocab)}")
+    for warning in task.warnings:                # after every check: an error stays the only line
+        print(f"warning: {warning}", file=sys.stderr, flush=True)
     if task.bpe is not None:
         print(f"  tokenization: byte-pair encoding, {len(task.bpe.merges)} merges learned on the training split "
               f"(both sides); one vocabulary of {len(vocab)} pieces for source and target")
     changed = "".join(f" --set {name}={value}" for name, value in changes.items())
     print(f"model: preset {preset}{changed}, {model.num_parameters():,} parameters, backend {backend.backend_name()}")
     print(f"  config: {describe(cfg)}")
+    print(_stopping(settings, "steps" in req.settings, task.name))
     ranks_line = describe_ranks(comm, settings)
     if ranks_line:
         print(ranks_line)
     if ckpt is not None:
         print(f"resuming from {req.resume} at step {trainer.step}")
     return _train_and_report(req, task, trainer, settings, out_dir, strategies)
+
+
+def _stopping(settings, steps_given: bool, name: str) -> str:
+    """When the run will end, and, when it will not stop once solved, why not."""
+    s = settings
+    if s.stop_when_solved:
+        return (f"stops: once solved (100% validation exact match at {s.stop_when_solved} validations in a row, "
+                f"every {s.valid_every} steps, on up to {s.valid_decode} validation pairs), at most {s.steps:,} steps")
+    if steps_given:
+        return (f"stops: after exactly {s.steps:,} steps (--steps), solved or not; add --stop-when-solved 2 to stop "
+                "once validation exact match is 100% twice in a row")
+    return (f"stops: after {s.steps:,} steps, the fixed length of {name}'s recipe (it does not stop once solved); "
+            "--stop-when-solved 2 would stop at the second 100% validation in a row")
 
 
 @contextmanager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import textwrap
 from dataclasses import dataclass
 
 from .common import CliError, about, add_common, check_output_dir, load_checkpoint, memory_for, quiet_numpy, set_backend
@@ -32,16 +33,36 @@ class TranslateRequest:
                    args.backend)
 
 
+def _phrasings() -> str:
+    """What each task's model was trained to read, for the help text (from the task registry)."""
+    from ..data.registry import TASKS  # noqa: PLC0415
+
+    groups: dict[str, list[str]] = {}
+    for name, task in TASKS.items():
+        if task.phrasing:
+            groups.setdefault(task.phrasing, []).append(name)
+    lines = [textwrap.fill(f"{', '.join(names)}: {phrasing}", 79, initial_indent="  ", subsequent_indent="    ")
+             for phrasing, names in groups.items()]
+    return "What the model of each task was trained to read:\n" + "\n".join(lines)
+
+
 def register(sub) -> None:
     p = sub.add_parser("translate", help="translate sentences with a trained checkpoint",
-                       description="Translate sentences, one output line per input. An empty sentence is an "
-                                   "error (it has nothing to translate). If every source the model was trained "
-                                   "on is lower-case (the numbers tasks, for one), the input is lower-cased "
-                                   "first, with a note; words still unknown after that are named in a warning.")
+                       formatter_class=argparse.RawDescriptionHelpFormatter, description=textwrap.fill(
+                                   "Translate sentences, one output line per input. An empty sentence is an "
+                                   "error (it has nothing to translate). Words are split from punctuation as in "
+                                   "training (level word: 'March 5, 2024' is March|5|,|2024). If every source the "
+                                   "model was trained on is lower-case (the numbers tasks, for one), the input is "
+                                   "lower-cased first, with a note; words still unknown after that are named in a "
+                                   "warning, with their sentence. A numbers or dates model refuses, by name, a "
+                                   "sentence in a form it was not trained on (digits, '25th of December') and "
+                                   "says which form it knows.", 79),
+                       epilog=_phrasings())
     p.add_argument("text", nargs="*", help="sentences (default: read lines from standard input)")
     p.add_argument("--checkpoint", required=True, help="a checkpoint.npz written by train")
     add_strategy_options(p)
-    p.add_argument("--level", choices=["char", "word"], help="source tokenization (default: the checkpoint's)")
+    p.add_argument("--level", choices=["char", "word", "space"],
+                   help="source tokenization (default: the checkpoint's)")
     p.add_argument("--attention", metavar="OUT_DIR",
                    help="also save attention heatmaps (every layer and head) for the first sentence")
     add_common(p)
@@ -138,9 +159,15 @@ def run(req: TranslateRequest) -> int:
     model = ckpt.model.eval()
     sources = _tokenized(ckpt, sentences, src_level, bpe)
     check_source_lengths(model, sources, src_level, lambda i: sentences[i][1], "sentence")
-    warn_unknown_tokens(ckpt.vocab, sources, bpe=bpe is not None)
-    # A task whose outputs mean more than text (a parser's trees) prints them its own way.
     entry = saved_task(ckpt.extra)
+    if entry is not None and entry.check_input is not None:
+        for (_, where), src in zip(sentences, sources):      # a form the model never saw gets an invented answer
+            problem = entry.check_input(detokenize(src, src_level))
+            if problem is not None:
+                raise CliError(problem, where)
+    warn_unknown_tokens(ckpt.vocab, sources, bpe=bpe is not None,
+                        name=lambda i: f"{sentences[i][1]} ({sentences[i][0]!r})")
+    # A task whose outputs mean more than text (a parser's trees) prints them its own way.
     max_len = entry.max_output_len if entry is not None else None
     check_decoding_fits(model, sources, [strategy], req.decoder.option, max_len=max_len)
     with quiet_numpy(), memory_for(f"translating {len(sources)} sentence(s)", req.decoder.option,

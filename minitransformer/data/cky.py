@@ -1,16 +1,17 @@
-"""The grammar's own best parse: Viterbi CKY on a PCFG (the ceiling of §6.3 in miniature).
+"""The grammar's most probable tree: Viterbi CKY on a PCFG (§6.3 in miniature: a reference for a parser).
 
 The treebank of ``data/pcfg.py`` is sampled from a known grammar, so for any
 sentence we can find the single most probable tree the grammar gives it,
 
     t* = argmax_t P(t | sentence) = argmax_t P(t),   t ranging over the sentence's parses,
 
-and score it like any parser. No parser can pick the gold tree more often on
-average (the gold tree *is* a draw from P(t | sentence)), so its bracket F1 is
-the ceiling a trained model is compared with; what it misses is the grammar's
-own ambiguity. (Strictly, t* maximises the chance of the whole tree being
-right; a parser maximising expected F1 could score a little higher. The gap is
-small and the name "ceiling" is kept.)
+and score it like any parser. No parser can get the *whole tree* right more
+often on average (the gold tree is a draw from P(t | sentence)); what it misses
+is the grammar's own ambiguity. Bracket F1 gives credit bracket by bracket,
+though, and for that score the most probable tree is not the best bet: the
+parse that keeps the brackets most likely to be right (``data/posterior.py``,
+max expected F1) scores a little higher on average. A trained parser is read
+against the better of the two (lesson 15).
 
 CKY (Cocke, Kasami, Younger) fills a chart of spans, shortest first. The cell
 for words i..k-1 holds, for each symbol A, the best log-probability of A
@@ -36,7 +37,7 @@ from typing import NamedTuple
 from .pcfg import GRAMMAR, Grammar
 from .trees import Tree
 
-__all__ = ["ViterbiParser", "Parse", "BinaryGrammar", "binarize", "unbinarize"]
+__all__ = ["ViterbiParser", "Parse", "BinaryGrammar", "binarize", "unbinarize", "check_words"]
 
 HELPER = "@"   # helper symbols made by binarize start with this
 
@@ -115,14 +116,8 @@ class ViterbiParser:
 
         A word the lexicon lacks is a ValueError naming it.
         """
-        if isinstance(words, str):
-            raise TypeError("parse expects a list of words, got a str (split it first)")
-        unknown = [w for w in words if w not in self.rules.lexical]
-        if unknown:
-            raise ValueError(f"word {unknown[0]!r} is not in the grammar's lexicon")
+        check_words(words, self.rules, "parse")
         n = len(words)
-        if n == 0:
-            raise ValueError("parse needs at least one word")
         # chart[i][k]: symbol -> (best log-probability, back-pointer) for words i..k-1.
         chart = [[{} for _ in range(n + 1)] for _ in range(n)]
 
@@ -155,6 +150,17 @@ class ViterbiParser:
             return None
         best = chart[0][n][self.rules.start][0]
         return Parse(unbinarize(_follow(chart, 0, n, self.rules.start)), best)
+
+
+def check_words(words: Sequence[str], rules: BinaryGrammar, caller: str) -> None:
+    """A list of at least one word, every one in the lexicon; else one error naming the problem."""
+    if isinstance(words, str):
+        raise TypeError(f"{caller} expects a list of words, got a str (split it first)")
+    unknown = [w for w in words if w not in rules.lexical]
+    if unknown:
+        raise ValueError(f"word {unknown[0]!r} is not in the grammar's lexicon")
+    if len(words) == 0:
+        raise ValueError(f"{caller} needs at least one word")
 
 
 def _follow(chart, i: int, k: int, symbol: str) -> Tree:

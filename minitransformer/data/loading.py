@@ -32,7 +32,7 @@ from . import fingerprint as _fingerprint
 from .bpe import BPE
 from .bpe import detokenize as detokenize_bpe
 from .tsv import DataError, looks_like_header, read_tsv_rows
-from .vocab import LEVELS, PLAIN_LEVELS, Vocab, bpe_vocab, tokenize
+from .vocab import LEVELS, PLAIN_LEVELS, WORD_RULE, WORD_RULE_KEY, Vocab, bpe_vocab, tokenize
 
 TextPair = tuple[str, str]                     # (source sentence, target sentence)
 TokenPair = tuple[list[str], list[str]]        # the same, tokenized
@@ -53,6 +53,7 @@ class TaskData:
     tgt_level: str = "word"
     bleu_tokenize: str = "13a"
     notes: list = field(default_factory=list)    # what loading did that the user should know
+    warnings: list = field(default_factory=list)  # what the user should worry about (splits too small to score)
     src_lowercase: bool = False                  # no training source holds a capital: lower-case new input
     recipe: Recipe | None = None                 # how it trains by default (the registry's, or DATA_RECIPE)
     bpe: BPE | None = None                       # level "bpe": the merges, learned on the training split
@@ -63,7 +64,7 @@ class TaskData:
         """How the task tokenizes, saved in checkpoints so translate and evaluate do the same
         (for "bpe", with the merges and initial symbols: ``levels["bpe"]``, see ``bpe_of``)."""
         levels = {"src": self.src_level, "tgt": self.tgt_level, "bleu_tokenize": self.bleu_tokenize,
-                  "src_lowercase": self.src_lowercase}
+                  "src_lowercase": self.src_lowercase, WORD_RULE_KEY: WORD_RULE}
         if self.bpe is not None:
             levels["bpe"] = self.bpe.to_dict()
         return levels
@@ -100,11 +101,6 @@ def _check_bpe_request(level: str | None, bpe_merges: int | None, bpe: BPE | Non
         raise ValueError(f"{where}: give a number of merges to learn (bpe_merges) or learned merges (bpe), "
                          "not both")
 
-    def fingerprint(self) -> dict:
-        """Digests of the corpus and of its split (``data.fingerprint``), saved in checkpoints so a
-        resume or an evaluation can tell whether it sees the data the model was trained on."""
-        return _fingerprint.fingerprint(self.name, self.train, self.valid, self.test)
-
 
 @dataclass(frozen=True)
 class Task:
@@ -113,7 +109,8 @@ class Task:
     name: what ``--task`` takes. description: one line (``tasks`` and ``train --help``
     print it). recipe: the default model preset and training settings. splits:
     seed -> {"train", "valid", "test"}: lists of (source, target) text pairs,
-    disjoint. src_level / tgt_level: "char" or "word" tokenization of each side.
+    disjoint. src_level / tgt_level: "char", "word" or "space" tokenization of each
+    side (``vocab.tokenize``).
     bleu_tokenize: sacrebleu's tokenizer for scoring the target side. vocab:
     the training token pairs -> the Vocab (None: built from both sides of the
     training split). bpe_merges: the number of merges ``level="bpe"`` learns when
@@ -130,6 +127,12 @@ class Task:
         ``train``) print instead of BLEU and chrF.
     max_output_len: the most tokens decoding may produce (<eos> included) for
         every sentence; None: the input length + 50 (§6.1).
+
+    What a person may type to its model: ``phrasing``, one line naming the forms
+    of the sources it was trained on (``tasks`` and ``translate --help`` print it),
+    and ``check_input``: sentence (tokenized and joined back) -> None when it is
+    in one of those forms, else the reason ``translate`` refuses it with (one line;
+    ``data/phrasing.py``). None: every sentence is translated, unknown words named.
 
     A checkpoint saves its task's name, so ``translate`` and ``evaluate`` find
     the hooks again through the registry.
@@ -149,6 +152,8 @@ class Task:
     render: Callable[[str, str], str] | None = None
     scores: Callable[[list, list, list], dict] | None = None
     max_output_len: int | None = None
+    phrasing: str = ""
+    check_input: Callable[[str], str | None] | None = None
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not self.name or self.name != self.name.strip() or " " in self.name:
@@ -166,7 +171,9 @@ class Task:
                                  f"bpe_merges), got {getattr(self, side)!r}")
         if self.bpe_merges is not None:
             _check_bpe_request("bpe", self.bpe_merges, None, f"Task {self.name!r}")
-        for hook in ("render", "scores"):
+        if not isinstance(self.phrasing, str) or "\n" in self.phrasing:
+            raise ValueError(f"Task {self.name!r}: phrasing must be one line")
+        for hook in ("render", "scores", "check_input"):
             if getattr(self, hook) is not None and not callable(getattr(self, hook)):
                 raise TypeError(f"Task {self.name!r}: {hook} must be a function or None")
         n = self.max_output_len
@@ -177,7 +184,7 @@ class Task:
              bpe: BPE | None = None) -> TaskData:
         """The task's splits for ``seed``, tokenized, with their vocabulary.
 
-        level: None, the task's own tokenization; "char" or "word", both sides at that
+        level: None, the task's own tokenization; "char", "word" or "space", both sides at that
         level; "bpe", both sides byte-pair encoded, with ``bpe_merges`` merges learned on
         this seed's training split (both sides, never valid or test; default: the task's
         own ``bpe_merges``), or with the given learned merges ``bpe`` (a checkpoint's:
@@ -293,6 +300,28 @@ def split_pairs(pairs, seed: int = 0, valid_fraction: float = 0.05, test_fractio
     return train, valid, test, duplicates
 
 
+# A held-out split with fewer pairs than this gives a score that means little: one pair is more
+# than 1 point of exact match, and the 95% interval of a score near 50% (1.96 * sqrt(p(1-p)/n))
+# is wider than ±10 points (±9.8 at 100 pairs). `train --data` warns below it.
+MIN_SCORED_PAIRS = 100
+
+
+def small_split_warnings(valid: list, test: list, where: str) -> list[str]:
+    """What to tell the user of a file whose validation or test split is under ``MIN_SCORED_PAIRS``
+    pairs: one line each, with what a pair is worth and how uncertain a score is."""
+    lines = []
+    for split, pairs, role in (("validation", valid, "'solved' (100% exact match, which stops training) means "
+                                "{n} sentence(s) right"),
+                               ("test", test, "its score at the end is uncertain by about ±{half:.0f} points "
+                                "(95% interval near 50%)")):
+        n = len(pairs)
+        if n < MIN_SCORED_PAIRS:
+            lines.append(f"{where}: the {split} split has {n} pair(s), under the {MIN_SCORED_PAIRS} a score needs to "
+                         f"mean something: one pair is {100 / n:.0f} points of exact match, and "
+                         + role.format(n=n, half=98 / n ** 0.5) + "; add pairs to the file for a score worth reading")
+    return lines
+
+
 def load_tsv_task(path: str, level: str = "char", seed: int = 0, valid_fraction: float = 0.05,
                   test_fraction: float = 0.05, header: bool = False,
                   max_length: int | None = MAX_DATA_LENGTH, bpe_merges: int | None = None,
@@ -320,10 +349,12 @@ def load_tsv_task(path: str, level: str = "char", seed: int = 0, valid_fraction:
     train, valid, test, duplicates = split_pairs(pairs, seed, valid_fraction, test_fraction, where=path)
     if duplicates:
         notes.append(f"{path}: removed {duplicates} duplicate pair(s) before splitting")
+    warnings = small_split_warnings(valid, test, path)
     vocab = bpe_vocab(bpe) if bpe is not None else Vocab.build([s for s, _ in train] + [t for _, t in train])
     return TaskData(os.path.basename(path), vocab, train, valid, test, level, level,
-                    "char" if level == "char" else "13a", notes, src_lowercase=_all_lowercase(train), bpe=bpe)
+                    "char" if level == "char" else "13a", notes, src_lowercase=_all_lowercase(train), bpe=bpe,
+                    warnings=warnings)
 
 
-__all__ = ["TaskData", "Task", "TextPair", "TokenPair", "SPLITS", "MAX_DATA_LENGTH", "read_pairs", "split_pairs",
-           "load_tsv_task", "bpe_of", "learn_joint_bpe"]
+__all__ = ["TaskData", "Task", "TextPair", "TokenPair", "SPLITS", "MAX_DATA_LENGTH", "MIN_SCORED_PAIRS", "read_pairs",
+           "split_pairs", "small_split_warnings", "load_tsv_task", "bpe_of", "learn_joint_bpe"]

@@ -3,8 +3,9 @@
 The paper's §6.3 trains on the Penn Treebank, which cannot ship here. This
 module builds the same experiment on a treebank it generates: a hand-written
 probabilistic context-free grammar (PCFG) whose gold trees are known exactly,
-so a trained parser can be compared with the grammar's own best parse
-(``data/cky.py``), the ceiling no parser can beat on average.
+so a trained parser can be compared with what the grammar itself would answer:
+its most probable tree (``data/cky.py``) and the parse that maximises expected
+bracket F1 (``data/posterior.py``).
 
 The grammar
 -----------
@@ -28,8 +29,8 @@ Where the ambiguity is
 ----------------------
 * PP attachment: "Alice saw the dog with the telescope" is VP -> VT NP PP or
   VP -> VT NP with NP -> NP PP. The grammar is unlexicalised, so the words
-  never settle it: the more probable rule always wins the Viterbi parse and
-  the other reading is always lost (that is the ceiling's gap).
+  never settle it: the more probable rule always wins the most probable tree
+  and the other reading is always lost (that is the references' gap to 100).
 * The scope of coordination and of relative clauses ("the man with the dog
   that barked": who barked?).
 * Words with more than one tag: "that" (DT, COMP, WDT), "saw" (NN, VT),
@@ -342,7 +343,7 @@ def parse_splits(n_train: int, seed: int, n_valid: int = 500, n_test: int = 1_00
     splits, nor twice in one.
 
     Source tokens are the words; target tokens are word-level too, split the
-    way ``vocab.tokenize(" ".join(target), "word")`` splits them: "(NP", ")NP"
+    way ``vocab.tokenize(" ".join(target), "space")`` splits them: "(NP", ")NP"
     and "XX" are single tokens.
     """
     for name, value in (("n_train", n_train), ("n_valid", n_valid), ("n_test", n_test)):

@@ -1,20 +1,27 @@
 """The task registry: every named task, in one place.
 
-    TASKS              {name: Task}: the synthetic tasks (tasks.py) and the offline
-                       translation tasks (translation.py), in that order
+    TASKS              {name: Task}: the synthetic tasks (tasks.py), the offline
+                       translation tasks (translation.py) and the parse tasks (parsing.py)
     get_task(name)     the entry, or a ValueError listing the names
+    PRESETS            {name: TransformerConfig}: every model size by name, the model's own
+                       (model.PRESETS: base, big, tiny) and the tasks' (copy, reverse,
+                       translate, parse), each beside its recipe in its task module
+    preset(name)       the TransformerConfig of a preset, or a ValueError listing the names
     load_task(...)     a named task's TaskData, or a user's TSV file's
     recipe_for(name)   a named task's recipe; DATA_RECIPE for a --data file
     saved_task(extra)  the entry a checkpoint was trained on (its extra's "task"), or None
 
 A task is one ``loading.Task`` entry in the module that generates its data; the
 command line (``tasks``, ``train --help``, ``train --task``), the training
-recipes and the README's task list all read them from here. A task module
-added later joins the list in ``_MODULE_ENTRIES`` (its one line here).
+recipes and the task table of docs/tasks.md all read them from here. A task module
+added later joins the lists in ``_MODULE_ENTRIES`` and ``_MODULE_PRESETS`` (its line in each).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
+from .. import model
 from . import parsing, tasks, translation
 from .bpe import BPE
 from .loading import MAX_DATA_LENGTH, Task, TaskData, load_tsv_task
@@ -37,8 +44,52 @@ def _build(entry_lists) -> dict[str, Task]:
 
 TASKS: dict[str, Task] = _build(_MODULE_ENTRIES)
 
-# A user's TSV file (--data): the translation preset and schedule, 2,000 steps.
-DATA_RECIPE = translation.translation_recipe(steps=2000, batch_size=64)
+# Each task module's model sizes, the ones its recipes name.
+_MODULE_PRESETS = [tasks.PRESETS, translation.PRESETS, parsing.PRESETS]
+
+
+class _Presets(Mapping):
+    """One read-through view of several {name: TransformerConfig} tables, which must not share a
+    name, in their order. A view, not a copy: a size added to one of them later (an experiment's
+    search, lessons/experiments/copy_recipe_search.py) is found too."""
+
+    def __init__(self, tables):
+        seen: set[str] = set()
+        for table in tables:
+            twice = seen & set(table)
+            if twice:
+                raise ValueError(f"model presets: {', '.join(sorted(twice))} defined twice")
+            seen |= set(table)
+        self._tables = tables
+
+    def __getitem__(self, name):
+        for table in self._tables:
+            if name in table:
+                return table[name]
+        raise KeyError(name)
+
+    def __iter__(self):
+        return (name for table in self._tables for name in table)
+
+    def __len__(self) -> int:
+        return sum(len(table) for table in self._tables)
+
+
+PRESETS: Mapping[str, model.TransformerConfig] = _Presets([model.PRESETS, *_MODULE_PRESETS])
+
+
+def preset(name: str) -> model.TransformerConfig:
+    """The TransformerConfig of the preset ``name`` (``--preset NAME``); an unknown name is a
+    ValueError that lists the known ones."""
+    try:
+        return PRESETS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown preset {name!r}; choose one of: {', '.join(PRESETS)}") from None
+
+# A user's TSV file (--data): the translation preset and schedule, at most 2,000 steps, stopping as
+# copy and reverse do once solved: 100% validation exact match at two validations in a row, 250
+# steps apart (a 40-line file is solved long before step 2,000; a run with --steps N runs N).
+DATA_RECIPE = translation.translation_recipe(steps=2000, batch_size=64, valid_every=250, stop_when_solved=2)
 
 
 def task_names() -> list[str]:
@@ -98,4 +149,5 @@ def load_task(name: str | None = None, data: str | None = None, level: str | Non
     return get_task(name).load(seed, level, bpe_merges, bpe)
 
 
-__all__ = ["TASKS", "DATA_RECIPE", "task_names", "get_task", "recipe_for", "saved_task", "load_task"]
+__all__ = ["TASKS", "PRESETS", "DATA_RECIPE", "task_names", "get_task", "preset", "recipe_for", "saved_task",
+           "load_task"]

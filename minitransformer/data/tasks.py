@@ -1,10 +1,13 @@
-"""Synthetic sequence-to-sequence tasks: copy and reverse.
+"""Synthetic sequence-to-sequence tasks: copy, reverse and sort.
 
 Before training on translation, a Transformer should learn to copy its input
 or to reverse it. These tasks need no data files, train in seconds, and have
 one right answer, so a model that fails them has a bug, not too little data.
 Reversal is the harder of the two: output position i must attend to input
 position n-1-i, so it exercises the encoder-decoder attention (§3.2.3).
+Sorting asks for more than a position: output position i holds the i-th
+smallest symbol, so the model must find it by content, and count how many
+copies of each symbol it has already written.
 
 Symbols are token strings: "0".."9" for the first ten, then "s10", "s11", ...
 (``symbols(n)``). The digits keep small examples readable; the "s" prefix keeps
@@ -15,14 +18,17 @@ Pairs are *token* lists; encode them with ``synthetic_vocab(n_symbols)``.
 
 Each task is one entry of ``TASKS`` below (a ``loading.Task``: description,
 recipe, splits), which the task registry (registry.py), ``python -m
-minitransformer tasks``, ``train --help`` and the README's task list read.
-Adding a synthetic task means a generator and an entry here, nothing else.
+minitransformer tasks``, ``train --help`` and docs/tasks.md's task table read; the
+model sizes its recipe names are in ``PRESETS`` below, beside it. Adding a
+synthetic task means a generator, an entry here (and a preset, if none fits),
+nothing else.
 """
 
 from __future__ import annotations
 
 import numpy
 
+from ..model import TransformerConfig
 from ..settings import recipe
 from .loading import Task
 from .vocab import Vocab
@@ -84,6 +90,18 @@ def reverse_pairs(
     return [(src, src[::-1]) for src in _random_sources(n, rng, n_symbols, min_len, max_len)]
 
 
+def sort_pairs(
+    n: int, rng: numpy.random.Generator, n_symbols: int = 10, min_len: int = 1, max_len: int = 10
+) -> list[Pair]:
+    """n (source, target) pairs with target == source sorted by symbol ("3 1 3 0" -> "0 1 3 3").
+
+    Symbols sort by their index in ``symbols(n_symbols)``, not as strings (so "s10" comes after "9").
+    Given the same rng state, the sources are the same as copy_pairs'.
+    """
+    order = {symbol: i for i, symbol in enumerate(symbols(n_symbols))}
+    return [(src, sorted(src, key=order.__getitem__)) for src in _random_sources(n, rng, n_symbols, min_len, max_len)]
+
+
 # -- the registry entries --------------------------------------------------------------
 
 # Sizes of the splits of every synthetic task; the held-out test set is 1,000 sequences.
@@ -103,6 +121,17 @@ def _vocab(train) -> Vocab:
     return synthetic_vocab(10)       # every symbol, whether or not the training split drew it
 
 
+# The models of the copy and reverse recipes, chosen by the search in
+# lessons/experiments/copy_recipe_search.py: one layer of d_model 128 copies (reversing takes two);
+# label smoothing ε_ls = 0.1 reached 100% in fewer steps than none; no dropout (a task with one
+# right answer and 20,000 examples has nothing to regularize). They train in well under a minute
+# on a laptop CPU. ``vocab_size`` is filled in from the data at training time.
+PRESETS = {
+    "copy": TransformerConfig(vocab_size=14, d_model=128, h=4, N=1, d_ff=512, P_drop=0.0, eps_ls=0.1, max_len=64),
+    "reverse": TransformerConfig(vocab_size=14, d_model=128, h=4, N=2, d_ff=512, P_drop=0.0, eps_ls=0.1,
+                                 max_len=64),
+}
+
 # The recipes of lessons/experiments/copy_recipe_search.py's search (its JSON holds every
 # candidate's curve over 5 seeds): the §5.3 schedule (Adam β2 = 0.98, warm-up, then 1/√step)
 # with a small factor, batches of 128 random pairs of mixed lengths (batch_by_length=False:
@@ -119,9 +148,21 @@ _REVERSE_RECIPE = recipe("reverse", steps=1500, batch_size=128, batch_by_length=
                          warmup_steps=200, clip_norm=1.0, valid_every=25, valid_decode=SPLIT_SIZES["valid"],
                          stop_when_solved=2)
 
+_PHRASING = "1 to 10 of the symbols 0-9, separated by spaces: '3 1 4 1 5'"
+
+# Sorting: the reverse recipe's two-layer model and schedule, validated every 50 steps. Measured
+# (seed 0, one BLAS thread): 97% of the validation set sorted at step 150, solved at step 850
+# (99.5% of the held-out test set, greedy); `steps` is only the cap.
+_SORT_RECIPE = recipe("reverse", steps=2000, batch_size=128, batch_by_length=False, lr_factor=0.07,
+                      warmup_steps=200, clip_norm=1.0, valid_every=50, valid_decode=SPLIT_SIZES["valid"],
+                      stop_when_solved=2)
+
 TASKS = [
     Task("copy", "synthetic: copy a random sequence of 10 symbols, lengths 1-10", _COPY_RECIPE,
-         _splits(copy_pairs), vocab=_vocab, bleu_tokenize="none"),
+         _splits(copy_pairs), "space", "space", vocab=_vocab, bleu_tokenize="none", phrasing=_PHRASING),
     Task("reverse", "synthetic: reverse a random sequence of 10 symbols, lengths 1-10", _REVERSE_RECIPE,
-         _splits(reverse_pairs), vocab=_vocab, bleu_tokenize="none"),
+         _splits(reverse_pairs), "space", "space", vocab=_vocab, bleu_tokenize="none", phrasing=_PHRASING),
+    Task("sort", "synthetic: sort a random sequence of 10 symbols, lengths 1-10", _SORT_RECIPE,
+         _splits(sort_pairs), "space", "space", vocab=_vocab, bleu_tokenize="none",
+         phrasing=_PHRASING),
 ]

@@ -3,7 +3,7 @@
 Nothing is downloaded: the sentence pairs are generated on the fly from
 
 * num2words (number names): ``numbers-en-fr``, ``numbers-en-de``
-* babel's copy of the Unicode CLDR (full date formats): ``dates-en-de``, ``dates-en-ko``
+* babel's copy of the Unicode CLDR (full and long date formats): ``dates-en-de``, ``dates-en-ko``
 * emoji's CLDR short names: ``emoji-en-fr``, ``emoji-en-de``, ``emoji-en-ko``
 
 Numbers and dates are deterministic, rule-based "languages": a small
@@ -34,12 +34,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..model import TransformerConfig
 from ..settings import Recipe, recipe
 from .loading import Task
+from .phrasing import DATE_PHRASING, NUMBER_PHRASING, check_number_name, date_check
 from .tsv import write_tsv
 
 __all__ = [
-    "TranslationTask", "TASKS", "PINNED_VERSIONS", "UnknownTaskError", "generate_pairs",
+    "TranslationTask", "TASKS", "PRESETS", "PINNED_VERSIONS", "UnknownTaskError", "generate_pairs",
     "load_splits", "export_tsv",
 ]
 
@@ -59,26 +61,36 @@ class TranslationTask:
     description: str
     source: str          # package and pinned version the data comes from
     license: str         # the data's license
-    src_level: str       # "word" or "char": how the source side is tokenized
-    tgt_level: str       # "word" or "char"  (see minitransformer.data.vocab.tokenize)
+    src_level: str       # "word", "space" or "char": how the source side is tokenized
+    tgt_level: str       # the same for the target (see minitransformer.data.vocab.tokenize)
     bleu_tokenize: str   # metrics.corpus_bleu tokenize mode for this target side
     recipe: Recipe       # how the task trains by default (measured: docs/translation_results.md)
     bpe_merges: int | None = None   # merges for --level bpe, where measured (docs/translation_results.md)
+    phrasing: str = ""              # the forms of its sources, for a person typing one (data/phrasing.py)
+    check_input: Callable[[str], str | None] | None = None   # a typed source: None if in those forms, else why
 
 
-def translation_recipe(steps: int, batch_size: int, valid_every: int = 500) -> Recipe:
+# The model every translation recipe (and a --data file's) trains: preset "translate".
+PRESETS = {
+    "translate": TransformerConfig(vocab_size=100, d_model=128, h=4, N=2, d_ff=512, P_drop=0.1, eps_ls=0.1,
+                                   max_len=128),
+}
+
+
+def translation_recipe(steps: int, batch_size: int, valid_every: int = 500, **settings) -> Recipe:
     """The translation tasks share a preset and a schedule; they differ in length of training.
 
     Factor 1.0 without clipping spikes on them (held-out exact match dips mid-run,
     and greedy decoding loops on rare patterns); 0.5 with clipping does not.
     """
     return recipe("translate", steps=steps, batch_size=batch_size, lr_factor=0.5, warmup_steps=400,
-                  clip_norm=1.0, valid_every=valid_every)
+                  clip_norm=1.0, valid_every=valid_every, **settings)
 
 
 # Emoji names: ~1.3k training pairs. Validation loss is lowest near step 500 and
 # then rises while chrF still creeps up; 4000 steps gave +1 chrF over 2000.
 _EMOJI_RECIPE = translation_recipe(steps=2000, batch_size=64, valid_every=250)
+_EMOJI_PHRASING = "CLDR emoji short names in English, lower case: 'grinning face', 'red heart'"
 
 
 def _src(pkg: str) -> str:
@@ -91,47 +103,66 @@ _CLDR_LICENSE = ("Unicode License v3 (CLDR locale data, as shipped in babel/loca
 _EMOJI_LICENSE = ("BSD-3-Clause (emoji package); the names are derived from Unicode emoji "
                   "data and CLDR annotations (Unicode License v3)")
 
+# The numbers tasks keep level "space" (split at spaces, the comma of "one thousand, two hundred"
+# glued to its word, as num2words writes it): translate accepts num2words' spelling alone
+# (check_number_input), so a typed comma never makes an unknown word, and the records trained
+# on these tokens (lessons/experiments/table3.json, sublayer_ablations.json, lesson13_bpe.json's
+# own level) stay valid. The dates tasks, whose users type commas freely, split punctuation (level word).
+def check_number_input(text: str) -> str | None:
+    """``translate``'s check of a typed number name (data/phrasing.py), with this generator's spelling."""
+    return check_number_name(text, number_name, N_NUMBERS)
+
+
+def check_date_input(text: str) -> str | None:
+    """``translate``'s check of a typed date (data/phrasing.py), with this generator's forms and range."""
+    return date_check(text, format_day, DATE_FORMS, DATE_RANGE)
+
+
 TASKS: dict[str, TranslationTask] = {t.name: t for t in [
     TranslationTask(
         "numbers-en-fr",
         "English number names to French, 0..9999 "
-        "('twenty-one' -> 'vingt et un'). Word level on both sides.",
-        _src("num2words"), _NUM2WORDS_LICENSE, "word", "word", "13a",
-        translation_recipe(steps=3000, batch_size=128)),
+        "('twenty-one' -> 'vingt et un'). Split at spaces on both sides.",
+        _src("num2words"), _NUM2WORDS_LICENSE, "space", "space", "13a",
+        translation_recipe(steps=3000, batch_size=128), phrasing=NUMBER_PHRASING, check_input=check_number_input),
     TranslationTask(
         "numbers-en-de",
         "English number names to German, 0..9999 "
-        "('twenty-one' -> 'einundzwanzig'). English word level, German character "
+        "('twenty-one' -> 'einundzwanzig'). English split at spaces, German character "
         "level: German writes each number as one long compound word.",
-        _src("num2words"), _NUM2WORDS_LICENSE, "word", "char", "char",
-        translation_recipe(steps=3000, batch_size=64), bpe_merges=200),
+        _src("num2words"), _NUM2WORDS_LICENSE, "space", "char", "char",
+        translation_recipe(steps=3000, batch_size=64), bpe_merges=200, phrasing=NUMBER_PHRASING,
+        check_input=check_number_input),
     TranslationTask(
         "dates-en-de",
-        "Full English dates to German, every day of 1950..2049 "
-        "('Tuesday, March 5, 2024' -> 'Dienstag, 5. März 2024'). Word level.",
+        "English dates to German, every day of 1950..2049 in one of four forms "
+        "('Tuesday, March 5, 2024' -> 'Dienstag, 5. März 2024'; '5 March 2024' -> '5. März 2024'). Word level.",
         _src("babel"), _CLDR_LICENSE, "word", "word", "13a",
-        translation_recipe(steps=1500, batch_size=128)),
+        translation_recipe(steps=1500, batch_size=128), phrasing=DATE_PHRASING, check_input=check_date_input),
     TranslationTask(
         "dates-en-ko",
-        "Full English dates to Korean, every day of 1950..2049 "
-        "('Tuesday, March 5, 2024' -> '2024년 3월 5일 화요일'). Word level.",
+        "English dates to Korean, every day of 1950..2049 in one of four forms "
+        "('Tuesday, March 5, 2024' -> '2024년 3월 5일 화요일'; '5 March 2024' -> '2024년 3월 5일'). Word level.",
         _src("babel"), _CLDR_LICENSE, "word", "word", "13a",
-        translation_recipe(steps=1500, batch_size=128)),
+        translation_recipe(steps=1500, batch_size=128), phrasing=DATE_PHRASING, check_input=check_date_input),
     TranslationTask(
         "emoji-en-fr",
         "CLDR emoji short names, English to French ('grinning face' -> "
         "'visage rieur'). Character level on both sides.",
-        _src("emoji"), _EMOJI_LICENSE, "char", "char", "char", _EMOJI_RECIPE),
+        _src("emoji"), _EMOJI_LICENSE, "char", "char", "char", _EMOJI_RECIPE,
+        phrasing=_EMOJI_PHRASING),
     TranslationTask(
         "emoji-en-de",
         "CLDR emoji short names, English to German ('grinning face' -> "
         "'grinsendes gesicht'). Character level on both sides.",
-        _src("emoji"), _EMOJI_LICENSE, "char", "char", "char", _EMOJI_RECIPE),
+        _src("emoji"), _EMOJI_LICENSE, "char", "char", "char", _EMOJI_RECIPE,
+        phrasing=_EMOJI_PHRASING),
     TranslationTask(
         "emoji-en-ko",
         "CLDR emoji short names, English to Korean ('grinning face' -> "
         "'활짝 웃는 얼굴'). Character level on both sides (Hangul syllables).",
-        _src("emoji"), _EMOJI_LICENSE, "char", "char", "char", _EMOJI_RECIPE),
+        _src("emoji"), _EMOJI_LICENSE, "char", "char", "char", _EMOJI_RECIPE,
+        phrasing=_EMOJI_PHRASING),
 ]}
 
 # Default (valid, test) sizes: an int is a number of pairs, a float a fraction.
@@ -164,6 +195,11 @@ def _task(name: str) -> TranslationTask:
 # Generators (each cached: the packages are slowish and the data never changes)
 # --------------------------------------------------------------------------
 
+@functools.cache
+def _installed_version(pkg: str) -> str:
+    return importlib.metadata.version(pkg)     # slow (it reads the installed metadata): once per package
+
+
 def _require(pkg: str):
     """Import a data package, warning when it is not the pinned version."""
     try:
@@ -173,7 +209,7 @@ def _require(pkg: str):
             f"the translation tasks need {pkg}=={PINNED_VERSIONS[pkg]}; "
             f"install it with: pip install {pkg}=={PINNED_VERSIONS[pkg]}"
         ) from err
-    installed = importlib.metadata.version(pkg)
+    installed = _installed_version(pkg)
     if installed != PINNED_VERSIONS[pkg]:
         warnings.warn(
             f"{pkg} {installed} is installed but the datasets are pinned to "
@@ -201,23 +237,48 @@ N_NUMBERS = 10_000                        # numbers 0..9999
 DATE_RANGE = (datetime.date(1950, 1, 1), datetime.date(2049, 12, 31))
 
 
+def number_name(n: int, lang: str, num2words=None) -> str:
+    """The name of the number ``n`` in ``lang``, as the numbers tasks write it (num2words, cleaned)."""
+    return _clean((num2words or _require("num2words").num2words)(n, lang=lang))
+
+
 @functools.cache
 def _number_names(lang: str) -> tuple[str, ...]:
     num2words = _require("num2words").num2words
-    return tuple(_clean(num2words(n, lang=lang)) for n in range(N_NUMBERS))
+    return tuple(number_name(n, lang, num2words) for n in range(N_NUMBERS))
+
+
+# The English forms a dates task's source is written in: CLDR's full and long date formats of the
+# United States and of Britain, "Friday, December 25, 2037", "December 25, 2037", "Friday, 25
+# December 2037" and "25 December 2037". A full form (with the weekday) is paired with the target
+# language's full format, a long one with its long format ("2037년 12월 25일 금요일", "2037년 12월
+# 25일"): a translation never has to invent a weekday its source does not name.
+DATE_FORMS = (("en_US", "full"), ("en_US", "long"), ("en_GB", "full"), ("en_GB", "long"))
+
+
+def format_day(day: datetime.date, locale: str, form: str, checked: bool = False) -> str:
+    """A date written in one of CLDR's formats ("full", "long") for a locale, as the tasks write it.
+    ``checked``: babel's version was checked already (``_require``), as by a generator's loop."""
+    if not checked:
+        _require("babel")
+    from babel.dates import format_date  # noqa: PLC0415  (babel is imported only when a dates task is built)
+    return _clean(format_date(day, format=form, locale=locale))
 
 
 @functools.cache
-def _full_dates(locale: str) -> tuple[str, ...]:
-    # babel's "full" format spells out weekday and month: the interesting part.
+def _date_pairs(target_locale: str) -> tuple[tuple[str, str], ...]:
+    """Every day of ``DATE_RANGE``, in order, the i-th written in the form ``DATE_FORMS[i % 4]``.
+
+    One form per day keeps the task at one pair per day (36,525), its size before there were
+    forms, and every form spans the whole range, every weekday and every month."""
     _require("babel")
-    from babel.dates import format_date  # noqa: PLC0415  (babel is imported only when a dates task is built)
     first, last = DATE_RANGE
-    days = (last - first).days + 1
-    return tuple(
-        _clean(format_date(first + datetime.timedelta(days=i), format="full", locale=locale))
-        for i in range(days)
-    )
+    pairs = []
+    for i in range((last - first).days + 1):
+        day = first + datetime.timedelta(days=i)
+        locale, form = DATE_FORMS[i % len(DATE_FORMS)]
+        pairs.append((format_day(day, locale, form, True), format_day(day, target_locale, form, True)))
+    return tuple(pairs)
 
 
 # Unicode code points that mark the emoji we skip (see _emoji_pairs).
@@ -273,8 +334,8 @@ def _emoji_pairs(lang: str) -> tuple[tuple[str, str], ...]:
 _GENERATORS: dict[str, Callable[[], tuple[tuple[str, str], ...]]] = {
     "numbers-en-fr": lambda: tuple(zip(_number_names("en"), _number_names("fr"))),
     "numbers-en-de": lambda: tuple(zip(_number_names("en"), _number_names("de"))),
-    "dates-en-de": lambda: tuple(zip(_full_dates("en"), _full_dates("de"))),
-    "dates-en-ko": lambda: tuple(zip(_full_dates("en"), _full_dates("ko"))),
+    "dates-en-de": lambda: _date_pairs("de"),
+    "dates-en-ko": lambda: _date_pairs("ko"),
     "emoji-en-fr": lambda: _emoji_pairs("fr"),
     "emoji-en-de": lambda: _emoji_pairs("de"),
     "emoji-en-ko": lambda: _emoji_pairs("ko"),
@@ -348,7 +409,8 @@ def load_splits(name: str, seed: int = 0, valid_fraction: float | None = None,
 def _registry_entry(t: TranslationTask) -> Task:
     """The task registry's view of a translation task: its splits for a seed, as text pairs."""
     return Task(t.name, t.description, t.recipe, functools.partial(load_splits, t.name), t.src_level,
-                t.tgt_level, t.bleu_tokenize, source=t.source, license=t.license, bpe_merges=t.bpe_merges)
+                t.tgt_level, t.bleu_tokenize, source=t.source, license=t.license, bpe_merges=t.bpe_merges,
+                phrasing=t.phrasing, check_input=t.check_input)
 
 
 REGISTRY_ENTRIES = [_registry_entry(t) for t in TASKS.values()]

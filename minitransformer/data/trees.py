@@ -29,7 +29,7 @@ a tree into such a sentence and back:
 What the target keeps, and why
 ------------------------------
 Vinyals et al. replaced every part-of-speech tag by ``XX`` and left the words
-out of the output: bracket F1 (evalb, ``metrics.bracket_f1``) scores
+out of the output: bracket F1 (evalb, ``evalb.bracket_f1``) scores
 constituents and ignores preterminals, so the tags would be output the model
 has to learn and nobody scores, and the input gives the words, in order. One
 leaf token per word is kept because it places the brackets between words: the

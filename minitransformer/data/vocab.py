@@ -6,9 +6,11 @@ distribution over the same V ids. This module makes those ids:
 
     text --tokenize--> tokens --Vocab.encode--> ids --model--> ids --Vocab.decode--> tokens --detokenize--> text
 
-Three tokenization levels, one function each way (``tokenize``, ``detokenize``):
-characters, whitespace-separated words, and the byte-pair pieces of §5.1
-(``data/bpe.py``), which need the merges learned on the training text.
+Four tokenization levels, one function each way (``tokenize``, ``detokenize``):
+characters; words, with punctuation split off as a person reads it (``split_words``,
+the rule below); whitespace-separated tokens taken as they are ("space": symbols,
+linearized trees); and the byte-pair pieces of §5.1 (``data/bpe.py``), which need
+the merges learned on the training text.
 
 Four special tokens always have the same ids, in every vocabulary:
 
@@ -26,6 +28,7 @@ agree without having to pass the vocabulary around.
 from __future__ import annotations
 
 import operator
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Sequence
 
@@ -42,10 +45,88 @@ PAD_ID, BOS_ID, EOS_ID, UNK_ID = 0, 1, 2, 3
 # "lower one eighth block" is the marker SentencePiece uses for the same job.
 SPACE = "\u2581"  # "▁"
 
-# "char" and "word" need nothing but the text; "bpe" (byte-pair pieces, §5.1) needs the
-# merges learned on a training text, a data.bpe.BPE, passed as ``bpe=``.
-PLAIN_LEVELS: tuple[str, ...] = ("char", "word")
+# "char", "word" and "space" need nothing but the text; "bpe" (byte-pair pieces, §5.1) needs
+# the merges learned on a training text, a data.bpe.BPE, passed as ``bpe=``.
+PLAIN_LEVELS: tuple[str, ...] = ("char", "word", "space")
 LEVELS: tuple[str, ...] = (*PLAIN_LEVELS, "bpe")
+
+# -- the word rule ----------------------------------------------------------------------------
+# A person writes "Tuesday, March 5, 2024" and "Dienstag, 5. März 2024"; a model that splits on
+# spaces alone would know "5," but not "5", and "March" but not "March,". So at level "word" every
+# punctuation mark (Unicode category P*) is a token of its own, except inside a word or a number:
+KEEP_BETWEEN_LETTERS = "-\u2010'\u2019"    # twenty-one, quatre-vingt-dix, l'heure, don't
+KEEP_BETWEEN_DIGITS = "-.,:/"              # 1,234  3.14  10:30  2037-12-25  12/25
+# Detokenizing joins tokens with spaces, except before a closing mark and after an opening one,
+# so that "Tuesday , March 5 , 2024" prints as "Tuesday, March 5, 2024" and "5 . März" as "5. März".
+NO_SPACE_BEFORE = frozenset(".,;:!?)]}%\u2019\u201d\u00bb\u2026")
+NO_SPACE_AFTER = frozenset("([{\u2018\u201c\u00ab\u00bf\u00a1")
+
+
+def _is_punctuation(ch: str) -> bool:
+    return unicodedata.category(ch).startswith("P")
+
+
+def _kept_inside(chunk: str, i: int) -> bool:
+    """Whether the punctuation mark chunk[i] stays inside its token (the exceptions of the rule)."""
+    if not 0 < i < len(chunk) - 1:
+        return False
+    before, ch, after = chunk[i - 1], chunk[i], chunk[i + 1]
+    if ch in KEEP_BETWEEN_DIGITS and before.isdigit() and after.isdigit():
+        return True
+    return ch in KEEP_BETWEEN_LETTERS and before.isalnum() and after.isalnum()
+
+
+def split_words(text: str) -> list[str]:
+    """The word rule: split at whitespace, then make every punctuation mark a token of its own,
+    except a hyphen or apostrophe between two letters or digits ("twenty-one", "l'heure") and
+    "-", ".", ",", ":" or "/" between two digits ("1,234", "3.14", "2037-12-25").
+
+        "Tuesday, March 5, 2024"  -> ["Tuesday", ",", "March", "5", ",", "2024"]
+        "Dienstag, 5. März 2024"  -> ["Dienstag", ",", "5", ".", "März", "2024"]
+        "one thousand, two hundred and thirty-four" -> [..., "thousand", ",", ..., "thirty-four"]
+
+    Training data and new input go through this one function, so a word is the same token
+    whether or not a comma follows it. ``join_words`` is its inverse for text written this way.
+    """
+    tokens: list[str] = []
+    for chunk in text.split():
+        start = 0
+        for i, ch in enumerate(chunk):
+            if _is_punctuation(ch) and not _kept_inside(chunk, i):
+                if i > start:
+                    tokens.append(chunk[start:i])
+                tokens.append(ch)
+                start = i + 1
+        if start < len(chunk):
+            tokens.append(chunk[start:])
+    return tokens
+
+
+def join_words(tokens: Sequence[str]) -> str:
+    """Word tokens back to text as a person writes it: single spaces, none before a closing mark
+    (, . ; : ! ? ) ...) and none after an opening one (( [ ...). ``split_words`` of the result gives
+    the same tokens back."""
+    out: list[str] = []
+    for tok in tokens:
+        if out and tok not in NO_SPACE_BEFORE and out[-1] not in NO_SPACE_AFTER:
+            out.append(" ")
+        out.append(tok)
+    return "".join(out)
+
+
+# A checkpoint's tokenization (``extra["levels"]``) says which word rule its "word" level means.
+# Checkpoints written before this rule split words at whitespace alone, which is level "space"
+# now: ``saved_levels`` reads them that way, so an old model still gets the tokens it knows.
+WORD_RULE_KEY, WORD_RULE = "word_rule", "punctuation split"
+
+
+def saved_levels(levels: dict) -> dict:
+    """A checkpoint's ``extra["levels"]`` as this version reads it: "word" becomes "space" in one
+    saved before the word rule split punctuation (no ``word_rule`` entry)."""
+    if levels.get(WORD_RULE_KEY) == WORD_RULE:
+        return levels
+    old = {side: "space" if levels.get(side) == "word" else levels[side] for side in ("src", "tgt") if side in levels}
+    return {**levels, **old, WORD_RULE_KEY: WORD_RULE}
 
 
 def _check_level(level: str) -> None:
@@ -60,10 +141,15 @@ def tokenize(text: str, level: str, bpe: _bpe.BPE | None = None) -> list[str]:
         "▁" (``SPACE``) so that ``detokenize(tokenize(t, "char"), "char") == t``
         exactly, spaces included. Text that already contains "▁" is refused,
         since it would come back as a space.
-    level="word": ``text.split()``: runs of whitespace separate words and are
-        not kept, so detokenizing joins the words with single spaces. A word
-        spelled like a special token ("<eos>", ...) is refused: it would be
+    level="word": ``split_words(text)``: runs of whitespace separate words and are
+        not kept, and punctuation marks are tokens of their own ("March 5, 2024" ->
+        "March", "5", ",", "2024"), except inside a word or a number ("twenty-one",
+        "1,234"). Detokenizing joins them as a person writes them (``join_words``).
+        A token spelled like a special token ("<eos>", ...) is refused: it would be
         read as that token (an "<eos>" in a source would end it early).
+    level="space": ``text.split()``: the whitespace-separated tokens as they are, for
+        text that is already tokens (the synthetic symbols, the parser's "(NP" and ")NP");
+        detokenizing joins them with single spaces. Specials are refused as for "word".
     level="bpe": the byte-pair pieces of ``bpe`` (the learned merges, ``data.bpe.BPE``),
         "@@" ending every piece but a word's last: "viertausend" -> ["vier@@", "tausend"].
         Words are separated by single spaces; spaces at either end or several in a
@@ -77,12 +163,12 @@ def tokenize(text: str, level: str, bpe: _bpe.BPE | None = None) -> list[str]:
                          f"bpe= (learned merges) applies to level 'bpe' only, not {level!r}")
     if level == "bpe":
         return bpe.tokens(text)
-    if level == "word":
-        words = text.split()
+    if level in ("word", "space"):
+        words = split_words(text) if level == "word" else text.split()
         reserved = sorted(set(words) & set(SPECIALS))
         if reserved:
             raise ValueError(
-                f"word-level text may not contain {reserved[0]!r}: the special tokens "
+                f"{level}-level text may not contain {reserved[0]!r}: the special tokens "
                 f"{', '.join(SPECIALS)} are reserved for the vocabulary"
             )
         return words
@@ -104,6 +190,8 @@ def detokenize(tokens: Iterable[str], level: str) -> str:
     if level == "bpe":
         return _bpe.detokenize(tokens)
     if level == "word":
+        return join_words(tokens)
+    if level == "space":
         return " ".join(tokens)
     return "".join(" " if tok == SPACE else tok for tok in tokens)
 

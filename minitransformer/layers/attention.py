@@ -21,7 +21,7 @@ from .. import backend
 from ..backend import Array
 from ..errors import ShapeError, check_input, check_mask
 from .linear import init_weight
-from .parameter import Layer, Parameter
+from .parameter import Layer, Parameter, checked_backward, checked_forward
 
 # A large negative number instead of -inf for masked scores: exp() of it is
 # exactly 0, but a row with *every* key masked stays finite (no inf - inf = NaN).
@@ -54,14 +54,15 @@ def attention_scores(Q: Array, K: Array, mask: Array | None = None) -> Array:
 
     Q: (B, h, S_q, d_k), K: (B, h, S_k, d_k), mask: bool broadcastable to
     (B, h, S_q, S_k), True = may attend. Returns S: (B, h, S_q, S_k), a new array,
-    with masked entries set to MASK_FILL. ``attention_forward`` computes the
-    softmax in S's own buffer, so S is gone after it; call this to look at S.
+    with masked entries set to MASK_FILL: S ⊙ mask + MASK_FILL · (1 - mask).
+    ``attention_forward`` computes the softmax in S's own buffer, so S is gone
+    after it; call this to look at S.
     """
-    xp = backend.get_array_module(Q)
     S = backend.matmul(Q, K.swapaxes(-1, -2))       # (B, h, S_q, S_k); swapaxes is a view, not a copy
     S *= 1.0 / math.sqrt(Q.shape[-1])               # the 1/sqrt(d_k) of §3.2.1
-    if mask is not None and not (backend.on_cpu(mask) and mask.all()):   # a mask with no False hides nothing
-        xp.copyto(S, MASK_FILL, where=~mask)        # in place; ~mask is small, it broadcasts
+    if mask is not None:
+        S *= mask                                   # masked scores to 0 ...
+        S += ~mask * MASK_FILL                      # ... then to exactly MASK_FILL (~mask is small: it broadcasts)
     return S
 
 
@@ -80,10 +81,9 @@ def attention_forward(Q: Array, K: Array, V: Array, mask: Array | None = None) -
     # scores, `p S.copy()` before this line, or call attention_scores(Q, K, mask).
     A = softmax_lastaxis(S)                          # (B, h, S_q, S_k)
     # A query row that may attend to nothing gets a softmax uniform over masked keys;
-    # zeroing it gives an output of 0 (and a gradient of 0). NumPy first checks whether
-    # any row needs it; on a GPU that question would make the CPU wait for the device at
-    # every call, so there the (cheap) multiply always runs.
-    if mask is not None and (not backend.on_cpu(A) or not bool(mask.any(axis=-1).all())):
+    # zeroing it gives an output of 0 (and a gradient of 0). Every other row has A = 0
+    # at its masked keys already (exp(MASK_FILL - max) is exactly 0), so this changes nothing there.
+    if mask is not None:
         A *= mask
     out = backend.matmul(A, V)                       # (B, h, S_q, d_v)
     return out, AttentionCache(Q, K, V, A, scale)
@@ -130,10 +130,21 @@ def merge_heads(x: Array) -> Array:
     return x.transpose(0, 2, 1, 3).reshape(B, S, h * d_k)
 
 
+def merge_qkv(*grads: Array) -> Array:
+    """dQ, dK, dV (or dK, dV), each (B, h, S, d_k) -> (B·S, n·d_model), side by side as the
+    fused projection's columns: the gradient of the projection's output (one copy)."""
+    B, h, S, d_k = grads[0].shape
+    xp = backend.get_array_module(grads[0])
+    out = xp.empty((B, S, len(grads), h, d_k), dtype=grads[0].dtype)
+    for i, g in enumerate(grads):
+        out[:, :, i] = g.transpose(0, 2, 1, 3)                           # (B, S, h, d_k)
+    return out.reshape(B * S, len(grads) * h * d_k)
+
+
 class MHACache(NamedTuple):
     x_q: object        # (B, S_q, d_model) query input
     x_kv: object       # (B, S_k, d_model) key/value input, or None for self-attention
-    concat: object     # (B, S_q, d_model) the concatenated heads, input of W^O
+    concat: object     # (B·S_q, d_model) the concatenated heads, input of W^O
     attn: AttentionCache   # what the heads' scaled dot-product attention saved
 
 
@@ -182,36 +193,37 @@ class MultiHeadAttention(Layer):
     # -- projections, shared by training and by cached decoding ---------------
     def project_qkv(self, x: Array) -> tuple[Array, Array, Array]:
         """Self-attention: x (B, S, d_model) -> Q, K, V each (B, h, S, d_k), one matmul."""
-        B, S, _ = x.shape
-        qkv = backend.matmul(x, self.W_qkv.data)                        # (B, S, 3·d_model)
+        B, S, d = x.shape
+        qkv = backend.matmul(x.reshape(B * S, d), self.W_qkv.data)      # (B·S, 3·d_model): every position at once
         qkv += self.b_qkv.data                                           # in place: no second array
         qkv = qkv.reshape(B, S, 3, self.h, self.d_k).transpose(2, 0, 3, 1, 4)  # (3, B, h, S, d_k) view
         return qkv[0], qkv[1], qkv[2]
 
     def project_q(self, x: Array) -> Array:
         """x (B, S_q, d_model) -> Q (B, h, S_q, d_k)."""
-        d = self.d_model
-        q = backend.matmul(x, self.W_qkv.data[:, :d])                  # (B, S_q, d_model)
+        B, S, d = x.shape
+        q = backend.matmul(x.reshape(B * S, d), self.W_qkv.data[:, :d])   # (B·S_q, d_model)
         q += self.b_qkv.data[:d]                                        # in place: no second array
-        return split_heads(q, self.h)
+        return split_heads(q.reshape(B, S, d), self.h)
 
     def project_kv(self, memory: Array) -> tuple[Array, Array]:
         """memory (B, S_k, d_model) -> K, V each (B, h, S_k, d_k)."""
-        B, S, _ = memory.shape
-        d = self.d_model
-        kv = backend.matmul(memory, self.W_qkv.data[:, d:])             # (B, S_k, 2·d_model)
+        B, S, d = memory.shape
+        kv = backend.matmul(memory.reshape(B * S, d), self.W_qkv.data[:, d:])   # (B·S_k, 2·d_model)
         kv += self.b_qkv.data[d:]                                       # in place: no second array
         kv = kv.reshape(B, S, 2, self.h, self.d_k).transpose(2, 0, 3, 1, 4)
         return kv[0], kv[1]
 
     def output(self, heads: Array) -> Array:
         """heads (B, h, S_q, d_k) -> Concat(head_1..head_h) W^O + b: (B, S_q, d_model)."""
-        y = backend.matmul(merge_heads(heads), self.W_o.data)
+        B, h, S_q, d_k = heads.shape
+        concat = merge_heads(heads).reshape(B * S_q, h * d_k)            # (B·S_q, d_model)
+        y = backend.matmul(concat, self.W_o.data)
         y += self.b_o.data                                               # in place: no second array
-        return y
+        return y.reshape(B, S_q, h * d_k)
 
     # -- checks -----------------------------------------------------------------
-    def _check(self, x_q, x_kv, mask):
+    def _check_input(self, x_q: Array, x_kv: Array | None = None, mask: Array | None = None):
         where = f"MultiHeadAttention {self._name!r}"
         check_input(where, "query input", x_q, self.d_model, self.W_qkv.data.dtype)
         if x_q.ndim != 3:
@@ -234,21 +246,22 @@ class MultiHeadAttention(Layer):
             check_mask(where, "mask", mask, (x_q.shape[0], self.h, x_q.shape[1], S_k))
 
     # -- forward and backward ---------------------------------------------------
+    @checked_forward(_check_input)
     def forward(self, x_q: Array, x_kv: Array | None = None, mask: Array | None = None) -> Array:
         """x_q: (B, S_q, d_model); x_kv: (B, S_k, d_model) or None for self-attention;
         mask: bool broadcastable to (B, h, S_q, S_k). Returns (B, S_q, d_model)."""
-        self._check(x_q, x_kv, mask)
         if x_kv is None:
-            Q, K, V = self.project_qkv(x_q)
+            Q, K, V = self.project_qkv(x_q)                              # each (B, h, S_q, d_k)
         else:
             Q, (K, V) = self.project_q(x_q), self.project_kv(x_kv)
         heads, attn_cache = attention_forward(Q, K, V, mask)             # (B, h, S_q, d_k)
         self.attention_weights = attn_cache.A                            # (B, h, S_q, S_k)
-        concat = merge_heads(heads)                                      # (B, S_q, d_model)
+        B, S_q, d = x_q.shape
+        concat = merge_heads(heads).reshape(B * S_q, d)                  # (B·S_q, d_model): Concat(heads)
         y = backend.matmul(concat, self.W_o.data)                        # Concat(heads) W^O
         y += self.b_o.data                                               # + b_o, in place
-        self._save_cache(MHACache(x_q, x_kv, concat, attn_cache), y)
-        return y
+        self._cache = MHACache(x_q, x_kv, concat, attn_cache)
+        return y.reshape(B, S_q, d)
 
     def step(self, x_t: Array, K: Array, V: Array, t: int | None = None, mask: Array | None = None) -> Array:
         """One decoder position at inference, attending over cached keys and values.
@@ -274,6 +287,7 @@ class MultiHeadAttention(Layer):
         self.attention_weights = attn_cache.A                            # (B, h, 1, S_k)
         return self.output(heads)
 
+    @checked_backward
     def backward(self, dy: Array) -> Array | tuple[Array, Array]:
         """dy: (B, S_q, d_model), the gradient of the output.
 
@@ -283,36 +297,29 @@ class MultiHeadAttention(Layer):
             self-attention: dx: (B, S_q, d_model)
             encoder-decoder attention: (dx_q: (B, S_q, d_model), dx_kv: (B, S_k, d_model))
         """
-        x_q, x_kv, concat, attn_cache = self._pop_cache(dy, "dy")
-        xp = backend.get_array_module(dy)
-        d, h, d_k = self.d_model, self.h, self.d_k
-        B, S_q, _ = dy.shape
+        x_q, x_kv, concat, attn_cache = self._cache
+        B, S_q, d = dy.shape
+        dy2 = dy.reshape(B * S_q, d)                                     # (B·S_q, d_model): one row per position
         # output projection: y = concat W^O + b_o
-        self.W_o.grad += backend.matmul(concat.reshape(-1, d).T, dy.reshape(-1, d))
-        self.b_o.grad += dy.reshape(-1, d).sum(axis=0)
-        dheads = split_heads(backend.matmul(dy, self.W_o.data.T), h)     # (B, h, S_q, d_k)
+        self.W_o.grad += backend.matmul(concat.T, dy2)
+        self.b_o.grad += dy2.sum(axis=0)
+        dconcat = backend.matmul(dy2, self.W_o.data.T)                   # (B·S_q, d_model)
+        dheads = split_heads(dconcat.reshape(B, S_q, d), self.h)         # (B, h, S_q, d_k)
         dQ, dK, dV = attention_backward(dheads, attn_cache)
         if x_kv is None:
-            # Undo the fused projection: write dQ, dK, dV side by side as (B, S, 3·d_model).
-            dqkv = xp.empty((B, S_q, 3, h, d_k), dtype=dy.dtype)
-            dqkv[:, :, 0] = dQ.transpose(0, 2, 1, 3)
-            dqkv[:, :, 1] = dK.transpose(0, 2, 1, 3)
-            dqkv[:, :, 2] = dV.transpose(0, 2, 1, 3)
-            dqkv = dqkv.reshape(B, S_q, 3 * d)
-            self.W_qkv.grad += backend.matmul(x_q.reshape(-1, d).T, dqkv.reshape(-1, 3 * d))
-            self.b_qkv.grad += dqkv.reshape(-1, 3 * d).sum(axis=0)
-            return backend.matmul(dqkv, self.W_qkv.data.T)              # (B, S_q, d_model)
+            # Undo the fused projection: dQ, dK, dV side by side, one row per position: (B·S, 3·d_model).
+            dqkv = merge_qkv(dQ, dK, dV)                                 # (B·S_q, 3·d_model)
+            self.W_qkv.grad += backend.matmul(x_q.reshape(B * S_q, d).T, dqkv)
+            self.b_qkv.grad += dqkv.sum(axis=0)
+            return backend.matmul(dqkv, self.W_qkv.data.T).reshape(B, S_q, d)
         # encoder-decoder attention: Q from x_q, K and V from x_kv
         S_k = x_kv.shape[1]
-        dq = merge_heads(dQ)                                             # (B, S_q, d_model)
-        dkv = xp.empty((B, S_k, 2, h, d_k), dtype=dy.dtype)
-        dkv[:, :, 0] = dK.transpose(0, 2, 1, 3)
-        dkv[:, :, 1] = dV.transpose(0, 2, 1, 3)
-        dkv = dkv.reshape(B, S_k, 2 * d)
-        self.W_qkv.grad[:, :d] += backend.matmul(x_q.reshape(-1, d).T, dq.reshape(-1, d))
-        self.b_qkv.grad[:d] += dq.reshape(-1, d).sum(axis=0)
-        self.W_qkv.grad[:, d:] += backend.matmul(x_kv.reshape(-1, d).T, dkv.reshape(-1, 2 * d))
-        self.b_qkv.grad[d:] += dkv.reshape(-1, 2 * d).sum(axis=0)
-        dx_q = backend.matmul(dq, self.W_qkv.data[:, :d].T)
-        dx_kv = backend.matmul(dkv, self.W_qkv.data[:, d:].T)
+        dq = merge_heads(dQ).reshape(B * S_q, d)                         # (B·S_q, d_model)
+        dkv = merge_qkv(dK, dV)                                          # (B·S_k, 2·d_model)
+        self.W_qkv.grad[:, :d] += backend.matmul(x_q.reshape(B * S_q, d).T, dq)
+        self.b_qkv.grad[:d] += dq.sum(axis=0)
+        self.W_qkv.grad[:, d:] += backend.matmul(x_kv.reshape(B * S_k, d).T, dkv)
+        self.b_qkv.grad[d:] += dkv.sum(axis=0)
+        dx_q = backend.matmul(dq, self.W_qkv.data[:, :d].T).reshape(B, S_q, d)
+        dx_kv = backend.matmul(dkv, self.W_qkv.data[:, d:].T).reshape(B, S_k, d)
         return dx_q, dx_kv

@@ -13,7 +13,7 @@ from __future__ import annotations
 from .. import backend
 from ..backend import Array
 from ..errors import ShapeError, check_input
-from .parameter import Layer
+from .parameter import Layer, checked_backward, checked_forward
 
 
 def dropout_mask(shape, P_drop: float, rng, dtype):
@@ -43,25 +43,29 @@ class Dropout(Layer):
         self.P_drop = P_drop
         self.rng = rng
 
+    def _check_input(self, x, mask=None):
+        check_input("Dropout", "x", x)     # float, any dtype: the output keeps it (no parameters)
+        if mask is not None and mask.shape != x.shape:
+            raise ShapeError(f"Dropout: mask must have the input's shape {tuple(x.shape)}, got {tuple(mask.shape)}")
+        if mask is None and self.training and self.P_drop > 0.0 and self.rng is None:
+            raise RuntimeError("Dropout: no rng was given; pass rng= or set layer.rng")
+
+    @checked_forward(_check_input)
     def forward(self, x: Array, mask: Array | None = None) -> Array:
         """x: any shape -> same shape. ``mask``: use this mask (x's shape) instead of drawing one."""
-        check_input("Dropout", "x", x)     # float, any dtype: the output keeps it (no parameters)
         if mask is None and (not self.training or self.P_drop == 0.0):
-            self._save_cache(None, x)    # identity: no mask, backward passes dout through
+            self._cache = None             # identity: no mask, backward passes dout through
             return x
         if mask is None:
-            if self.rng is None:
-                raise RuntimeError("Dropout: no rng was given; pass rng= or set layer.rng")
             mask = dropout_mask(x.shape, self.P_drop, self.rng, x.dtype)
-        elif mask.shape != x.shape:
-            raise ShapeError(f"Dropout: mask must have the input's shape {tuple(x.shape)}, got {tuple(mask.shape)}")
-        self._save_cache(mask, x)
+        self._cache = mask
         return x * mask
 
+    @checked_backward
     def backward(self, dout: Array) -> Array:
         """dout: the forward output's shape -> dx: the same shape.
 
         d(x ⊙ mask)/dx = mask: the same units are dropped on the way back.
         """
-        mask = self._pop_cache(dout)
+        mask = self._cache
         return dout if mask is None else dout * mask

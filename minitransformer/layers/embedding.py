@@ -15,7 +15,7 @@ from typing import NamedTuple
 from .. import backend
 from ..backend import Array
 from ..errors import check_input, check_token_ids
-from .parameter import Layer, Parameter
+from .parameter import Layer, Parameter, checked_backward, checked_forward
 
 
 class EmbeddingCache(NamedTuple):
@@ -75,17 +75,19 @@ class Embedding(Layer):
         self.scale = math.sqrt(d_model)
         self._name = name
 
+    def _check_input(self, ids):
+        check_token_ids(f"Embedding {self._name!r}", ids, self.vocab_size)
+
+    @checked_forward(_check_input)
     def forward(self, ids: Array) -> Array:
         """ids: (B, S) ints in [0, V) -> (B, S, d_model)."""
-        check_token_ids(f"Embedding {self._name!r}", ids, self.vocab_size)
-        out, cache = embedding_forward(ids, self.E.data, self.scale)
-        self._save_cache(cache, out)
+        out, self._cache = embedding_forward(ids, self.E.data, self.scale)
         return out
 
+    @checked_backward
     def backward(self, dout: Array) -> None:
         """dout: (B, S, d_model). Adds into E.grad; token ids have no gradient."""
-        cache = self._pop_cache(dout)
-        embedding_backward(dout, cache, self.E.grad)
+        embedding_backward(dout, self._cache, self.E.grad)
 
 
 class TiedOutputProjection(Layer):
@@ -100,17 +102,23 @@ class TiedOutputProjection(Layer):
         self.E = weight
         self.vocab_size, self.d_model = weight.shape
 
+    def _check_input(self, x):
+        check_input("TiedOutputProjection", "x", x, self.d_model, self.E.data.dtype)
+
+    @checked_forward(_check_input)
     def forward(self, x: Array) -> Array:
         """x: (B, T, d_model) -> logits: (B, T, V)."""
-        check_input("TiedOutputProjection", "x", x, self.d_model, self.E.data.dtype)
-        logits = backend.matmul(x, self.E.data.T)   # (B, T, V); E.T is a view, not a copy
-        self._save_cache(x, logits)
-        return logits
+        rows = x.reshape(-1, self.d_model)                     # (B·T, d_model): every position at once
+        logits = backend.matmul(rows, self.E.data.T)           # (B·T, V); E.T is a view, not a copy
+        self._cache = x
+        return logits.reshape(*x.shape[:-1], self.vocab_size)  # (B, T, V)
 
+    @checked_backward
     def backward(self, dlogits: Array) -> Array:
         """dlogits: (B, T, V) -> dx: (B, T, d_model); adds dlogits^T x into E.grad."""
-        x = self._pop_cache(dlogits, "dlogits")
+        x = self._cache
         V, d = self.E.shape
+        dlogits2 = dlogits.reshape(-1, V)                      # (B·T, V)
         # logits = x E^T  =>  dE = dlogits^T x (summed over batch and position), dx = dlogits E
-        backend.add_matmul(self.E.grad, dlogits.reshape(-1, V).T, x.reshape(-1, d))   # E.grad += dlogits^T x
-        return backend.matmul(dlogits, self.E.data)
+        backend.add_matmul(self.E.grad, dlogits2.T, x.reshape(-1, d))   # E.grad += dlogits^T x
+        return backend.matmul(dlogits2, self.E.data).reshape(x.shape)

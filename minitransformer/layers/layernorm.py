@@ -5,6 +5,10 @@
     y = gamma ⊙ x_hat + beta
 
 All statistics are over the last axis (the d_model features of one position).
+A mean is the sum over that axis divided by d_model, the sum written ``xp.add.reduce``:
+exactly what ``.sum()`` and ``.mean()`` compute, without their Python wrappers in NumPy
+(a learner stepping through with pdb would walk through NumPy's own code, and decoding,
+which runs LayerNorm on one position at a time, would pay ~10 us a call for them).
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from typing import NamedTuple
 from .. import backend
 from ..backend import Array
 from ..errors import check_input
-from .parameter import Layer, Parameter
+from .parameter import Layer, Parameter, checked_backward, checked_forward
 
 
 class LayerNormCache(NamedTuple):
@@ -29,12 +33,10 @@ def layernorm_forward(x: Array, gamma: Array, beta: Array, eps: float) -> tuple[
     The formulas of the module docstring, one line each, on whole arrays.
     """
     xp = backend.get_array_module(x)
-    n = x.shape[-1]                                  # d_model
-    # sum / n is exactly what .mean() computes (the same sum, then the same division),
-    # without .mean()'s Python-level wrapper: 10 us a call, felt when decoding one token.
-    mu = x.sum(axis=-1, keepdims=True) / n           # (..., 1)  mean(x)
-    xc = x - mu                                      # (..., d_model)  x - mu
-    var = (xc * xc).sum(axis=-1, keepdims=True) / n  # (..., 1)  mean((x - mu)^2): biased
+    n = x.shape[-1]                                          # d_model
+    mu = xp.add.reduce(x, axis=-1, keepdims=True) / n        # (..., 1)  mean(x): the sum over d_model, / n
+    xc = x - mu                                              # (..., d_model)  x - mu
+    var = xp.add.reduce(xc * xc, axis=-1, keepdims=True) / n     # (..., 1)  mean((x - mu)^2): biased
     rstd = 1.0 / xp.sqrt(var + eps)                  # (..., 1)  eps inside the square root
     x_hat = xc * rstd                                # (..., d_model)
     y = gamma * x_hat + beta                         # (..., d_model)
@@ -54,14 +56,15 @@ def layernorm_backward(dy: Array, cache: LayerNormCache) -> tuple[Array, Array, 
         dx: (..., d_model), dgamma: (d_model,), dbeta: (d_model,)
     """
     x_hat, rstd, gamma = cache
-    d = x_hat.shape[-1]
-    g = dy * gamma                                             # (..., d_model)  dL/dx_hat
-    mean_g = g.mean(axis=-1, keepdims=True)                    # (..., 1)
-    mean_g_xhat = (g * x_hat).mean(axis=-1, keepdims=True)     # (..., 1)
-    dx = rstd * (g - mean_g - x_hat * mean_g_xhat)             # (..., d_model)
+    xp = backend.get_array_module(dy)
+    n = x_hat.shape[-1]                                                # d_model
+    g = dy * gamma                                                     # (..., d_model)  dL/dx_hat
+    mean_g = xp.add.reduce(g, axis=-1, keepdims=True) / n              # (..., 1)  mean(g)
+    mean_g_xhat = xp.add.reduce(g * x_hat, axis=-1, keepdims=True) / n     # (..., 1)  mean(g ⊙ x_hat)
+    dx = rstd * (g - mean_g - x_hat * mean_g_xhat)                     # (..., d_model)
     # gamma and beta act on every position: their gradients sum over all of them
-    dgamma = (dy * x_hat).reshape(-1, d).sum(axis=0)           # (d_model,)
-    dbeta = dy.reshape(-1, d).sum(axis=0)                      # (d_model,)
+    dgamma = xp.add.reduce((dy * x_hat).reshape(-1, n), axis=0)        # (d_model,)
+    dbeta = xp.add.reduce(dy.reshape(-1, n), axis=0)                   # (d_model,)
     return dx, dgamma, dbeta
 
 
@@ -76,17 +79,19 @@ class LayerNorm(Layer):
         self.beta = Parameter(xp.zeros(d_model, dtype=dtype), f"{name}.beta")
         self._name = name
 
+    def _check_input(self, x):
+        check_input(f"LayerNorm {self._name!r}", "x", x, self.d_model, self.gamma.data.dtype)
+
+    @checked_forward(_check_input)
     def forward(self, x: Array) -> Array:
         """x: (..., d_model) -> (..., d_model)."""
-        check_input(f"LayerNorm {self._name!r}", "x", x, self.d_model, self.gamma.data.dtype)
-        y, cache = layernorm_forward(x, self.gamma.data, self.beta.data, self.eps)
-        self._save_cache(cache, y)
+        y, self._cache = layernorm_forward(x, self.gamma.data, self.beta.data, self.eps)
         return y
 
+    @checked_backward
     def backward(self, dy: Array) -> Array:
         """dy: (..., d_model) -> dx: (..., d_model); adds into gamma.grad and beta.grad."""
-        cache = self._pop_cache(dy, "dy")
-        dx, dgamma, dbeta = layernorm_backward(dy, cache)
+        dx, dgamma, dbeta = layernorm_backward(dy, self._cache)
         self.gamma.grad += dgamma
         self.beta.grad += dbeta
         return dx

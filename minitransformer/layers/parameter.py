@@ -12,6 +12,8 @@ a layer called twice before backward would overwrite its own cache.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from contextlib import contextmanager
 
 from .. import backend
@@ -41,11 +43,13 @@ class Parameter:
 class Layer:
     """Base class: parameter discovery, train/eval mode, zero_grad, cache handling.
 
-    A forward keeps what its backward needs with ``_save_cache(cache, out)``;
-    the backward takes it back with ``_pop_cache(dout)``, which also checks that
-    the incoming gradient has the shape of the forward's output. ``_cache`` is
-    private: nothing outside a layer reads it (what learners and plots need, such
-    as attention weights, is a public attribute).
+    A forward keeps what its backward needs in ``self._cache``; the backward reads it.
+    ``_cache`` is private: nothing outside a layer reads it (what learners and plots
+    need, such as attention weights, is a public attribute).
+
+    The checks around them run in the wrappers of ``checked_forward`` and
+    ``checked_backward`` (below), before the layer's own method starts: the method
+    itself is the math, and a learner who steps into it with pdb meets the math first.
     """
 
     training: bool = True
@@ -57,21 +61,18 @@ class Layer:
         self._out_shape = None
         self._out_dtype = None
 
-    # -- the cache a forward leaves for its backward --------------------------
-    def _save_cache(self, cache, out) -> None:
-        """Keep ``cache`` for the backward, and remember ``out``'s shape (its gradient must match)."""
-        self._cache, self._forward_called = cache, True
+    # -- what the wrappers check ----------------------------------------------------------
+    def _forward_ran(self, out) -> None:
+        """Remember that a forward ran, and its output's shape and dtype (its gradient must match)."""
+        self._forward_called = True
         self._out_shape, self._out_dtype = tuple(out.shape), out.dtype
 
-    def _pop_cache(self, dout, name: str = "dout"):
-        """Return the cache of the last forward and clear it.
-
-        Raises if there was no forward (or the backward already ran: a stale
-        cache is never reused), or if ``dout`` does not have the shape of the
-        forward's output, or is not a float array of the output's dtype: a wrong
-        gradient would otherwise broadcast into a wrong answer, fail deep in a
-        matrix product, or silently promote the backward to another precision.
-        """
+    def _check_dout(self, dout, name: str = "dout") -> None:
+        """Raise if there was no forward (or the backward already ran: a stale cache is never
+        reused), or if ``dout`` does not have the shape of the forward's output, or is not a
+        float array of the output's dtype: a wrong gradient would otherwise broadcast into a
+        wrong answer, fail deep in a matrix product, or silently promote the backward to
+        another precision."""
         if not self._forward_called:
             raise RuntimeError(
                 f"{type(self).__name__}.backward called before forward "
@@ -79,9 +80,6 @@ class Layer:
             )
         where = f"{type(self).__name__}{'' if not getattr(self, '_name', '') else ' ' + repr(self._name)}.backward"
         check_gradient(where, name, dout, self._out_shape, self._out_dtype)
-        cache = self._cache
-        self._cache, self._forward_called = None, False
-        return cache
 
     # -- parameters ------------------------------------------------------------
     def named_parameters(self, prefix: str = "") -> list[tuple[str, Parameter]]:
@@ -157,3 +155,50 @@ def eval_mode(layer: Layer):
     finally:
         for m, mode in modes:
             m.training = mode
+
+
+# -- the checks around a layer's math ------------------------------------------------------
+
+def _no_check(layer, *args, **kwargs) -> None:
+    """The check of a forward that takes anything its math takes (Residual's)."""
+
+
+def checked_forward(check=_no_check):
+    """Decorate a Layer's forward: ``check(self, *args, **kwargs)`` first (the arguments'
+    shapes and dtypes, with one clear message each), then the forward itself, whose
+    output's shape and dtype are remembered for the backward's gradient check.
+
+        class Linear(Layer):
+            def _check_input(self, x): ...
+
+            @checked_forward(_check_input)
+            def forward(self, x): ...          # the math only
+
+    With pdb, `s` on ``layer.forward(x)`` stops in this wrapper first: `n` runs the checks,
+    and `s` on its next line steps into the forward's math.
+    """
+    def decorate(forward):
+        @functools.wraps(forward)
+        def checked(self, *args, **kwargs):
+            check(self, *args, **kwargs)                 # the arguments' checks: `n` steps over them
+            out = forward(self, *args, **kwargs)         # the layer's math: `s` steps in
+            self._forward_ran(out)
+            return out
+        return checked
+    return decorate
+
+
+def checked_backward(backward):
+    """Decorate a Layer's backward(dout, ...): ``dout`` is checked against the forward's
+    output first (``Layer._check_dout``); the backward reads the forward's ``self._cache``,
+    which is cleared after it, so a cache serves one backward only."""
+    name = list(inspect.signature(backward).parameters)[1]      # "dy", "dout", "dlogits": for messages
+
+    @functools.wraps(backward)
+    def checked(self, dout, *args, **kwargs):
+        self._check_dout(dout, name)                     # the gradient's checks: `n` steps over them
+        try:
+            return backward(self, dout, *args, **kwargs)     # the layer's math: `s` steps in
+        finally:
+            self._cache, self._forward_called = None, False
+    return checked

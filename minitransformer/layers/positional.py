@@ -17,7 +17,7 @@ from __future__ import annotations
 from .. import backend
 from ..backend import Array
 from ..errors import ShapeError, check_input
-from .parameter import Layer, Parameter
+from .parameter import Layer, Parameter, checked_backward, checked_forward
 
 
 def sinusoidal_table(max_len: int, d_model: int, xp=None, dtype=None):
@@ -55,27 +55,27 @@ class PositionalEncoding(Layer):
             )
         return self._table[offset: offset + S]
 
-    def forward(self, x: Array, offset: int = 0) -> Array:
-        """x: (B, S, d_model) -> x + PE[offset : offset + S]. ``offset`` shifts the
-        positions (one-position decoding feeds position t alone, with offset t)."""
+    def _check_input(self, x, offset=0):
         check_input("PositionalEncoding", "x", x, self.d_model)       # keeps x's float dtype
         if x.ndim != 3:
             raise ShapeError(f"PositionalEncoding: x must have shape (B, S, d_model), got {tuple(x.shape)}")
-        pe = self.encoding(x.shape[1], offset)
-        xp = backend.get_array_module(x)
-        if backend.get_array_module(pe) is not xp:    # table follows the input's device
-            self._table = backend.to_backend(self._table, xp)
-            pe = self.encoding(x.shape[1], offset)
-        out = x + pe.astype(x.dtype, copy=False)
-        self._save_cache(None, out)                     # nothing to keep: the backward is the identity
-        return out
+        self.encoding(x.shape[1], offset)                               # raises past max_len
 
+    @checked_forward(_check_input)
+    def forward(self, x: Array, offset: int = 0) -> Array:
+        """x: (B, S, d_model) -> x + PE[offset : offset + S]. ``offset`` shifts the
+        positions (one-position decoding feeds position t alone, with offset t)."""
+        if backend.on_cpu(self._table) != backend.on_cpu(x):            # the table follows the input's device
+            self._table = backend.to_backend(self._table, backend.get_array_module(x))
+        pe = self._table[offset: offset + x.shape[1]]                   # (S, d_model)
+        return x + pe.astype(x.dtype, copy=False)       # nothing to keep: the backward is the identity
+
+    @checked_backward
     def backward(self, dout: Array) -> Array:
         """dout: (B, S, d_model) -> dx: (B, S, d_model).
 
         d(x + PE)/dx is the identity: the gradient passes through unchanged.
         """
-        self._pop_cache(dout)
         return dout
 
 
@@ -129,8 +129,7 @@ class LearnedPositionalEmbedding(Layer):
         self.d_model, self.max_len = d_model, max_len
         self._name = name
 
-    def forward(self, x: Array, offset: int = 0) -> Array:
-        """x: (B, S, d_model) -> x + P[offset : offset + S], broadcast over the batch."""
+    def _check_input(self, x, offset=0):
         where = f"LearnedPositionalEmbedding {self._name!r}"
         check_input(where, "x", x, self.d_model, self.P.data.dtype)   # a layer computes in its parameters' dtype
         if x.ndim != 3:
@@ -143,10 +142,15 @@ class LearnedPositionalEmbedding(Layer):
                 "built with (it cannot extrapolate, unlike the sinusoids): build and train the model "
                 "with a larger max_len"
             )
-        out = x + self.P.data[offset: offset + S]          # (B, S, d_model); P's rows broadcast over B
-        self._save_cache((offset, S), out)
-        return out
 
+    @checked_forward(_check_input)
+    def forward(self, x: Array, offset: int = 0) -> Array:
+        """x: (B, S, d_model) -> x + P[offset : offset + S], broadcast over the batch."""
+        S = x.shape[1]
+        self._cache = (offset, S)
+        return x + self.P.data[offset: offset + S]          # (B, S, d_model); P's rows broadcast over B
+
+    @checked_backward
     def backward(self, dout: Array) -> Array:
         """dout: (B, S, d_model) -> dx: (B, S, d_model); adds into P.grad[offset : offset + S].
 
@@ -155,6 +159,6 @@ class LearnedPositionalEmbedding(Layer):
         dout[b, s]. The rows are distinct, a slice, so no scatter is needed;
         ``+=`` because the table may be shared (source and target sides).
         """
-        offset, S = self._pop_cache(dout)
+        offset, S = self._cache
         self.P.grad[offset: offset + S] += dout.sum(axis=0)     # (S, d_model)
         return dout

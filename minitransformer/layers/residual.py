@@ -16,7 +16,7 @@ from collections.abc import Callable
 from ..backend import Array
 from .dropout import Dropout
 from .layernorm import LayerNorm
-from .parameter import Layer
+from .parameter import Layer, checked_backward, checked_forward
 
 
 class Residual(Layer):
@@ -41,6 +41,7 @@ class Residual(Layer):
         self.dropout = Dropout(P_drop, rng)
         self._name = name
 
+    @checked_forward()
     def forward(self, x: Array, sublayer: Callable[[Array], Array]) -> Array:
         """x: (B, S, d_model); sublayer: callable (B, S, d_model) -> (B, S, d_model).
         Returns (B, S, d_model)."""
@@ -48,9 +49,9 @@ class Residual(Layer):
             y = x + self.dropout.forward(sublayer(self.norm.forward(x)))
         else:
             y = self.norm.forward(x + self.dropout.forward(sublayer(x)))
-        self._save_cache(None, y)
         return y
 
+    @checked_backward
     def backward(self, dy: Array, sublayer_backward: Callable) -> Array | tuple:
         """dy: (B, S, d_model). ``sublayer_backward`` maps the gradient of the
         sub-layer's output to the gradient of its input, or to a tuple
@@ -62,7 +63,6 @@ class Residual(Layer):
         Returns:
             dx: (B, S, d_model), or (dx, *extras) when the sub-layer returned extras.
         """
-        self._pop_cache(dy, "dy")
         if self.pre_ln:
             # y = x + Dropout(Sublayer(LayerNorm(x)))
             dsub_in, extras = _split(sublayer_backward(self.dropout.backward(dy)))
