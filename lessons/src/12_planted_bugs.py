@@ -71,6 +71,7 @@ import time
 import matplotlib.pyplot as plt
 import numpy as np
 
+from lessonkit.i18n import tr
 from minitransformer import backend, machine
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
@@ -88,7 +89,7 @@ try:
     torch.set_num_threads(1)           # tensors of a few dozen numbers: threads only add overhead
 except ImportError:                    # the parity column is then skipped, and says why
     torch = None
-print("PyTorch", torch.__version__ if torch else "is not installed: the parity column will say 'skipped'")
+print("PyTorch", torch.__version__ if torch else tr("is not installed: the parity column will say 'skipped'"))
 
 # %% [markdown]
 # ## 1. The bench
@@ -127,8 +128,8 @@ def build(plant, cfg=BENCH, seed=0):
     return Transformer(plant.model_config(cfg), seed=seed)
 
 
-CLEAN = Plant("0 no bug (the package)", "—")
-print("parameter tensors:", len(build(CLEAN).parameters()), "  numbers:", build(CLEAN).num_parameters())
+CLEAN = Plant(tr("0 no bug (the package)"), "—")
+print(tr("parameter tensors:"), len(build(CLEAN).parameters()), tr("  numbers:"), build(CLEAN).num_parameters())
 assert (len(build(CLEAN).parameters()), build(CLEAN).num_parameters()) == (31, 464)   # the text above
 
 # %% [markdown]
@@ -145,7 +146,7 @@ class Outcome:
         self.caught, self.detail = caught, detail
 
     def __repr__(self):
-        return f"{ {True: 'CAUGHT', False: 'missed', None: 'skipped'}[self.caught]:<8}{self.detail}"
+        return f"{ {True: tr('CAUGHT'), False: tr('missed'), None: tr('skipped')}[self.caught]:<8}{self.detail}"
 
 
 def guarded(check):
@@ -154,7 +155,7 @@ def guarded(check):
         try:
             return check(plant, **kwargs)
         except Exception as exc:                                   # noqa: BLE001 - any crash is a finding
-            return Outcome(True, f"crashed: {type(exc).__name__}: {str(exc)[:70]}")
+            return Outcome(True, tr(f"crashed: {type(exc).__name__}: {str(exc)[:70]}"))
     run.__name__, run.__doc__ = check.__name__, check.__doc__
     return run
 
@@ -200,8 +201,8 @@ def gradient_check(plant):
     worst = max(report.errors, key=report.errors.get)
     bad = [n for n, e in report.errors.items() if e > report.tol]
     if bad:
-        return Outcome(True, f"{len(bad)} of {len(params)} tensors fail; worst {worst}: {report.errors[worst]:.1e}")
-    return Outcome(False, f"all {len(params)} tensors within {report.tol:.0e} (worst {report.errors[worst]:.0e})")
+        return Outcome(True, tr(f"{len(bad)} of {len(params)} tensors fail; worst {worst}: {report.errors[worst]:.1e}"))
+    return Outcome(False, tr(f"all {len(params)} tensors within {report.tol:.0e} (worst {report.errors[worst]:.0e})"))
 
 
 print(gradient_check(CLEAN))
@@ -298,7 +299,7 @@ PARITY_TOL = 1e-9
 def parity_check(plant):
     """Our model and optimizer against PyTorch's, on the same weights and the same gradients."""
     if torch is None:
-        return Outcome(None, "PyTorch is not installed (pip install torch==2.13.0)")
+        return Outcome(None, tr("PyTorch is not installed (pip install torch==2.13.0)"))
     cfg = BENCH.with_(P_drop=0.0)                   # torch's dropout masks cannot match ours: dropout off
     errors = {}
     with plant.planted():
@@ -340,11 +341,11 @@ def parity_check(plant):
             opt_t.step()
             sched_t.step()
         for name, p, twin in zip(names, params, twins):
-            errors[f"Adam step 5: {name}"] = rel(p.data, twin.detach().numpy())
+            errors[tr(f"Adam step 5: {name}")] = rel(p.data, twin.detach().numpy())
     bad = [n for n, e in errors.items() if not e <= PARITY_TOL]
     if bad:
-        return Outcome(True, f"{len(bad)} of {len(errors)} comparisons differ; first: {bad[0]} ({errors[bad[0]]:.1e})")
-    return Outcome(False, f"all {len(errors)} comparisons within {PARITY_TOL:.0e} (worst {max(errors.values()):.0e})")
+        return Outcome(True, tr(f"{len(bad)} of {len(errors)} comparisons differ; first: {bad[0]} ({errors[bad[0]]:.1e})"))
+    return Outcome(False, tr(f"all {len(errors)} comparisons within {PARITY_TOL:.0e} (worst {max(errors.values()):.0e})"))
 
 
 print(parity_check(CLEAN))
@@ -384,17 +385,17 @@ def prop(name):
     return register
 
 
-@prop("A rows sum to 1")
+@prop(tr("A rows sum to 1"))
 def rows_sum_to_one(plant):
     model = build(plant)
     with eval_mode(model):
         model.forward(src, tgt_in)
     sums = np.concatenate([A.sum(-1).ravel() for maps in model.attention_maps().values() for A in maps])
     off = np.minimum(np.abs(sums - 1), np.abs(sums)).max()          # 1, or 0 for a row with no key
-    return off < 1e-12, f"rows of A are off by up to {off:.1e}"
+    return off < 1e-12, tr(f"rows of A are off by up to {off:.1e}")
 
 
-@prop("causal")
+@prop(tr("causal"))
 def causal(plant):
     model = build(plant)
     worst = 0.0
@@ -404,10 +405,10 @@ def causal(plant):
             changed = tgt_in.copy()
             changed[0, k:] = np.where(changed[0, k:] == 5, 6, 5)
             worst = max(worst, np.abs(model.forward(src, changed)[0, :k] - base[0, :k]).max())
-    return worst < 1e-12, f"earlier logits moved by {worst:.1e}"
+    return worst < 1e-12, tr(f"earlier logits moved by {worst:.1e}")
 
 
-@prop("padding changes nothing")
+@prop(tr("padding changes nothing"))
 def padding_invariant(plant):
     model = build(plant)
     with eval_mode(model):
@@ -415,10 +416,10 @@ def padding_invariant(plant):
         padded = model.forward(np.pad(src, ((0, 0), (0, 3))), np.pad(tgt_in, ((0, 0), (0, 3))))
     real = tgt_in != PAD
     err = np.abs(padded[:, : tgt_in.shape[1]][real] - base[real]).max()
-    return err < 1e-10, f"logits of real tokens moved by {err:.1e}"
+    return err < 1e-10, tr(f"logits of real tokens moved by {err:.1e}")
 
 
-@prop("cached = teacher-forced")
+@prop(tr("cached = teacher-forced"))
 def cache_matches_forward(plant):
     model = build(plant)
     with eval_mode(model):
@@ -428,10 +429,10 @@ def cache_matches_forward(plant):
         steps = np.stack([model.decode_step(tgt_in[:, t: t + 1], t, cache) for t in range(tgt_in.shape[1])], 1)
     real = tgt_in != PAD
     err = np.abs(steps[real] - full[real]).max()
-    return err < 1e-10, f"step-by-step logits differ by {err:.1e}"
+    return err < 1e-10, tr(f"step-by-step logits differ by {err:.1e}")
 
 
-@prop("scores have variance 1")
+@prop(tr("scores have variance 1"))
 def score_variance(plant):
     rng = np.random.default_rng(0)
     Q, K, V = (rng.standard_normal((4, 1, 32, 64)) for _ in range(3))    # unit-variance entries, d_k = 64
@@ -439,10 +440,10 @@ def score_variance(plant):
     with np.errstate(divide="ignore"):
         log_A = np.log(cache.A)                     # = S - logsumexp(S): S up to a constant per row
     var = float(np.mean(np.var(log_A, axis=-1)))
-    return 0.8 < var < 1.25, f"mean row variance of the scores {var:.2f}"
+    return 0.8 < var < 1.25, tr(f"mean row variance of the scores {var:.2f}")
 
 
-@prop("post-LN outputs normalized")
+@prop(tr("post-LN outputs normalized"))
 def post_ln_normalized(plant):
     model = build(plant)
     x = 3 * np.random.default_rng(1).standard_normal((2, 4, BENCH.d_model)) + 1
@@ -451,10 +452,10 @@ def post_ln_normalized(plant):
         outs = [model.encoder.layers[0].forward(x, mask), model.decoder.layers[0].forward(x, x, mask, mask)]
     mean = max(np.abs(y.mean(-1)).max() for y in outs)
     var = max(np.abs(y.var(-1) - 1).max() for y in outs)
-    return mean < 1e-9 and var < 1e-2, f"layer outputs: |mean| ≤ {mean:.1e}, |var − 1| ≤ {var:.1e}"
+    return mean < 1e-9 and var < 1e-2, tr(f"layer outputs: |mean| ≤ {mean:.1e}, |var − 1| ≤ {var:.1e}")
 
 
-@prop("fresh dropout masks")
+@prop(tr("fresh dropout masks"))
 def dropout_fresh(plant):
     model = build(plant, BENCH.with_(P_drop=0.5))
     first, second = model.forward(src, tgt_in), model.forward(src, tgt_in)     # training mode: two steps
@@ -462,10 +463,10 @@ def dropout_fresh(plant):
     site1 = model.encoder.layers[0].res_attn.dropout.forward(ones)             # two sites, one generator
     site2 = model.encoder.layers[0].res_ffn.dropout.forward(ones)
     steps_differ, sites_differ = not np.allclose(first, second), not np.array_equal(site1, site2)
-    return steps_differ and sites_differ, f"two steps differ: {steps_differ}; two sites differ: {sites_differ}"
+    return steps_differ and sites_differ, tr(f"two steps differ: {steps_differ}; two sites differ: {sites_differ}")
 
 
-@prop("loss finite at huge logits")
+@prop(tr("loss finite at huge logits"))
 def loss_finite(plant):
     logits = np.where(np.random.default_rng(2).random((2, 5, BENCH.vocab_size)) < 0.5, -1e4, 1e4)
     loss_fn = LabelSmoothedCrossEntropy(PAD, BENCH.eps_ls)
@@ -473,10 +474,10 @@ def loss_finite(plant):
         loss = loss_fn.forward(logits, tgt_out)
         grad = loss_fn.backward()
     finite = bool(np.all(np.isfinite(grad)))
-    return bool(np.isfinite(loss) and loss >= 0 and finite), f"loss {loss:.4g}, gradient finite: {finite}"
+    return bool(np.isfinite(loss) and loss >= 0 and finite), tr(f"loss {loss:.4g}, gradient finite: {finite}")
 
 
-@prop("dloss = p − q, with ties")
+@prop(tr("dloss = p − q, with ties"))
 def loss_gradient_with_ties(plant):
     logits = np.random.default_rng(3).integers(0, 3, size=(2, 5, BENCH.vocab_size)).astype(np.float64)
     eps, V = BENCH.eps_ls, BENCH.vocab_size
@@ -488,10 +489,10 @@ def loss_gradient_with_ties(plant):
     q = (1 - eps) * np.eye(V)[tgt_out] + eps / V                   # the target by its index
     valid = (tgt_out != PAD)[..., None]
     err = rel(got, (p - q) * valid / valid.sum())
-    return err < 1e-12, f"relative error {err:.1e} against (p − q)/n"
+    return err < 1e-12, tr(f"relative error {err:.1e} against (p − q)/n")
 
 
-@prop("backward accumulates")
+@prop(tr("backward accumulates"))
 def backward_accumulates(plant):
     model = build(plant)
     loss_fn = LabelSmoothedCrossEntropy(PAD, BENCH.eps_ls)
@@ -507,10 +508,10 @@ def backward_accumulates(plant):
     one_pass()                                                      # no zero_grad: the gradients add up
     errs = {n: rel(p.grad, 2 * once[n]) for n, p in model.named_parameters()}
     worst = max(errs, key=errs.get)
-    return errs[worst] < 1e-12, f"two passes vs twice one pass: worst {worst} {errs[worst]:.1e}"
+    return errs[worst] < 1e-12, tr(f"two passes vs twice one pass: worst {worst} {errs[worst]:.1e}")
 
 
-@prop("Adam is per-parameter")
+@prop(tr("Adam is per-parameter"))
 def adam_per_parameter(plant):
     rng = np.random.default_rng(4)
     start = [rng.standard_normal((3, 2)) for _ in range(3)]
@@ -527,7 +528,7 @@ def adam_per_parameter(plant):
 
     ref = tensor_0_after([0, 1, 2])
     err = max(rel(tensor_0_after([2, 1, 0]), ref), rel(tensor_0_after([0]), ref))
-    return err < 1e-12, f"tensor 0 ends {err:.1e} apart when the list is reordered or shortened"
+    return err < 1e-12, tr(f"tensor 0 ends {err:.1e} apart when the list is reordered or shortened")
 
 
 PROPERTY_NOTES = {}
@@ -542,19 +543,19 @@ def property_check(plant):
             try:
                 ok, note = fn(plant)
             except Exception as exc:                                   # noqa: BLE001
-                ok, note = False, f"crashed: {type(exc).__name__}: {str(exc)[:60]}"
+                ok, note = False, tr(f"crashed: {type(exc).__name__}: {str(exc)[:60]}")
             notes[name] = (bool(ok), note)
             if not ok:
                 failed.append(name)
     PROPERTY_NOTES[plant.name] = notes
     if failed:
-        return Outcome(True, f"{len(failed)} of {len(PROPERTIES)} fail: " + "; ".join(failed))
-    return Outcome(False, f"all {len(PROPERTIES)} hold")
+        return Outcome(True, tr(f"{len(failed)} of {len(PROPERTIES)} fail: ") + "; ".join(failed))
+    return Outcome(False, tr(f"all {len(PROPERTIES)} hold"))
 
 
 def show_properties(plant):
     for name, (ok, note) in PROPERTY_NOTES[plant.name].items():
-        print(f"  {'ok  ' if ok else 'FAIL'}  {name:<28}{note}")
+        print(f"  {tr('ok  ') if ok else tr('FAIL')}  {name:<28}{note}")
 
 
 print(property_check(CLEAN))
@@ -645,16 +646,16 @@ def training_check(plant, seed=0):
             opt.step()
         acc_train, acc_infer = next_token_accuracy(model, copy_batch(256, np.random.default_rng(1000 + seed)))
     CURVES[plant.name] = (losses, acc_train, acc_infer)
-    detail = f"held-out accuracy {acc_infer:.0%} (training path {acc_train:.0%}); last loss {losses[-1]:.2f}"
+    detail = tr(f"held-out accuracy {acc_infer:.0%} (training path {acc_train:.0%}); last loss {losses[-1]:.2f}")
     return Outcome(not (acc_infer >= PASS_MARK and np.isfinite(losses[-1])), detail)
 
 
 from lessonkit.prose import claim
 
-print(f"best accuracy without reading the source: {source_blind_ceiling():.1%}   pass mark: {PASS_MARK:.0%}")
+print(tr(f"best accuracy without reading the source: {source_blind_ceiling():.1%}   pass mark: {PASS_MARK:.0%}"))
 claim("the best such guesser gets about 27%", source_blind_ceiling(), 0.27, tol=0.01)
 for seed in (1, 2):
-    print(f"the package, seed {seed}:", training_check(CLEAN, seed=seed))
+    print(tr(f"the package, seed {seed}:"), training_check(CLEAN, seed=seed))
     claim(f"the package lands well above 50% (at least 60%) on seed {seed}", CURVES[CLEAN.name][2], low=0.6)
 
 # %% [markdown]
@@ -679,7 +680,7 @@ def run_row(plant):
         seconds[name] = time.process_time() - t0
     plant.assert_live()                               # the buggy copy really ran
     RESULTS[plant.name], SECONDS[plant.name] = row, seconds
-    print(f"{plant.name}   ({sum(seconds.values()):.1f} s of CPU)")
+    print(tr(f"{plant.name}   ({sum(seconds.values()):.1f} s of CPU)"))
     for name, outcome in row.items():
         print(f"  {name:<16}{outcome}")
 
@@ -725,7 +726,7 @@ def sticky_dropout_mask():
     return dropout_mask
 
 
-BUG1 = Plant("1 dropout mask reused", "dropout", swaps=((dropout_module, "dropout_mask", sticky_dropout_mask()),))
+BUG1 = Plant(tr("1 dropout mask reused"), "dropout", swaps=((dropout_module, "dropout_mask", sticky_dropout_mask()),))
 
 # %% tags=["reveal"]
 MY_PREDICTIONS[1] = None                             # your prediction, before you run this cell
@@ -787,10 +788,10 @@ for _ in range(6):
     package_adam.step()
     plain_adam.step()
 gap = max(np.abs(p.data - q.data).max() for p, q in zip(a, b))
-print(f"max |optim.Adam - PlainAdam| after 6 steps, both switches off: {gap:.1e}")
+print(tr(f"max |optim.Adam - PlainAdam| after 6 steps, both switches off: {gap:.1e}"))
 assert gap < 1e-12
 
-BUG2 = Plant("2 Adam t = layer index", "optimizer",
+BUG2 = Plant(tr("2 Adam t = layer index"), "optimizer",
              optimizer=lambda params, schedule: PlainAdam(params, schedule, t_from_layer_index=True))
 
 # %% tags=["reveal"]
@@ -809,7 +810,7 @@ run_row(BUG2)
 # different rate. The picture shows the rates the model of the training run really received.
 
 # %%
-BUG3 = Plant("3 warm-up per tensor", "optimizer",
+BUG3 = Plant(tr("3 warm-up per tensor"), "optimizer",
              optimizer=lambda params, schedule: PlainAdam(params, schedule, schedule_per_tensor=True))
 
 schedule = NoamSchedule(TRAIN.d_model, warmup_steps=30, factor=0.5)
@@ -817,11 +818,11 @@ n_tensors = len(build(CLEAN, TRAIN).parameters())
 assert n_tensors == 31                                    # the text above
 steps = np.arange(1, STEPS + 1)
 fig, ax = plt.subplots(figsize=(7, 2.8))
-ax.plot(steps, [schedule(int(k)) for k in steps], "k", lw=2, label="§5.3: once per step (every tensor)")
+ax.plot(steps, [schedule(int(k)) for k in steps], "k", lw=2, label=tr("§5.3: once per step (every tensor)"))
 for i, colour in ((0, "tab:red"), (n_tensors - 1, "tab:orange")):
     ax.plot(steps, [schedule(int(n_tensors * (k - 1) + i + 1)) for k in steps], colour,
-            label=f"bug 3: tensor {i} of {n_tensors}")
-ax.set(xlabel="optimizer step", ylabel="learning rate", title="the learning rate each tensor receives")
+            label=tr(f"bug 3: tensor {i} of {n_tensors}"))
+ax.set(xlabel=tr("optimizer step"), ylabel=tr("learning rate"), title=tr("the learning rate each tensor receives"))
 ax.legend(loc="center right"); plt.tight_layout(); plt.show()
 
 # %%
@@ -875,7 +876,7 @@ def cross_entropy_forward_via_probs(logits, targets, pad_id, eps_ls=0.0):
     return loss, loss_module.LossCache(probs, targets, valid, n_tokens, eps_ls)
 
 
-BUG4 = Plant("4 label smoothing log(0)", "loss",
+BUG4 = Plant(tr("4 label smoothing log(0)"), "loss",
              swaps=((loss_module, "cross_entropy_forward", cross_entropy_forward_via_probs),))
 
 # %% tags=["reveal"]
@@ -891,7 +892,7 @@ run_row(BUG4)
 # with `pre_ln=True` that every check is told is the paper's.
 
 # %%
-BUG5 = Plant("5 pre-LN called post-LN", "residual + layer norm", pre_ln=True)
+BUG5 = Plant(tr("5 pre-LN called post-LN"), "residual + layer norm", pre_ln=True)
 
 # %% tags=["reveal"]
 MY_PREDICTIONS[5] = None
@@ -919,7 +920,7 @@ def attention_forward_unscaled(Q, K, V, mask=None):
     return A @ V, AttentionCache(Q, K, V, A, 1.0)          # the backward multiplies by this scale: 1
 
 
-BUG6 = Plant("6 missing 1/√d_k", "attention",
+BUG6 = Plant(tr("6 missing 1/√d_k"), "attention",
              swaps=((attention_module, "attention_forward", attention_forward_unscaled),))
 
 # %% [markdown]
@@ -956,7 +957,7 @@ def causal_mask_transposed(T, xp=None):
     return xp.triu(xp.ones((T, T), dtype=bool))[None, None]   # BUG: triu, so query i sees keys j >= i
 
 
-BUG7 = Plant("7 causal mask transposed", "attention mask",
+BUG7 = Plant(tr("7 causal mask transposed"), "attention mask",
              swaps=((masks_module, "causal_mask", causal_mask_transposed),))
 
 # %% tags=["reveal"]
@@ -979,7 +980,7 @@ def softmax_over_queries(S):
     return S
 
 
-BUG8 = Plant("8 softmax wrong axis", "attention",
+BUG8 = Plant(tr("8 softmax wrong axis"), "attention",
              swaps=((attention_module, "softmax_lastaxis", softmax_over_queries),))
 
 # %% tags=["reveal"]
@@ -1005,7 +1006,7 @@ def embedding_backward_assigns(dout, cache, dE):
     dE[...] = this_use                                     # BUG: '=' where a shared E needs '+='
 
 
-BUG9 = Plant("9 tied gradient overwritten", "embedding",
+BUG9 = Plant(tr("9 tied gradient overwritten"), "embedding",
              swaps=((embedding_module, "embedding_backward", embedding_backward_assigns),))
 
 # %% [markdown]
@@ -1043,7 +1044,7 @@ def cross_entropy_backward_by_value(cache, overwrite_cache=False):
     return dlogits * (valid / n_tokens)[..., None]
 
 
-BUG10 = Plant("10 targets by value", "loss",
+BUG10 = Plant(tr("10 targets by value"), "loss",
               swaps=((loss_module, "cross_entropy_backward", cross_entropy_backward_by_value),))
 
 # %% tags=["reveal"]
@@ -1060,14 +1061,15 @@ run_row(BUG10)
 # %% tags=["reveal"]
 BUGS = [BUG1, BUG2, BUG3, BUG4, BUG5, BUG6, BUG7, BUG8, BUG9, BUG10]
 ROWS = [CLEAN] + BUGS
-WORD = {True: "caught", False: "missed", None: "skipped"}
+WORD = {True: tr("caught"), False: tr("missed"), None: tr("skipped")}
+NONE = tr("none")                                    # an empty list, in words
 COLOUR = {True: "#f2a49c", False: "#e4e4e4", None: "#ffffff"}
 
 cells, colours, scored, right = [], [], 0, 0
 for n, plant in enumerate(ROWS):
     guess = MY_PREDICTIONS.get(n)
     if guess is not None and (len(guess) != len(CHECKS) or any(g not in (0, 1) for g in guess)):
-        raise ValueError(f"MY_PREDICTIONS[{n}] must be four 0s and 1s, e.g. (0, 1, 1, 0); got {guess!r}")
+        raise ValueError(tr(f"MY_PREDICTIONS[{n}] must be four 0s and 1s, e.g. (0, 1, 1, 0); got {guess!r}"))
     row_text, row_colour = [], []
     for j, check in enumerate(CHECKS):
         outcome = RESULTS[plant.name][check]
@@ -1075,7 +1077,7 @@ for n, plant in enumerate(ROWS):
         if guess is not None and outcome.caught is not None:
             hit = bool(guess[j]) == outcome.caught
             scored, right = scored + 1, right + hit
-            text += "  ✓" if hit else "  ✗ (you: " + ("caught" if guess[j] else "missed") + ")"
+            text += "  ✓" if hit else tr("  ✗ (you: ") + (tr("caught") if guess[j] else tr("missed")) + ")"
         row_text.append(text)
         row_colour.append(COLOUR[outcome.caught])
     cells.append(row_text)
@@ -1085,15 +1087,15 @@ fig, ax = plt.subplots(figsize=(10, 0.3 * len(ROWS) + 0.6))
 ax.axis("off")
 table = ax.table(cellText=cells, cellColours=colours, rowLabels=[p.name for p in ROWS], colLabels=list(CHECKS),
                  cellLoc="center", bbox=[0.22, 0, 0.78, 1])
-ax.set_title("Ten planted bugs against the project's four checks (every cell computed above)")
+ax.set_title(tr("Ten planted bugs against the project's four checks (every cell computed above)"))
 plt.tight_layout(); plt.show()
 
 for check in CHECKS:
     caught = [p.name.split()[0] for p in BUGS if RESULTS[p.name][check].caught]
-    print(f"{check:<16} catches {len(caught):>2} of 10:  {', '.join(caught) or '—'}")
-print(f"bugs no check catches: {[p.name for p in BUGS if not any(o.caught for o in RESULTS[p.name].values())] or 'none'}")
-print(f"your predictions: {right} of {scored} cells right" if scored else
-      "no predictions filled in (MY_PREDICTIONS): the table shows the outcomes only")
+    print(tr(f"{check:<16} catches {len(caught):>2} of 10:  {', '.join(caught) or '—'}"))
+print(tr(f"bugs no check catches: {[p.name for p in BUGS if not any(o.caught for o in RESULTS[p.name].values())] or NONE}"))
+print(tr(f"your predictions: {right} of {scored} cells right") if scored else
+      tr("no predictions filled in (MY_PREDICTIONS): the table shows the outcomes only"))
 
 # %% [markdown]
 # Which property caught which bug:
@@ -1111,8 +1113,8 @@ ax.grid(which="minor", color="white", lw=1.5)
 ax.tick_params(which="minor", length=0)
 ax.grid(which="major", visible=False)
 for i, j in zip(*np.nonzero(failed)):
-    ax.text(j, i, "fails", ha="center", va="center", fontsize=7)
-ax.set_title("which property failed under which bug")
+    ax.text(j, i, tr("fails"), ha="center", va="center", fontsize=7)
+ax.set_title(tr("which property failed under which bug"))
 plt.tight_layout(); plt.show()
 
 # %% [markdown]
@@ -1125,15 +1127,15 @@ for plant in ROWS:
     losses, _, _ = CURVES[plant.name]
     colour, width = STYLE.get(plant.name, ("0.6", 0.7))
     ax1.plot(losses, color=colour, lw=width, label=plant.name if plant.name in STYLE else None)
-ax1.set(xlabel="step", ylabel="training loss", title="training loss (grey: the other bugs)")
+ax1.set(xlabel=tr("step"), ylabel=tr("training loss"), title=tr("training loss (grey: the other bugs)"))
 ax1.legend(fontsize=7)
 x = np.arange(len(ROWS))
-ax2.bar(x - 0.2, [CURVES[p.name][1] for p in ROWS], 0.4, label="training path (forward)", color="tab:blue")
-ax2.bar(x + 0.2, [CURVES[p.name][2] for p in ROWS], 0.4, label="inference path (decode_step)", color="tab:orange")
-ax2.axhline(PASS_MARK, color="r", lw=1, label="pass mark")
-ax2.axhline(source_blind_ceiling(), color="0.3", lw=1, ls="--", label="best without reading the source")
+ax2.bar(x - 0.2, [CURVES[p.name][1] for p in ROWS], 0.4, label=tr("training path (forward)"), color="tab:blue")
+ax2.bar(x + 0.2, [CURVES[p.name][2] for p in ROWS], 0.4, label=tr("inference path (decode_step)"), color="tab:orange")
+ax2.axhline(PASS_MARK, color="r", lw=1, label=tr("pass mark"))
+ax2.axhline(source_blind_ceiling(), color="0.3", lw=1, ls="--", label=tr("best without reading the source"))
 ax2.set_xticks(x, [p.name.split()[0] for p in ROWS])
-ax2.set(xlabel="bug", ylabel="held-out next-token accuracy", ylim=(0, 1.35), title="after 100 steps")
+ax2.set(xlabel=tr("bug"), ylabel=tr("held-out next-token accuracy"), ylim=(0, 1.35), title=tr("after 100 steps"))
 ax2.set_yticks(np.linspace(0, 1, 6))
 ax2.legend(fontsize=7, loc="upper left", ncol=2)
 plt.tight_layout(); plt.show()
@@ -1170,7 +1172,7 @@ losses_7, train_acc_7, infer_acc_7 = CURVES[BUG7.name]
 assert train_acc_7 > infer_acc_7 + 0.3 and losses_7[-1] < CURVES[CLEAN.name][0][-1]
 assert all(outcome(p, "property tests") for p in BUGS)
 assert CURVES[BUG6.name][2] < CURVES[CLEAN.name][2] - 0.05           # bug 6 learns, but clearly less
-print(f"all {len(claims)} claims hold")
+print(tr(f"all {len(claims)} claims hold"))
 
 # %% [markdown]
 # **The gradient check caught two bugs, 8 and 9**, and it is the right tool for exactly those: a
@@ -1204,15 +1206,15 @@ assert np.exp(-745.0 - 1) == 0.0 < np.exp(-745.0 + 1)    # "about 745": where ex
 caught_by = {n: [p.name.split()[0] for p in BUGS if not PROPERTY_NOTES[p.name][n][0]] for n in names}
 single = [n for n in names if len(caught_by[n]) == 1]
 several = [n for n in names if len(caught_by[n]) > 1]
-general = ["causal", "cached = teacher-forced", "padding changes nothing", "A rows sum to 1"]
+general = [tr("causal"), tr("cached = teacher-forced"), tr("padding changes nothing"), tr("A rows sum to 1")]
 assert set(general) <= set(names), "the general properties were renamed: rewrite the sentence below"
 claim_true("a bug that breaks the attention weights themselves (bug 8) trips all the general ones",
            all("8" in caught_by[n] for n in general), str({n: caught_by[n] for n in general}))
 
 
 def listed(props):
-    return "; ".join(f'"{n}" (bug{"s" if len(caught_by[n]) > 1 else ""} {", ".join(caught_by[n]) or "none"})'
-                     for n in props) or "none"
+    return "; ".join(f'"{n}" ({tr("bugs") if len(caught_by[n]) > 1 else tr("bug")} {", ".join(caught_by[n]) or NONE})'
+                     for n in props) or NONE
 
 
 show_markdown(
@@ -1240,8 +1242,8 @@ show_markdown(
 # whole (Exercise 12.3).
 
 # %%
-print("measured on:", machine.machine_summary())
-print(f"{'check':<16}{'CPU seconds per bug (mean over the 11 rows)':>45}")
+print(tr("measured on:"), machine.machine_summary())
+print(f"{tr('check'):<16}{tr('CPU seconds per bug (mean over the 11 rows)'):>45}")
 for check in CHECKS:
     print(f"{check:<16}{np.mean([SECONDS[p.name][check] for p in ROWS]):>45.2f}")
 
@@ -1401,10 +1403,10 @@ check_pe_property(pe_property_solution)
 # With it added to the property tests, the properties catch mystery 1 as well:
 
 # %% tags=["solution"]
-PROPERTIES["PE is §3.5's"] = lambda plant: (pe_property_solution(build(plant)), "table against §3.5's formula")
+PROPERTIES[tr("PE is §3.5's")] = lambda plant: (pe_property_solution(build(plant)), tr("table against §3.5's formula"))
 print(property_check(mystery(1)))
 print(property_check(CLEAN))
 
 # %%
-print(f"the whole lesson: {time.perf_counter() - LESSON_START:.0f} s on the clock, {time.process_time():.0f} s of CPU "
-      f"({machine.machine_summary()})")
+print(tr(f"the whole lesson: {time.perf_counter() - LESSON_START:.0f} s on the clock, {time.process_time():.0f} s of CPU "
+         f"({machine.machine_summary()})"))

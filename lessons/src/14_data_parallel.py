@@ -58,6 +58,7 @@ import tempfile
 import numpy as np
 import matplotlib.pyplot as plt
 
+from lessonkit.i18n import tr
 from minitransformer import backend, machine
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
@@ -66,7 +67,7 @@ MPIEXEC = shutil.which("mpiexec", path=os.path.dirname(sys.executable)) or shuti
 REPO = pathlib.Path.cwd().parent          # the notebook runs in lessons/
 assert MPIEXEC, "mpiexec not found: install the MPI extra, pip install -e '.[mpi]' (mpi4py and the MPICH wheel)"
 print("mpiexec:", MPIEXEC)
-print("machine:", machine.machine_summary())
+print(tr("machine:"), machine.machine_summary())
 
 
 def mpiexec(n, *args, env=None, timeout=300):
@@ -90,9 +91,9 @@ def mpiexec(n, *args, env=None, timeout=300):
 # %%
 steps_base, s_base, steps_big, s_big = 100_000, 0.4, 300_000, 1.0                     # §5.2
 tokens_per_batch, gpus = 25_000 + 25_000, 8                                              # §5.1, §5.2
-print(f"base: {steps_base:,} steps x {s_base} s = {steps_base * s_base / 3600:.1f} hours (the paper: 12 hours)")
-print(f"big:  {steps_big:,} steps x {s_big} s = {steps_big * s_big / 86400:.1f} days (the paper: 3.5 days)")
-print(f"per GPU and step: {tokens_per_batch // gpus:,} of the batch's {tokens_per_batch:,} tokens")
+print(tr(f"base: {steps_base:,} steps x {s_base} s = {steps_base * s_base / 3600:.1f} hours (the paper: 12 hours)"))
+print(tr(f"big:  {steps_big:,} steps x {s_big} s = {steps_big * s_big / 86400:.1f} days (the paper: 3.5 days)"))
+print(tr(f"per GPU and step: {tokens_per_batch // gpus:,} of the batch's {tokens_per_batch:,} tokens"))
 
 # %% [markdown]
 # What the 8 GPUs must exchange every step is the gradient: one number per parameter. The count, from the shapes
@@ -117,9 +118,9 @@ for name in ("tiny", "copy", "translate"):
 base = PRESETS["base"].with_(vocab_size=37_000)         # §6.1: a shared vocabulary of about 37 000 tokens
 P_base = parameter_count(base)
 ring_mb = 2 * (gpus - 1) / gpus * 4 * P_base / 1e6     # a ring allreduce, float32 (section 3)
-print(f"base model, V = 37 000: {P_base:,} parameters (Table 3 says 65 x 10^6)")
-print(f"a ring allreduce of its float32 gradient sends {ring_mb:.0f} MB per GPU and step: {ring_mb / s_base / 1e3:.2f} "
-      f"GB/s to keep up with a {s_base} s step if nothing overlaps")
+print(tr(f"base model, V = 37 000: {P_base:,} parameters (Table 3 says 65 x 10^6)"))
+print(tr(f"a ring allreduce of its float32 gradient sends {ring_mb:.0f} MB per GPU and step: {ring_mb / s_base / 1e3:.2f} "
+         f"GB/s to keep up with a {s_base} s step if nothing overlaps"))
 
 # %% [markdown]
 # ## 2. The identity: a batch's gradient is a sum
@@ -177,7 +178,7 @@ sizes = [1_000, 10_000, 100_000, 1_000_000]
 assert (4 * sizes[0], 4 * sizes[-1]) == (4_000, 4_000_000)     # float32 vectors of 4 kB to 4 MB, as the text says
 timing = {N: json.loads(mpiexec(N, "-m", "lessonkit.exercises.lesson_14", *map(str, sizes)))
           for N in (2, 4)}
-print(f"{timing[2]['library']}; {os.cpu_count()} cores, so 4 ranks share them; load {os.getloadavg()[0]:.1f}")
+print(tr(f"{timing[2]['library']}; {os.cpu_count()} cores, so 4 ranks share them; load {os.getloadavg()[0]:.1f}"))
 print(f"{'ranks':>5} {'float32s':>9} {'bytes':>9} {'ring ms':>8} {'MPI ms':>7} {'ring/MPI':>8} {'max diff':>9} exact ints")
 for N, t in timing.items():
     for n, ring, mpi, diff, exact in zip(t["sizes"], t["ring_s"], t["mpi_s"], t["max_difference"],
@@ -193,17 +194,17 @@ for N, t in timing.items():
 rows = [(2 * (N - 1), 2 * (N - 1) / N * 4 * n, ring) for N, t in timing.items() for n, ring in zip(t["sizes"], t["ring_s"])]
 A = np.array([[a, b] for a, b, _ in rows])
 alpha, beta = np.linalg.lstsq(A, np.array([t for _, _, t in rows]), rcond=None)[0]
-print(f"fitted: alpha = {1e6 * alpha:.0f} microseconds per message, 1 / beta = {1 / beta / 1e9:.2f} GB/s"
-      if beta > 0 else "the fit found no bandwidth term (the machine's load hid it): rerun when it is quieter")
+print(tr(f"fitted: alpha = {1e6 * alpha:.0f} microseconds per message, 1 / beta = {1 / beta / 1e9:.2f} GB/s")
+      if beta > 0 else tr("the fit found no bandwidth term (the machine's load hid it): rerun when it is quieter"))
 fig, ax = plt.subplots(figsize=(6, 3))
 for N, t, mark in ((2, timing[2], "o"), (4, timing[4], "s")):
     b = 4 * np.array(t["sizes"])
-    ax.loglog(b, 1e3 * np.array(t["ring_s"]), mark + "-", label=f"ring, {N} ranks")
-    ax.loglog(b, 1e3 * np.array(t["mpi_s"]), mark + ":", label=f"MPI_Allreduce, {N} ranks")
+    ax.loglog(b, 1e3 * np.array(t["ring_s"]), mark + "-", label=tr(f"ring, {N} ranks"))
+    ax.loglog(b, 1e3 * np.array(t["mpi_s"]), mark + ":", label=tr(f"MPI_Allreduce, {N} ranks"))
     if beta > 0:
         ax.loglog(b, 1e3 * (2 * (N - 1) * alpha + 2 * (N - 1) / N * b * beta), color="gray", lw=0.6)
-ax.set(xlabel="bytes summed", ylabel="ms (the slowest rank's best)", title=f"allreduce on this machine; load "
-       f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (grey: the fitted model)")
+ax.set(xlabel=tr("bytes summed"), ylabel=tr("ms (the slowest rank's best)"), title=tr(f"allreduce on this machine; load "
+       f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores (grey: the fitted model)"))
 ax.legend(fontsize=7); plt.tight_layout(); plt.show()
 
 # %%
@@ -211,8 +212,8 @@ from lessonkit.prose import claim, claim_true, show_markdown
 
 settings_timed = [(N, n, ring / mpi) for N, t in timing.items() for n, ring, mpi in zip(t["sizes"], t["ring_s"], t["mpi_s"])]
 mpi_faster = [(N, n) for N, n, ratio in settings_timed if ratio > 1]
-latency_words = ("dwarfs the few microseconds of a real interconnect" if alpha > 20e-6 else
-                 "is of the order of a real interconnect's few microseconds")
+latency_words = (tr("dwarfs the few microseconds of a real interconnect") if alpha > 20e-6 else
+                 tr("is of the order of a real interconnect's few microseconds"))
 show_markdown(
     "On this machine the \"network\" is shared memory between processes; with more ranks than cores "
     f"({os.cpu_count()} here), each message also waits for the receiving process to be scheduled. The fitted "
@@ -283,16 +284,16 @@ def compare_splits(shards, title):
     def err(g):
         return np.abs(g - g_whole).max() / np.abs(g_whole).max()
 
-    print(f"{title}: {[len(s) for s in shards]} sentences, {n} target tokens (one process: {n_whole})")
-    print(f"   loss:     one process {L_whole:.6f} | plain average of the ranks' {naive_L:.6f} | weighted n_r/n {right_L:.6f}")
-    print(f"   gradient: max relative difference from one process: plain average {err(naive_g):.1e}, "
-          f"weighted n_r/n {err(right_g):.1e}")
+    print(tr(f"{title}: {[len(s) for s in shards]} sentences, {n} target tokens (one process: {n_whole})"))
+    print(tr(f"   loss:     one process {L_whole:.6f} | plain average of the ranks' {naive_L:.6f} | weighted n_r/n {right_L:.6f}"))
+    print(tr(f"   gradient: max relative difference from one process: plain average {err(naive_g):.1e}, "
+             f"weighted n_r/n {err(right_g):.1e}"))
     return err(naive_g), err(right_g)
 
 
-by_sentences = compare_splits(np.array_split(order, 2), "split by sentence count")
+by_sentences = compare_splits(np.array_split(order, 2), tr("split by sentence count"))
 costs = [len(pairs[k][0]) + len(pairs[k][1]) + 1 for k in order]
-by_tokens = compare_splits([shard_batch(order, costs, r, 2) for r in range(2)], "split by tokens (the package's)")
+by_tokens = compare_splits([shard_batch(order, costs, r, 2) for r in range(2)], tr("split by tokens (the package's)"))
 assert by_sentences[1] < 1e-12 and by_tokens[1] < 1e-12 and by_sentences[0] > 1e-2 and by_tokens[0] > 1e-5
 
 halves = [batch_of(s).n_tokens for s in np.array_split(order, 2)]
@@ -361,8 +362,8 @@ def max_difference(a, b, part="all"):
 a = dict(load_checkpoint(str(work / "one" / "checkpoint.npz")).model.named_parameters())
 b = dict(load_checkpoint(str(work / "two" / "checkpoint.npz")).model.named_parameters())
 everything, without_bK, in_bK = (max_difference(a, b, part) for part in ("all", "without b_K", "b_K"))
-print(f"after 20 steps, 2 ranks vs 1 process: max |difference| / max |parameter| = {everything:.1e} over all parameters;")
-print(f"   {without_bK:.1e} without the key biases b_K, {in_bK:.1e} in them")
+print(tr(f"after 20 steps, 2 ranks vs 1 process: max |difference| / max |parameter| = {everything:.1e} over all parameters;"))
+print(tr(f"   {without_bK:.1e} without the key biases b_K, {in_bK:.1e} in them"))
 assert without_bK < 1e-10 and in_bK < 1e-8
 
 # %% [markdown]
@@ -380,8 +381,8 @@ loss_fn.forward(model.forward(whole.src, whole.tgt_in, whole.src_mask, whole.tgt
 model.backward(loss_fn.backward())
 g = model.encoder.layers[0].self_attn.b_qkv.grad
 dm = g.size // 3
-print(f"encoder layer 0: max |dL/db_Q| = {np.abs(g[:dm]).max():.1e}, max |dL/db_K| = {np.abs(g[dm:2 * dm]).max():.1e}, "
-      f"max |dL/db_V| = {np.abs(g[2 * dm:]).max():.1e}")
+print(tr(f"encoder layer 0: max |dL/db_Q| = {np.abs(g[:dm]).max():.1e}, max |dL/db_K| = {np.abs(g[dm:2 * dm]).max():.1e}, "
+         f"max |dL/db_V| = {np.abs(g[2 * dm:]).max():.1e}"))
 assert np.abs(g[dm:2 * dm]).max() < 1e-12 * np.abs(g[:dm]).max()
 
 # %% [markdown]
@@ -413,11 +414,11 @@ for step in range(steps):
     accumulated.train_step(step_batches(plan[step], train_pairs, one, cv.pad_id, cv.bos_id, cv.eos_id, accumulate=K))
     large.train_step(step_batches(plan[step], train_pairs, one, cv.pad_id, cv.bos_id, cv.eos_id))
 acc_diff = max_difference(*(dict(t.model.named_parameters()) for t in (large, accumulated)), "without b_K")
-print(f"batches of 48 in {K} micro-batches vs whole, {steps} steps: max relative difference {acc_diff:.1e} (b_K aside)")
+print(tr(f"batches of 48 in {K} micro-batches vs whole, {steps} steps: max relative difference {acc_diff:.1e} (b_K aside)"))
 assert acc_diff < 1e-10
 tokens, k_paper = 2_000, 25
-print(f"--max-tokens {tokens * k_paper} --accumulate {k_paper}: up to {tokens * k_paper:,} padded tokens per update, "
-      f"in micro-batches of about {tokens:,}")
+print(tr(f"--max-tokens {tokens * k_paper} --accumulate {k_paper}: up to {tokens * k_paper:,} padded tokens per update, "
+         f"in micro-batches of about {tokens:,}"))
 backend.set_default_dtype("float32")
 
 # %% [markdown]
