@@ -353,10 +353,10 @@ budget = results["budget"]
 header = tr("| tokenization | vocabulary | <unk> (test targets) | tokens / sentence (en → de) | attention scores / "
              "sentence | parameters | train time (load) | exact match | BLEU (char) | chrF |\n|---|---:|---:|---:|---:|"
              "---:|---:|---:|---:|---:|")
-rows = [f"| {name} | {r['vocab']:,} | {100 * r['unk_rate_tgt']:.1f} % | {r['mean_src_tokens']:.1f} → "
-        f"{r['mean_tgt_tokens']:.1f} | {r['attention_scores_per_sentence']:,.0f} | {r['parameters']:,} | "
-        f"{r['train_seconds']:.0f} s ({r['load'][0]:.0f}→{r['load'][1]:.0f}) | {100 * r['exact_match']:.1f} % | "
-        f"{r['bleu']:.2f} | {r['chrf']:.2f} |"
+rows = [tr(f"| {name} | {r['vocab']:,} | {100 * r['unk_rate_tgt']:.1f} % | {r['mean_src_tokens']:.1f} → "
+           f"{r['mean_tgt_tokens']:.1f} | {r['attention_scores_per_sentence']:,.0f} | {r['parameters']:,} | "
+           f"{r['train_seconds']:.0f} s ({r['load'][0]:.0f}→{r['load'][1]:.0f}) | {100 * r['exact_match']:.1f} % | "
+           f"{r['bleu']:.2f} | {r['chrf']:.2f} |")
         for name, r in ((n, levels[n]) for n in order)]
 display(Markdown(tr(f"**numbers-en-de, {budget['steps']} steps × {budget['batch_size']} pairs, seed "
                     f"{budget['seed_levels']}, {len(splits['test']):,} test pairs**\n\n") + header + "\n" + "\n".join(rows)))
