@@ -270,31 +270,37 @@ MYSTERY_SIGNATURES = {
     3: {"gradient check": False, "PyTorch parity": False, "property tests": False, "training run": True},
 }
 
-_SAME_COMPONENT_HINTS = {
-    1: "Right component: the positional encoding. Which function of pos does §3.5 put on the even "
-       "columns, and what does the first row (pos = 0) of the table then have to be?",
-    2: "Right component: layer normalization. Look at the variance: what does the post-LN property "
-       "measure for the variance of a layer's output, and what should it be?",
-    3: "Right component. Optimizer parity and the Adam property feed the optimizer fresh gradients "
-       "by hand; only the training run goes through a loop that relies on zero_grad.",
-}
+def _same_component_hint(number: int) -> str:
+    """What to look at when the guess names mystery ``number``'s component but not its bug (in the reader's
+    language: built when asked)."""
+    return {
+        1: tr("Right component: the positional encoding. Which function of pos does §3.5 put on the even "
+              "columns, and what does the first row (pos = 0) of the table then have to be?"),
+        2: tr("Right component: layer normalization. Look at the variance: what does the post-LN property "
+              "measure for the variance of a layer's output, and what should it be?"),
+        3: tr("Right component. Optimizer parity and the Adam property feed the optimizer fresh gradients "
+              "by hand; only the training run goes through a loop that relies on zero_grad."),
+    }[number]
 
-_GENERIC_HINTS = {
-    1: "The gradient check passes and no property fails, but parity fails already in the logits: the "
-       "forward computes a different function from the paper's, in a way that breaks none of the stated "
-       "invariants. Which part of the forward has no parameters and no backward worth the name?",
-    2: "The gradient check fails, so some backward no longer matches its forward; the post-LN property "
-       "fails too: the layer outputs are not what a LayerNorm should give.",
-    3: "Every check that builds a model or feeds the optimizer fixed gradients passes; only training "
-       "fails. So the model and one Adam update are right: what else happens between two steps?",
-}
+
+def _generic_hint(number: int) -> str:
+    """What mystery ``number``'s checks say, as a pointer towards the bug (in the reader's language)."""
+    return {
+        1: tr("The gradient check passes and no property fails, but parity fails already in the logits: the "
+              "forward computes a different function from the paper's, in a way that breaks none of the stated "
+              "invariants. Which part of the forward has no parameters and no backward worth the name?"),
+        2: tr("The gradient check fails, so some backward no longer matches its forward; the post-LN property "
+              "fails too: the layer outputs are not what a LayerNorm should give."),
+        3: tr("Every check that builds a model or feeds the optimizer fixed gradients passes; only training "
+              "fails. So the model and one Adam update are right: what else happens between two steps?"),
+    }[number]
 
 
 def _hint(number: int, answer: str) -> str:
     """What the mystery's checks rule out about a wrong answer, then a pointer towards the bug."""
     guess = CATALOGUE[answer]
     if guess.component == _MYSTERIES[number][1]:
-        return _SAME_COMPONENT_HINTS[number]
+        return _same_component_hint(number)
     caught = MYSTERY_SIGNATURES[number]
     reasons = []
     if guess.kind == "backward" and not caught["gradient check"]:
@@ -307,7 +313,7 @@ def _hint(number: int, answer: str) -> str:
     if guess.kind in ("forward", "backward") and not (caught["PyTorch parity"] or caught["property tests"]):
         reasons.append(tr("parity and every property passed: on the bench the model computes what PyTorch "
                           "computes, gradients included"))
-    return " ".join([r[0].upper() + r[1:] + "." for r in reasons] + [_GENERIC_HINTS[number]])
+    return " ".join([r[0].upper() + r[1:] + "." for r in reasons] + [_generic_hint(number)])
 
 
 @exercise("12.{0}")
