@@ -732,7 +732,8 @@ show_markdown("\n".join(lines) + "\n\nSo at this scale the perplexity-against-ac
 # %%
 from minitransformer.layers.dropout import Dropout
 from minitransformer.layers.parameter import Layer
-from minitransformer.model import PRESETS, Transformer, TransformerConfig
+from minitransformer.data.registry import PRESETS
+from minitransformer.model import Transformer, TransformerConfig
 
 
 def dropout_sites(layer, prefix=""):
