@@ -207,14 +207,41 @@ def test_the_korean_student_edition(student):
 
 
 @pytest.mark.slow
-def test_the_korean_student_edition_runs_and_grades(student):
-    """Lesson 3 in Korean: the untouched student notebook runs clean and scores 0; the teacher's scores full."""
+@pytest.mark.parametrize("number", ["03", "13"])
+def test_the_korean_student_edition_runs_and_grades(student, number):
+    """Lessons 3 and 13 in Korean: the untouched student notebook runs clean under the grader (its kernel started
+    in Korean from the notebook's metadata) and scores 0; the teacher's Korean notebook scores full."""
     from lessonkit import grade
     from lessonkit.exercises import catalogue
 
-    name = editions.notebook_path(KO["03"], "ko").name
+    name = editions.notebook_path(KO[number], "ko").name
     untouched = grade.grade_notebook(student / "ko" / name, lessons=LESSONS)
-    assert untouched.notes == [] and untouched.cells_run == untouched.cells
+    assert untouched.notes == [] and untouched.cells_run == untouched.cells, untouched.notes
     assert {e.status for e in untouched.exercises} == {"not attempted"} and untouched.score == 0
+    assert untouched.max_points == len(catalogue.for_lesson(int(number))) > 0
+    assert len(untouched.predictions) >= 1                  # the report names them as the English code does
     teacher = grade.grade_notebook(LESSONS / "ko" / name, lessons=LESSONS)
-    assert teacher.notes == [] and teacher.score == teacher.max_points == len(catalogue.for_lesson(3))
+    assert teacher.notes == [] and teacher.score == teacher.max_points == len(catalogue.for_lesson(int(number)))
+
+
+def test_a_checker_speaks_the_language_of_its_notebook(capsys):
+    """The checkers' messages go through tr(): English as before in the English edition, Korean in the Korean one
+    (lessonkit/ko.toml), with the "hint:" line still starting with "hint:" (the grader picks the hint by it)."""
+    from lessonkit.exercises import lesson_13
+    from lessonkit.exercises._common import NOT_ATTEMPTED
+
+    def no_division(a, b):
+        return {name: a[name] + b[name] for name in a}
+
+    said = {}
+    for lang in ("en", "ko"):
+        with i18n.use(lang):
+            assert not lesson_13.check_merge_step(lambda vocab: None)
+            with pytest.raises(AssertionError) as wrong:
+                lesson_13.check_average_two(no_division)
+        said[lang] = capsys.readouterr().out, str(wrong.value)
+    assert said["en"][0] == NOT_ATTEMPTED + "\n"
+    assert said["en"][1].startswith("E: wrong values: max relative error") and \
+        said["en"][1].endswith("\n  hint: no division: the mean of two is their sum / 2")
+    assert said["ko"][0].startswith("not attempted yet(아직 풀지 않음): ") and editions.HANGUL.search(said["ko"][0])
+    assert said["ko"][1].startswith("E: 값이 틀렸습니다") and "\n  hint: 나눗셈이 없습니다" in said["ko"][1]

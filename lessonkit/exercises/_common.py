@@ -32,6 +32,7 @@ import numpy as np
 from minitransformer import backend
 from minitransformer.gradcheck import DEFAULT_TOL, rel_error
 
+from ..i18n import tr
 from ..wire import Built, Opaque
 from ._cases import case_rng, edge, visible
 from ._verdict import Verdict, WrongAnswer, exercise
@@ -59,7 +60,7 @@ def say(*parts, sep: str = " ", end: str = "\n") -> None:
 def not_attempted(result) -> bool:
     """True (after printing NOT_ATTEMPTED) if the learner's function returned None."""
     if result is None:
-        say(NOT_ATTEMPTED)
+        say(tr("not attempted yet: fill in the cell above and run this cell again"))   # NOT_ATTEMPTED, translated
         return True
     return False
 
@@ -67,31 +68,31 @@ def not_attempted(result) -> bool:
 def describe(value) -> str:
     """A short description of what arrived, for error messages."""
     if isinstance(value, Opaque):
-        return f"{value!r} (not plain data: return arrays, numbers, strings, lists, tuples or dicts)"
+        return tr(f"{value!r} (not plain data: return arrays, numbers, strings, lists, tuples or dicts)")
     if hasattr(value, "shape"):
-        return f"an array of shape {tuple(value.shape)}"
+        return tr(f"an array of shape {tuple(value.shape)}")
     if isinstance(value, (tuple, list)):
-        return f"a {type(value).__name__} of {len(value)} items"
+        return tr(f"a {type(value).__name__} of {len(value)} items")
     return f"{type(value).__name__} {value!r}"[:80]
 
 
 def unpack(result, names):
     """The learner's tuple of len(names) results, or a WrongAnswer saying what came instead."""
     if not isinstance(result, (tuple, list)) or len(result) != len(names):
-        raise WrongAnswer(f"expected a tuple of {len(names)} arrays ({', '.join(names)}), got {describe(result)}")
+        raise WrongAnswer(tr(f"expected a tuple of {len(names)} arrays ({', '.join(names)}), got {describe(result)}"))
     return list(result)
 
 
 def as_array(name, value):
     """The learner's answer as a host NumPy array, or a WrongAnswer saying why not."""
     if value is None:
-        raise WrongAnswer(f"{name} is None: return an array for it")
+        raise WrongAnswer(tr(f"{name} is None: return an array for it"))
     if isinstance(value, Opaque):
-        raise WrongAnswer(f"{name}: expected an array, got {describe(value)}")
+        raise WrongAnswer(tr(f"{name}: expected an array, got {describe(value)}"))
     try:
         return np.asarray(backend.to_numpy(value))
     except Exception as exc:
-        raise WrongAnswer(f"{name}: expected an array, got {describe(value)}") from exc
+        raise WrongAnswer(tr(f"{name}: expected an array, got {describe(value)}")) from exc
 
 
 def check_array(name, got, reference, numeric=None, hints=()):
@@ -103,27 +104,27 @@ def check_array(name, got, reference, numeric=None, hints=()):
     """
     got = as_array(name, got)
     if got.shape != reference.shape:
-        msg = f"{name}: shape mismatch: expected {tuple(reference.shape)}, got {tuple(got.shape)}"
+        msg = tr(f"{name}: shape mismatch: expected {tuple(reference.shape)}, got {tuple(got.shape)}")
         for alternative, text in hints:
             if alternative.shape == got.shape and rel_error(got.astype(np.float64), alternative) <= TOL:
                 msg += f"\n  hint: {text}"
                 break
         else:
             if sorted(got.shape) == sorted(reference.shape):
-                msg += "\n  hint: the same sizes in another order: check which axes you transposed or swapped"
+                msg += "\n  hint: " + tr("the same sizes in another order: check which axes you transposed or swapped")
         raise WrongAnswer(msg)
     if got.dtype.kind not in "fiu":
-        raise WrongAnswer(f"{name}: expected a float array, got dtype {got.dtype}")
+        raise WrongAnswer(tr(f"{name}: expected a float array, got dtype {got.dtype}"))
     got = got.astype(np.float64)
     if not np.all(np.isfinite(got)):
-        raise WrongAnswer(f"{name}: contains NaN or inf")
+        raise WrongAnswer(tr(f"{name}: contains NaN or inf"))
     err_ref = rel_error(got, reference)
     err_num = rel_error(got, numeric) if numeric is not None else None
     if err_ref > TOL or (err_num is not None and err_num > TOL):
-        msg = f"{name}: wrong values: max relative error {err_ref:.2e} vs the reference"
+        msg = tr(f"{name}: wrong values: max relative error {err_ref:.2e} vs the reference")
         if err_num is not None:
-            msg += f" and {err_num:.2e} vs the numerical gradient"
-        msg += f" (tolerance {TOL:.0e})"
+            msg += tr(f" and {err_num:.2e} vs the numerical gradient")
+        msg += tr(f" (tolerance {TOL:.0e})")
         for alternative, text in hints:
             if alternative.shape == got.shape and rel_error(got, alternative) <= TOL:
                 msg += f"\n  hint: {text}"
@@ -135,11 +136,11 @@ def check_array(name, got, reference, numeric=None, hints=()):
 def report_correct(errors: dict) -> bool:
     """Print 'correct' and one line per checked array with its errors; return True."""
     width = max(len(n) for n in errors)
-    lines = ["correct"]
+    lines = [tr("correct")]
     for name, (err_ref, err_num) in errors.items():
-        line = f"  {name:<{width}}  max rel error {err_ref:.1e} vs the reference"
+        line = tr(f"  {name:<{width}}  max rel error {err_ref:.1e} vs the reference")
         if err_num is not None:
-            line += f", {err_num:.1e} vs the numerical gradient"
+            line += tr(f", {err_num:.1e} vs the numerical gradient")
         lines.append(line)
     say("\n".join(lines))
     return True
@@ -148,9 +149,9 @@ def report_correct(errors: dict) -> bool:
 def check_count(what, got, expected, hints=()) -> None:
     """An integer answer (a parameter or FLOP count). hints: (wrong value, text) pairs."""
     if isinstance(got, bool) or not isinstance(got, (int, np.integer)):
-        raise WrongAnswer(f"{what}: expected an int, got {describe(got)}")
+        raise WrongAnswer(tr(f"{what}: expected an int, got {describe(got)}"))
     if int(got) != expected:
-        msg = f"{what}: expected {expected:,}, got {int(got):,} (off by {int(got) - expected:+,})"
+        msg = tr(f"{what}: expected {expected:,}, got {int(got):,} (off by {int(got) - expected:+,})")
         for wrong, text in hints:
             if int(got) == wrong:
                 msg += f"\n  hint: {text}"

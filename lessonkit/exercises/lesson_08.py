@@ -27,6 +27,7 @@ from minitransformer import backend
 from minitransformer.gradcheck import numerical_gradient
 from minitransformer.layers.attention import MultiHeadAttention, attention_forward, softmax_lastaxis
 
+from ..i18n import tr
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
@@ -119,28 +120,28 @@ def check_additive_attention_backward(fn) -> bool:
 
     numeric = [numerical_gradient(f, a) for a in (Q, K, V, W_q, W_k, v)]
     wrong = {
-        "the tanh derivative is missing: multiply dT by (1 − T²) before going back to q_i W_q + k_j W_k":
+        tr("the tanh derivative is missing: multiply dT by (1 − T²) before going back to q_i W_q + k_j W_k"):
             _additive_backward(dout, cache, tanh_grad=False),
-        "the softmax backward lacks the row-sum term: dE = A ⊙ (dA − rowsum(dA ⊙ A)) (lesson 1)":
+        tr("the softmax backward lacks the row-sum term: dE = A ⊙ (dA − rowsum(dA ⊙ A)) (lesson 1)"):
             _additive_backward(dout, cache, rowsum=False),
-        "e_ij = v · T_ij, so dT_ij = dE_ij · v: the factor v is missing":
+        tr("e_ij = v · T_ij, so dT_ij = dE_ij · v: the factor v is missing"):
             _additive_backward(dout, cache, times_v=False),
     }
     for i, name in enumerate(names[:2]):            # dQ, dK: the sum over pairs, on the wrong axis
         shape = getattr(got[i], "shape", None)
         if shape is not None and tuple(shape) == ref[1 - i].shape != ref[i].shape:
             raise WrongAnswer(
-                f"{name}: shape mismatch: expected {ref[i].shape}, got {tuple(shape)}\n  hint: q_i W_q is "
-                "added to every pair (i, j), so dQ sums dU over the keys j (axis 2); k_j W_k's "
-                "gradient dK sums over the queries i (axis 1)")
+                tr(f"{name}: shape mismatch: expected {ref[i].shape}, got {tuple(shape)}\n  hint: q_i W_q is "
+                   "added to every pair (i, j), so dQ sums dU over the keys j (axis 2); k_j W_k's "
+                   "gradient dK sums over the queries i (axis 1)"))
     errors = {}
     for i, name in enumerate(names):
         hints = [(alt[i], text) for text, alt in wrong.items()]
         if name == "dv":
-            hints.append((ref[5] / (B * n_q * n_k), "dv is the mean over the pairs (i, j); the loss "
-                                                   "adds them up, so sum them"))
+            hints.append((ref[5] / (B * n_q * n_k), tr("dv is the mean over the pairs (i, j); the loss "
+                                                      "adds them up, so sum them")))
         if name in ("dW_q", "dW_k"):
-            hints.append((ref[i] / B, "dW is averaged over the batch; the loss adds the sentences up, so sum"))
+            hints.append((ref[i] / B, tr("dW is averaged over the batch; the loss adds the sentences up, so sum")))
         errors[name] = check_array(name, got[i], ref[i], numeric[i], hints=hints)
     return report_correct(errors)
 
@@ -188,10 +189,10 @@ def layers_needed_by_propagation(kind: str, n: int, k: int) -> int:
 
 def _as_count(got, label):
     if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.integer, np.floating)):
-        raise WrongAnswer(f"{label}: expected a whole number of layers, got {describe(got)}")
+        raise WrongAnswer(tr(f"{label}: expected a whole number of layers, got {describe(got)}"))
     if float(got) != round(float(got)):
-        raise WrongAnswer(f"{label}: expected a whole number of layers, got {got!r} "
-                             f"(round up: a fraction of a layer does not exist)")
+        raise WrongAnswer(tr(f"{label}: expected a whole number of layers, got {got!r} "
+                                f"(round up: a fraction of a layer does not exist)"))
     return int(round(float(got)))
 
 
@@ -225,34 +226,34 @@ def check_layers_needed(fn) -> bool:
         expected = layers_needed_by_propagation(kind, n, k)
         if got == expected:
             continue
-        msg = f"{label}: expected {expected} layers, got {got}"
+        msg = tr(f"{label}: expected {expected} layers, got {got}")
         step = k - 1 if kind == "conv" else k        # new positions reached per layer
         if kind in ("conv", "restricted_attention"):
             if got == math.ceil(n / step):
-                msg += (f"\n  hint: off by one: output n−1 must reach back n−1 = {n - 1} positions "
-                        f"(to position 0), not n; each layer reaches {step} further")
+                msg += ("\n  hint: " + tr(f"off by one: output n−1 must reach back n−1 = {n - 1} positions "
+                                         f"(to position 0), not n; each layer reaches {step} further"))
             elif kind == "conv" and got in (math.ceil(n / k), math.ceil((n - 1) / k)):
-                msg += ("\n  hint: a kernel of width k reaches k−1 positions back, not k: one of its "
-                        "k taps is the position itself")
+                msg += ("\n  hint: " + tr("a kernel of width k reaches k−1 positions back, not k: one of its "
+                                         "k taps is the position itself"))
             elif kind == "restricted_attention" and got == 1:
-                msg += ("\n  hint: with a window of r positions on each side, one layer reaches only r "
-                        "back: restricting attention raises the path length from 1 to about n/r")
+                msg += ("\n  hint: " + tr("with a window of r positions on each side, one layer reaches only r "
+                                         "back: restricting attention raises the path length from 1 to about n/r"))
             elif kind == "restricted_attention" and got == math.ceil((n - 1) / (2 * k)):
-                msg += ("\n  hint: the window is 2r+1 wide but centred: it reaches r positions back, not 2r")
+                msg += ("\n  hint: " + tr("the window is 2r+1 wide but centred: it reaches r positions back, not 2r"))
         else:
             if got == math.ceil(math.log(n, k)):
-                msg += (f"\n  hint: math.log({n}, {k}) = {math.log(n, k)!r} in floating point; count "
-                        "with integers instead (multiply the reach by k until it covers n positions)")
+                msg += ("\n  hint: " + tr(f"math.log({n}, {k}) = {math.log(n, k)!r} in floating point; count "
+                                         "with integers instead (multiply the reach by k until it covers n positions)"))
             elif got == math.ceil((n - 1) / (k - 1)):
-                msg += ("\n  hint: that is the contiguous stack; with dilations 1, k, k², … the covered "
-                        "span multiplies by k with every layer")
+                msg += ("\n  hint: " + tr("that is the contiguous stack; with dilations 1, k, k², … the covered "
+                                         "span multiplies by k with every layer"))
             elif got == math.ceil(math.log(n - 1, k)) or got == math.floor(math.log(n, k)):
-                msg += (f"\n  hint: after L layers the stack covers k^L positions (t − k^L + 1 .. t); "
-                        f"it needs k^L ≥ n = {n}")
+                msg += ("\n  hint: " + tr(f"after L layers the stack covers k^L positions (t − k^L + 1 .. t); "
+                                         f"it needs k^L ≥ n = {n}"))
         raise WrongAnswer(msg)
-    say("correct")
-    say(f"  all {len(cases)} cases match the layer counts found by propagating the dependence "
-          f"on x_0 up a stack, one layer at a time")
+    say(tr("correct"))
+    say(tr(f"  all {len(cases)} cases match the layer counts found by propagating the dependence "
+             f"on x_0 up a stack, one layer at a time"))
     return True
 
 
@@ -320,44 +321,44 @@ def check_layer_flops(fn) -> bool:
         try:
             value = float(got)
         except (TypeError, ValueError):
-            raise WrongAnswer(f"{label}: expected a number of FLOPs, got {describe(got)}") from None
+            raise WrongAnswer(tr(f"{label}: expected a number of FLOPs, got {describe(got)}")) from None
         expected = _reference_flops(kind, n, d, r)
         if value == expected:
             continue
         if not math.isfinite(value) or value != round(value):
-            raise WrongAnswer(f"{label}: expected a whole number of FLOPs ({expected:,}), got {got!r}: a count of "
-                              "multiply-adds is an integer; look for a division (/ instead of //, or a mean)")
-        msg = f"{label}: expected {expected:,} FLOPs, got {value:,.0f} (ratio {value / expected:.3f})"
+            raise WrongAnswer(tr(f"{label}: expected a whole number of FLOPs ({expected:,}), got {got!r}: a count of "
+                                 "multiply-adds is an integer; look for a division (/ instead of //, or a mean)"))
+        msg = tr(f"{label}: expected {expected:,} FLOPs, got {value:,.0f} (ratio {value / expected:.3f})")
         proj = 8 * n * d * d
         alternatives = []
         if kind == "recurrent":             # half of 4nd²: two mistakes give this number
-            alternatives.append((2 * n * d * d, "half the count: either only the recurrent product h_{t−1} W_h "
-                                                "(the input product x_t W_x costs as much, 2·n·d² more), or "
-                                                "multiply-adds counted as 1 FLOP instead of 2"))
-        alternatives.append((expected / 2, "you counted multiply-adds; a multiply-add is 2 FLOPs"))
+            alternatives.append((2 * n * d * d, tr("half the count: either only the recurrent product h_{t−1} W_h "
+                                                   "(the input product x_t W_x costs as much, 2·n·d² more), or "
+                                                   "multiply-adds counted as 1 FLOP instead of 2")))
+        alternatives.append((expected / 2, tr("you counted multiply-adds; a multiply-add is 2 FLOPs")))
         if kind == "attention":
             alternatives += [
-                (4 * n * n * d, "that is only Q Kᵀ and A V; add the projections W^Q, W^K, W^V, W^O (8·n·d²)"),
-                (6 * n * d * d + 4 * n * n * d, "the output projection W^O is missing (2·n·d²)"),
-                (proj + 2 * n * n * d, "Q Kᵀ and A V each cost 2·n²·d; you counted one of them"),
+                (4 * n * n * d, tr("that is only Q Kᵀ and A V; add the projections W^Q, W^K, W^V, W^O (8·n·d²)")),
+                (6 * n * d * d + 4 * n * n * d, tr("the output projection W^O is missing (2·n·d²)")),
+                (proj + 2 * n * n * d, tr("Q Kᵀ and A V each cost 2·n²·d; you counted one of them")),
             ]
         if kind == "restricted_attention":
             alternatives += [
-                (proj + 4 * n * n * d, "that is full attention: each query scores only the 2r+1 keys of "
-                                       "its window, not all n"),
-                (proj + 4 * n * 2 * r * d, "the window holds 2r+1 keys: r on each side and the query's own"),
-                (proj + 4 * n * r * d, "r is the reach on each side: the window holds 2r+1 keys"),
-                (4 * n * (2 * r + 1) * d, "add the projections W^Q, W^K, W^V, W^O (8·n·d²): restriction "
-                                          "changes only the scores and the weighted sum"),
+                (proj + 4 * n * n * d, tr("that is full attention: each query scores only the 2r+1 keys of "
+                                          "its window, not all n")),
+                (proj + 4 * n * 2 * r * d, tr("the window holds 2r+1 keys: r on each side and the query's own")),
+                (proj + 4 * n * r * d, tr("r is the reach on each side: the window holds 2r+1 keys")),
+                (4 * n * (2 * r + 1) * d, tr("add the projections W^Q, W^K, W^V, W^O (8·n·d²): restriction "
+                                             "changes only the scores and the weighted sum")),
             ]
         for alternative, text in alternatives:
             if text and value == alternative:
                 msg += f"\n  hint: {text}"
                 break
         raise WrongAnswer(msg)
-    say("correct")
-    say(f"  all {len(cases)} cases match (attention: FLOPs counted on the package's "
-          f"MultiHeadAttention by wrapping backend.matmul)")
+    say(tr("correct"))
+    say(tr(f"  all {len(cases)} cases match (attention: FLOPs counted on the package's "
+             f"MultiHeadAttention by wrapping backend.matmul)"))
     return True
 
 
@@ -416,28 +417,29 @@ def check_head_ablation(fn) -> bool:
         got = first if head == heads_asked[0] else fn(answer_mha, x.copy(), head)
         changed = [p.name for p, old in zip(mha.parameters(), before) if not np.array_equal(p.data, old)]
         if changed:
-            raise WrongAnswer(f"head {head}: the layer's parameters changed ({', '.join(changed)}): compute the "
-                              "ablated output without writing into mha (or restore what you changed), so the "
-                              "model is intact for the next head")
+            raise WrongAnswer(tr(f"head {head}: the layer's parameters changed ({', '.join(changed)}): compute the "
+                                 "ablated output without writing into mha (or restore what you changed), so the "
+                                 "model is intact for the next head"))
         ref = _ablated_by_rows(mha, x, head)
         full = mha.forward(x)
         d_k = mha.d_k
         heads = _heads_of(mha, x)
-        hints = [(full, "that is the layer's output with every head: set that head's output to zero before W^O"),
-                 (ref - mha.b_o.data, "the bias b_o is missing: removing a head removes its share of Concat(heads) "
-                                      "W^O, not the bias")]
+        hints = [(full, tr("that is the layer's output with every head: set that head's output to zero before W^O")),
+                 (ref - mha.b_o.data, tr("the bias b_o is missing: removing a head removes its share of Concat(heads) "
+                                         "W^O, not the bias"))]
         for other in {max(head - 1, 0), min(head + 1, mha.h - 1)} - {head}:
-            hints.append((_ablated_by_rows(mha, x, other), f"that removes head {other}, not head {head}: heads are "
-                                                           "counted from 0, head i owns columns i·d_k .. (i+1)·d_k"))
+            hints.append((_ablated_by_rows(mha, x, other),
+                          tr(f"that removes head {other}, not head {head}: heads are "
+                             "counted from 0, head i owns columns i·d_k .. (i+1)·d_k")))
         cols = mha.W_o.data.copy()
         cols[:, head * d_k:(head + 1) * d_k] = 0
         concat = heads.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], mha.d_model)
-        hints.append((concat @ cols + mha.b_o.data, "you zeroed columns of W^O (output features); the head's "
-                                                    "output meets W^O's rows head·d_k .. (head+1)·d_k"))
+        hints.append((concat @ cols + mha.b_o.data, tr("you zeroed columns of W^O (output features); the head's "
+                                                       "output meets W^O's rows head·d_k .. (head+1)·d_k")))
         kept = np.delete(heads, head, axis=1)
         hints.append(((kept.transpose(0, 2, 1, 3).reshape(x.shape[0], x.shape[1], -1)
                        @ np.delete(mha.W_o.data, np.s_[head * d_k:(head + 1) * d_k], axis=0)) * mha.h / (mha.h - 1)
-                      + mha.b_o.data, "the other heads were rescaled by h/(h−1): removing a head leaves the others "
-                                      "as they are"))
+                      + mha.b_o.data, tr("the other heads were rescaled by h/(h−1): removing a head leaves the others "
+                                         "as they are")))
         errors[f"head {head}"] = check_array(f"head {head}", got, ref, hints=hints)
     return report_correct(errors)

@@ -20,6 +20,7 @@ from minitransformer.layers.loss import cross_entropy_backward, cross_entropy_fo
 from minitransformer.layers.parameter import Parameter
 from minitransformer.optim import Adam, NoamSchedule
 
+from ..i18n import tr
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
@@ -82,8 +83,8 @@ def check_noam_lr(fn) -> bool:
             try:
                 got.append(float(value))
             except (TypeError, ValueError):
-                raise WrongAnswer(f"lrate(step={step}, d_model={d_model}, warmup_steps={warmup}): expected a "
-                                     f"number, got {describe(value)}") from None
+                raise WrongAnswer(tr(f"lrate(step={step}, d_model={d_model}, warmup_steps={warmup}): expected a "
+                                        f"number, got {describe(value)}")) from None
     got = numpy.array(got)
 
     def table(**slip):
@@ -91,16 +92,17 @@ def check_noam_lr(fn) -> bool:
 
     reference = numpy.array([NoamSchedule(d, w)(s) for d, w in noam_cases for s in noam_steps])
     hints = [
-        (table(pick=max), "min and max swapped: the rate is the *smaller* of the two terms (it rises, peaks at "
-                          "warmup_steps, then decays)"),
-        (table(d_power=0.0), "the d_model^-0.5 factor is missing"),
-        (table(d_power=0.5), "d_model^+0.5: the factor is d_model to the power -0.5 (wider models take smaller steps)"),
-        (table(warmup_power=-0.5), "warmup_steps^-0.5 in the warm-up term: it is warmup_steps^-1.5, so that the two "
-                                   "terms meet at step = warmup_steps"),
+        (table(pick=max), tr("min and max swapped: the rate is the *smaller* of the two terms (it rises, peaks at "
+                             "warmup_steps, then decays)")),
+        (table(d_power=0.0), tr("the d_model^-0.5 factor is missing")),
+        (table(d_power=0.5), tr("d_model^+0.5: the factor is d_model to the power -0.5 (wider models take smaller "
+                                "steps)")),
+        (table(warmup_power=-0.5), tr("warmup_steps^-0.5 in the warm-up term: it is warmup_steps^-1.5, so that the two "
+                                      "terms meet at step = warmup_steps")),
         (table(pick=lambda decay, warm: decay),
-         "the warm-up is missing: before warmup_steps the rate grows linearly, step · warmup_steps^-1.5"),
+         tr("the warm-up is missing: before warmup_steps the rate grows linearly, step · warmup_steps^-1.5")),
         (numpy.array([_noam(s + 1, d, w) for d, w in noam_cases for s in noam_steps]),
-         "off by one: steps count from 1 (the first update is step 1), use step as given"),
+         tr("off by one: steps count from 1 (the first update is step 1), use step as given")),
     ]
     errors = {"lrate": check_array("lrate", got, reference, hints=hints)}
     return report_correct(errors)
@@ -161,29 +163,29 @@ def check_adam_step(fn) -> bool:
         return _adam_variant(p, g, m, v, t, lr, **slip)
 
     p_hints = [
-        (variant(correct=(False, False))[0], "no bias correction: divide m by (1 - β1^t) and v by (1 - β2^t) "
-                                             "(both start at 0, so early averages are too small)"),
-        (variant(correct=(True, False))[0], "v is not bias-corrected: v_hat = v / (1 - β2^t)"),
-        (variant(correct=(False, True))[0], "m is not bias-corrected: m_hat = m / (1 - β1^t)"),
-        (variant(t_shift=-1)[0], "off by one in the bias correction: this is update t, use β^t (not β^(t-1))"),
-        (variant(t_shift=+1)[0], "off by one in the bias correction: this is update t, use β^t (not β^(t+1))"),
-        (variant(eps_inside=True)[0], "ε is inside the square root: the paper's Adam divides by sqrt(v_hat) + ε"),
-        (variant(beta2=0.999)[0], "β2 = 0.999 is Adam's usual default; the paper uses β2 = 0.98 (§5.3)"),
-        (variant(eps=1e-8)[0], "ε = 1e-8 is Adam's usual default; the paper uses ε = 1e-9 (§5.3); "
-                               "it matters where gradients are tiny (row 2 here)"),
-        (variant(sign=-1.0)[0], "the update goes uphill: subtract lr · m_hat / (sqrt(v_hat) + ε) from p"),
-        (variant(m_uses_g2=True)[0], "m averages g (the first moment), v averages g² (the second)"),
+        (variant(correct=(False, False))[0], tr("no bias correction: divide m by (1 - β1^t) and v by (1 - β2^t) "
+                                                "(both start at 0, so early averages are too small)")),
+        (variant(correct=(True, False))[0], tr("v is not bias-corrected: v_hat = v / (1 - β2^t)")),
+        (variant(correct=(False, True))[0], tr("m is not bias-corrected: m_hat = m / (1 - β1^t)")),
+        (variant(t_shift=-1)[0], tr("off by one in the bias correction: this is update t, use β^t (not β^(t-1))")),
+        (variant(t_shift=+1)[0], tr("off by one in the bias correction: this is update t, use β^t (not β^(t+1))")),
+        (variant(eps_inside=True)[0], tr("ε is inside the square root: the paper's Adam divides by sqrt(v_hat) + ε")),
+        (variant(beta2=0.999)[0], tr("β2 = 0.999 is Adam's usual default; the paper uses β2 = 0.98 (§5.3)")),
+        (variant(eps=1e-8)[0], tr("ε = 1e-8 is Adam's usual default; the paper uses ε = 1e-9 (§5.3); "
+                                  "it matters where gradients are tiny (row 2 here)")),
+        (variant(sign=-1.0)[0], tr("the update goes uphill: subtract lr · m_hat / (sqrt(v_hat) + ε) from p")),
+        (variant(m_uses_g2=True)[0], tr("m averages g (the first moment), v averages g² (the second)")),
     ]
     hints = {
         "p_new": p_hints,
-        "m_new": [(variant(beta1=0.98)[1], "m uses β1 = 0.9 (β2 = 0.98 is v's)"),
-                  (variant(m_uses_g2=True)[1], "m averages g (the first moment), not g²"),
+        "m_new": [(variant(beta1=0.98)[1], tr("m uses β1 = 0.9 (β2 = 0.98 is v's)")),
+                  (variant(m_uses_g2=True)[1], tr("m averages g (the first moment), not g²")),
                   (variant(correct=(True, True))[1] / (1 - 0.9 ** t),
-                   "return m itself, not the bias-corrected m_hat: the next step continues from m")],
-        "v_new": [(variant(beta2=0.999)[2], "β2 = 0.999 is Adam's usual default; the paper uses β2 = 0.98"),
-                  (variant(beta2=0.9)[2], "v uses β2 = 0.98 (β1 = 0.9 is m's)"),
+                   tr("return m itself, not the bias-corrected m_hat: the next step continues from m"))],
+        "v_new": [(variant(beta2=0.999)[2], tr("β2 = 0.999 is Adam's usual default; the paper uses β2 = 0.98")),
+                  (variant(beta2=0.9)[2], tr("v uses β2 = 0.98 (β1 = 0.9 is m's)")),
                   (variant()[2] / (1 - 0.98 ** t),
-                   "return v itself, not the bias-corrected v_hat: the next step continues from v")],
+                   tr("return v itself, not the bias-corrected v_hat: the next step continues from v"))],
     }
     errors = {name: check_array(name, got_, reference[name], hints=hints[name])
               for name, got_ in (("p_new", p_new), ("m_new", m_new), ("v_new", v_new))}
@@ -249,18 +251,20 @@ def check_dlogits(fn) -> bool:
         return _dlogits_variant(logits, targets, pad_id, eps_ls, **slip)
 
     hints = [
-        (variant(sign=-1.0), "the sign is flipped: the gradient is p - q (prediction minus target), not q - p"),
-        (variant(q_rule="none"), "label smoothing is missing: q = (1 - ε_ls)·onehot(y) + ε_ls/V, not onehot(y)"),
-        (variant(q_rule="v-1"), "you spread ε_ls over the V - 1 wrong tokens; this package's q (PyTorch's "
-                                "convention) gives ε_ls/V to every token, the target included"),
-        (variant(q_rule="not-at-y"), "the target token gets ε_ls/V too: q_y = 1 - ε_ls + ε_ls/V, so that q sums to 1"),
-        (variant(mask=False), "padding is not ignored: positions whose target is pad_id get gradient 0"),
-        (variant(denominator="positions"), "you divided by B·T; the loss is the mean over the non-pad targets only"),
-        (variant(denominator="one"), "the 1/n of the mean is missing: divide by the number of non-pad targets"),
-        (variant(denominator="rows"), "you divided by B (sentences); the mean is over non-pad target *tokens*"),
-        (variant(axis=1), "softmax over the wrong axis: p = softmax over the vocabulary, the last axis"),
+        (variant(sign=-1.0), tr("the sign is flipped: the gradient is p - q (prediction minus target), not q - p")),
+        (variant(q_rule="none"), tr("label smoothing is missing: q = (1 - ε_ls)·onehot(y) + ε_ls/V, not onehot(y)")),
+        (variant(q_rule="v-1"), tr("you spread ε_ls over the V - 1 wrong tokens; this package's q (PyTorch's "
+                                   "convention) gives ε_ls/V to every token, the target included")),
+        (variant(q_rule="not-at-y"), tr("the target token gets ε_ls/V too: q_y = 1 - ε_ls + ε_ls/V, so that q sums "
+                                        "to 1")),
+        (variant(mask=False), tr("padding is not ignored: positions whose target is pad_id get gradient 0")),
+        (variant(denominator="positions"), tr("you divided by B·T; the loss is the mean over the non-pad targets "
+                                              "only")),
+        (variant(denominator="one"), tr("the 1/n of the mean is missing: divide by the number of non-pad targets")),
+        (variant(denominator="rows"), tr("you divided by B (sentences); the mean is over non-pad target *tokens*")),
+        (variant(axis=1), tr("softmax over the wrong axis: p = softmax over the vocabulary, the last axis")),
         (variant(mask=False, denominator="positions"),
-         "padding is not ignored: pad targets get gradient 0 and the mean counts non-pad targets only"),
+         tr("padding is not ignored: pad targets get gradient 0 and the mean counts non-pad targets only")),
     ]
     errors = {"dlogits": check_array("dlogits", got, reference, numeric, hints=hints)}
     return report_correct(errors)

@@ -32,6 +32,7 @@ from minitransformer.metrics import corpus_bleu
 from minitransformer.model import KVCache, Transformer, TransformerConfig
 from minitransformer.train import Trainer, TrainSettings, encode_pairs
 
+from ..i18n import tr
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
@@ -120,12 +121,12 @@ def _beam_cases():
 def _as_index_array(name, value, k):
     arr = np.asarray(backend.to_numpy(value)) if value is not None else None
     if arr is None or arr.shape != (k,):
-        raise WrongAnswer(f"{name}: expected {k} integers (one per beam slot), got {describe(value)}")
+        raise WrongAnswer(tr(f"{name}: expected {k} integers (one per beam slot), got {describe(value)}"))
     if arr.dtype.kind not in "iu":
         if arr.dtype.kind == "f" and np.all(arr == np.round(arr)):
             arr = arr.astype(np.int64)
         else:
-            raise WrongAnswer(f"{name}: expected integer indices, got dtype {arr.dtype}")
+            raise WrongAnswer(tr(f"{name}: expected integer indices, got dtype {arr.dtype}"))
     return arr.astype(np.int64)
 
 
@@ -151,26 +152,26 @@ def check_beam_step(fn) -> bool:
         if got_logp is not None and got_logp.shape == (k,):
             if np.allclose(got_logp, no_parent) and not np.allclose(no_parent, ref_logp):
                 raise WrongAnswer(
-                    f"{where}: logp holds the k largest next-token log-probabilities alone\n  hint: a "
-                    "candidate's score is its parent's log P plus the new token's: live_logp[j] + next_logp[j, y]")
+                    tr(f"{where}: logp holds the k largest next-token log-probabilities alone\n  hint: a "
+                       "candidate's score is its parent's log P plus the new token's: live_logp[j] + next_logp[j, y]"))
             if np.allclose(np.sort(got_logp)[::-1], np.sort(per_row)[::-1]) \
                     and not np.allclose(np.sort(per_row), np.sort(ref_logp)):
                 raise WrongAnswer(
-                    f"{where}: you kept the best extension of each hypothesis\n  hint: choose the k best of "
-                    "all k·V candidates together (flatten them): one strong hypothesis may supply several, "
-                    "and an empty slot (-inf) supplies none")
+                    tr(f"{where}: you kept the best extension of each hypothesis\n  hint: choose the k best of "
+                       "all k·V candidates together (flatten them): one strong hypothesis may supply several, "
+                       "and an empty slot (-inf) supplies none"))
             if np.allclose(got_logp, ref_logp[::-1]) and not np.allclose(ref_logp, ref_logp[::-1]):
-                raise WrongAnswer(f"{where}: the right k candidates in the wrong order\n  hint: best first "
-                                     "(the largest log P first): sort in descending order")
+                raise WrongAnswer(tr(f"{where}: the right k candidates in the wrong order\n  hint: best first "
+                                        "(the largest log P first): sort in descending order"))
         if not (np.array_equal(parent, ref_parent) and np.array_equal(token, ref_token)):
             expected = list(zip(ref_parent.tolist(), ref_token.tolist()))
-            msg = (f"{where}: wrong (parent, token) pairs: expected {expected}, "
-                   f"got {list(zip(parent.tolist(), token.tolist()))}")
+            msg = (tr(f"{where}: wrong (parent, token) pairs: expected {expected}, "
+                      f"got {list(zip(parent.tolist(), token.tolist()))}"))
             flat = ref_parent * V + ref_token
             if (np.array_equal(parent, flat % V) and np.array_equal(token, flat // V)) or (
                     np.array_equal(parent, flat // k) and np.array_equal(token, flat % k)):
-                msg += ("\n  hint: the flat index of candidate (j, y) in the (k, V) table is f = j·V + y, "
-                        "so parent = f // V and token = f % V")
+                msg += ("\n  hint: " + tr("the flat index of candidate (j, y) in the (k, V) table is f = j·V + y, "
+                                         "so parent = f // V and token = f % V"))
             raise WrongAnswer(msg)
         errors[f"logp, case {n + 1}"] = check_array("logp", logp, ref_logp)
     return report_correct(errors)
@@ -259,27 +260,27 @@ def check_corpus_bleu(fn) -> bool:
     for n, (hyps, refs) in enumerate(corpora):
         got = first if n == 0 else fn(copy(hyps), copy(refs))
         if isinstance(got, (bool, np.bool_)) or not isinstance(got, (int, float, np.integer, np.floating)):
-            raise WrongAnswer(f"corpus {n + 1}: expected one number (BLEU in 0..100), got {describe(got)}")
+            raise WrongAnswer(tr(f"corpus {n + 1}: expected one number (BLEU in 0..100), got {describe(got)}"))
         got = float(got)
         ref = reference_bleu(hyps, refs)
         package = corpus_bleu([" ".join(h) for h in hyps], [" ".join(r) for r in refs], tokenize="none").score
         assert abs(ref - package) < 1e-9, "internal: the reference disagrees with metrics.corpus_bleu"
         err = abs(got - ref) / max(abs(ref), 1e-12)
         if err > 1e-9:
-            msg = f"corpus {n + 1}: BLEU {got:.6f}, expected {ref:.6f} (relative error {err:.1e})"
+            msg = tr(f"corpus {n + 1}: BLEU {got:.6f}, expected {ref:.6f} (relative error {err:.1e})")
             sentence_mean = float(np.mean([reference_bleu([h], [r]) for h, r in zip(hyps, refs)]))
             wrong = [
-                (reference_bleu(hyps, refs, scale=1.0), "the answer is in 0..1: BLEU is reported in 0..100"),
-                (reference_bleu(hyps, refs, clip=False), ("n-gram matches are not clipped: credit a hypothesis "
-                 "n-gram at most as many times as it occurs in the reference (min(count_hyp, count_ref))")),
-                (reference_bleu(hyps, refs, brevity="none"), ("the brevity penalty is missing: "
-                 "BP = exp(1 - r/c) when the hypotheses are shorter (c < r) in total")),
-                (reference_bleu(hyps, refs, brevity="inverted"), ("the brevity penalty is upside down: "
-                 "BP = exp(1 - r/c), reference length r over hypothesis length c")),
-                (reference_bleu(hyps, refs, mean="arithmetic"), ("the precisions are averaged arithmetically: "
-                 "BLEU takes their geometric mean, exp(mean of log p_n)")),
-                (sentence_mean, ("this is the mean of sentence BLEUs: corpus BLEU sums the clipped counts "
-                 "and lengths over all sentences first, then computes one score")),
+                (reference_bleu(hyps, refs, scale=1.0), tr("the answer is in 0..1: BLEU is reported in 0..100")),
+                (reference_bleu(hyps, refs, clip=False), (tr("n-gram matches are not clipped: credit a hypothesis "
+                    "n-gram at most as many times as it occurs in the reference (min(count_hyp, count_ref))"))),
+                (reference_bleu(hyps, refs, brevity="none"), (tr("the brevity penalty is missing: "
+                    "BP = exp(1 - r/c) when the hypotheses are shorter (c < r) in total"))),
+                (reference_bleu(hyps, refs, brevity="inverted"), (tr("the brevity penalty is upside down: "
+                    "BP = exp(1 - r/c), reference length r over hypothesis length c"))),
+                (reference_bleu(hyps, refs, mean="arithmetic"), (tr("the precisions are averaged arithmetically: "
+                    "BLEU takes their geometric mean, exp(mean of log p_n)"))),
+                (sentence_mean, (tr("this is the mean of sentence BLEUs: corpus BLEU sums the clipped counts "
+                    "and lengths over all sentences first, then computes one score"))),
             ]
             for value, text in wrong:
                 if abs(got - value) <= 1e-9 * max(abs(value), 1.0) and abs(value - ref) > 1e-9:
@@ -400,8 +401,8 @@ def _guard(model):
     step = model.decode_step
 
     def refuse(*args, **kwargs):
-        raise WrongAnswer("this exercise decodes with the key/value cache: call model.decode_step(y_t, t, "
-                             "cache) once per position, not model.decode or model.forward on the whole prefix")
+        raise WrongAnswer(tr("this exercise decodes with the key/value cache: call model.decode_step(y_t, t, "
+                                "cache) once per position, not model.decode or model.forward on the whole prefix"))
 
     def watched_step(y_t, t, cache):
         seen["steps"] += 1
@@ -435,40 +436,41 @@ def check_greedy_decode(fn) -> bool:
             for name, p in model.named_parameters():
                 p.data[...] = weights[name]             # an answer that wrote into the weights spoils nothing
         if not isinstance(run, dict) or set(run) != {"got", "dropout_on", "refused"}:
-            raise WrongAnswer(f"case {n + 1}: the decoding did not report back (got {describe(run)})")
+            raise WrongAnswer(tr(f"case {n + 1}: the decoding did not report back (got {describe(run)})"))
         if run["refused"]:
             raise WrongAnswer(run["refused"])
         got = run["got"]
         if n == 0 and not_attempted(got):
             return False
         if run["dropout_on"]:
-            raise WrongAnswer(f"case {n + 1}: dropout was on while you decoded (the model came in training "
-                                 "mode)\n  hint: wrap the loop in `with eval_mode(model):` "
-                                 "(minitransformer.layers.parameter.eval_mode)")
+            raise WrongAnswer(tr(f"case {n + 1}: dropout was on while you decoded (the model came in training "
+                                    "mode)\n  hint: wrap the loop in `with eval_mode(model):` "
+                                    "(minitransformer.layers.parameter.eval_mode)"))
         if isinstance(got, np.ndarray):
             got = got.tolist()
         if not isinstance(got, (list, tuple)) or not all(isinstance(x, (int, np.integer)) for x in got):
-            raise WrongAnswer(f"case {n + 1}: expected a list of token ids, got {describe(got)}")
+            raise WrongAnswer(tr(f"case {n + 1}: expected a list of token ids, got {describe(got)}"))
         got = [int(x) for x in got]
         if got == ref:
-            how = "stopped at <eos>" if len(ref) < max_len else "ran to max_len"
-            lines.append(f"  case {n + 1}: {ref}, {len(ref)} tokens, {how}: the same as decoding.greedy_decode")
+            how = tr("stopped at <eos>") if len(ref) < max_len else tr("ran to max_len")
+            lines.append(tr(f"  case {n + 1}: {ref}, {len(ref)} tokens, {how}: the same as decoding.greedy_decode"))
             continue
-        msg = f"case {n + 1} (max_len={max_len}): expected {ref}, got {got}"
+        msg = tr(f"case {n + 1} (max_len={max_len}): expected {ref}, got {got}")
         if got[:1] == [BOS] and got[1:] == ref[: len(got) - 1]:
-            msg += "\n  hint: the output starts with <bos>: that is the decoder's first input, not an output token"
+            msg += "\n  hint: " + tr("the output starts with <bos>: that is the decoder's first input, not an "
+                                     "output token")
         elif got == ref + [EOS]:
-            msg += "\n  hint: the output ends with <eos>: stop when <eos> comes, without appending it"
+            msg += "\n  hint: " + tr("the output ends with <eos>: stop when <eos> comes, without appending it")
         elif EOS in got and got[: got.index(EOS)] == ref:
-            msg += "\n  hint: decoding went on after <eos>: stop at the first <eos>"
+            msg += "\n  hint: " + tr("decoding went on after <eos>: stop at the first <eos>")
         elif len(ref) == max_len and got == ref[:-1]:
-            msg += ("\n  hint: max_len counts the generated tokens, <eos> included: run at most max_len steps, "
-                    "t = 0 .. max_len-1")
+            msg += ("\n  hint: " + tr("max_len counts the generated tokens, <eos> included: run at most max_len steps, "
+                                     "t = 0 .. max_len-1"))
         elif got == _unbanned_greedy(model, src, max_len):
-            msg += ("\n  hint: the argmax chose <pad> or <bos>: set their log-probabilities to -inf before the "
-                    "argmax (they are never output words)")
+            msg += ("\n  hint: " + tr("the argmax chose <pad> or <bos>: set their log-probabilities to -inf before the "
+                                     "argmax (they are never output words)"))
         elif got == no_stop:
-            msg += "\n  hint: <eos> was never checked: stop as soon as the argmax is eos_id"
+            msg += "\n  hint: " + tr("<eos> was never checked: stop as soon as the argmax is eos_id")
         raise WrongAnswer(msg)
     say("\n".join(["correct"] + lines))
     return True

@@ -21,6 +21,7 @@ from minitransformer.layers.loss import cross_entropy_forward
 from minitransformer.layers.positional import LearnedPositionalEmbedding
 from minitransformer.model import TransformerConfig, count_parameters
 
+from ..i18n import tr
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
@@ -89,15 +90,15 @@ def check_learned_pe_backward(fn) -> bool:
         mean_rows = numpy.zeros_like(P)
         mean_rows[offset: offset + S] = dout.mean(axis=0)
         hints_dP = [
-            (no_offset, "the rows start at 0: the positions used are offset .. offset + S - 1, so the "
-                        "gradient goes into P[offset : offset + S]"),
-            (mean_rows, "the mean over the batch: every batch row adds P's row once, so its gradient is the "
-                        "sum over the batch, not the mean"),
-            (dout, "dP has the table's shape (max_len, d_model): sum dout over the batch, into the rows used"),
-            (dout.sum(axis=0), "dP has the table's shape (max_len, d_model), with zeros in the rows not used; "
-                               "you returned only the S rows used"),
+            (no_offset, tr("the rows start at 0: the positions used are offset .. offset + S - 1, so the "
+                           "gradient goes into P[offset : offset + S]")),
+            (mean_rows, tr("the mean over the batch: every batch row adds P's row once, so its gradient is the "
+                           "sum over the batch, not the mean")),
+            (dout, tr("dP has the table's shape (max_len, d_model): sum dout over the batch, into the rows used")),
+            (dout.sum(axis=0), tr("dP has the table's shape (max_len, d_model), with zeros in the rows not used; "
+                                  "you returned only the S rows used")),
         ]
-        hints_dx = [(numpy.zeros_like(dout), "x reaches the output through the identity: dx = dout, not 0")]
+        hints_dx = [(numpy.zeros_like(dout), tr("x reaches the output through the identity: dx = dout, not 0"))]
         errors[f"dx {where}"] = check_array(f"dx {where}", dx, ref_dx, num_dx, hints=hints_dx)
         errors[f"dP {where}"] = check_array(f"dP {where}", dP, ref_dP, num_dP, hints=hints_dP)
     return report_correct(errors)
@@ -148,20 +149,20 @@ def check_perplexity(fn) -> bool:
         smoothed, _ = cross_entropy_forward(logits, targets, pad_id, 0.1)
         per_sentence = numpy.mean([math.exp(-logp[b][real[b]].mean()) for b in range(B)])
         wrong = [
-            (math.exp(-logp.mean()), "the pad positions are counted: average only over targets != pad_id"),
-            (2 ** (-logp[real].mean()), "2 to the power of a natural-log NLL: use exp (or log2 throughout)"),
-            (-logp[real].mean(), "that is the mean NLL (the loss); perplexity is its exponential"),
-            (math.exp(smoothed), "that is the label-smoothed loss's exponential; perplexity uses the plain NLL "
-                                 "(eps_ls = 0), which is why label smoothing can raise it (Table 3, row D)"),
-            (per_sentence, "the mean of per-sentence perplexities; Table 3's PPL is over all tokens at once: "
-                           "exp of the mean NLL per token"),
-            (math.exp(-logp[real].sum() / B), "divided by the number of sentences; divide by the number of "
-                                              "(non-pad) tokens"),
+            (math.exp(-logp.mean()), tr("the pad positions are counted: average only over targets != pad_id")),
+            (2 ** (-logp[real].mean()), tr("2 to the power of a natural-log NLL: use exp (or log2 throughout)")),
+            (-logp[real].mean(), tr("that is the mean NLL (the loss); perplexity is its exponential")),
+            (math.exp(smoothed), tr("that is the label-smoothed loss's exponential; perplexity uses the plain NLL "
+                                    "(eps_ls = 0), which is why label smoothing can raise it (Table 3, row D)")),
+            (per_sentence, tr("the mean of per-sentence perplexities; Table 3's PPL is over all tokens at once: "
+                              "exp of the mean NLL per token")),
+            (math.exp(-logp[real].sum() / B), tr("divided by the number of sentences; divide by the number of "
+                                                 "(non-pad) tokens")),
         ]
-        name = f"perplexity (B={B}, T={T}, V={V}, pad_id={pad_id})"
+        name = tr(f"perplexity (B={B}, T={T}, V={V}, pad_id={pad_id})")
         err = abs(got - want) / want
         if err > 1e-9:
-            msg = f"{name}: expected {want:.6f}, got {got:.6f}"
+            msg = tr(f"{name}: expected {want:.6f}, got {got:.6f}")
             for value, text in wrong:
                 if abs(got - value) <= 1e-9 * max(1.0, abs(value)):
                     msg += f"\n  hint: {text}"
@@ -216,25 +217,25 @@ def check_variation_params(fn) -> bool:
                                     positional="learned" if L else "sinusoidal", max_len=max(L, 1))
             assert count_parameters(cfg) == expected, "checker's own formula disagrees with the package"
         n_attn = 3 * N                               # attention blocks: 1 per encoder layer, 2 per decoder layer
-        what = f"parameters for V={V}, d_model={d}, h={h}, d_k={d_k}, d_v={d_v}, d_ff={d_ff}, N={N}, table={L}"
+        what = tr(f"parameters for V={V}, d_model={d}, h={h}, d_k={d_k}, d_v={d_v}, d_ff={d_ff}, N={N}, table={L}")
         check_count(what, got, expected, hints=[
-            (expected - L * d, "the learned positional table has learned_max_len × d_model parameters "
-                               "(one table shared by both sides)"),
-            (expected + L * d, "the learned table counted twice: the model shares one between source and target"),
+            (expected - L * d, tr("the learned positional table has learned_max_len × d_model parameters "
+                                  "(one table shared by both sides)")),
+            (expected + L * d, tr("the learned table counted twice: the model shares one between source and target")),
             (expected + n_attn * (2 * (d * h * d_v + h * d_v) - 2 * (d * h * d_k + h * d_k)),
-             "W^Q and W^K have h·d_k columns (the key size); only W^V and W^O use d_v"),
+             tr("W^Q and W^K have h·d_k columns (the key size); only W^V and W^O use d_v")),
             (expected + n_attn * ((d * h * d_k + h * d_k) + h * d_k * d - (d * h * d_v + h * d_v) - h * d_v * d),
-             "W^V and W^O sized with the key size d_k: the values have size d_v, so W^V is d_model × h·d_v (with "
-             "its bias h·d_v) and W^O is h·d_v × d_model"),
+             tr("W^V and W^O sized with the key size d_k: the values have size d_v, so W^V is d_model × h·d_v (with "
+                "its bias h·d_v) and W^O is h·d_v × d_model")),
             (expected + n_attn * ((d * h * d_k + h * d_k) - (d * h * d_v + h * d_v)),
-             "W^V sized with the key size d_k: it projects to the values, d_model × h·d_v (bias h·d_v)"),
+             tr("W^V sized with the key size d_k: it projects to the values, d_model × h·d_v (bias h·d_v)")),
             (expected + n_attn * (h * d_k * d - h * d_v * d),
-             "W^O sized with the key size d_k: it reads the concatenated values, h·d_v × d_model"),
-            (expected + 2 * V * d, "the embedding is tied three ways (§3.4): count E once"),
-            (expected - n_attn * (2 * h * d_k + h * d_v + d), "the attention biases are missing (b^Q, b^K, b^V: "
-                                                             "h·d_k, h·d_k, h·d_v; b^O: d_model)"),
+             tr("W^O sized with the key size d_k: it reads the concatenated values, h·d_v × d_model")),
+            (expected + 2 * V * d, tr("the embedding is tied three ways (§3.4): count E once")),
+            (expected - n_attn * (2 * h * d_k + h * d_v + d), tr("the attention biases are missing (b^Q, b^K, b^V: "
+                                                                "h·d_k, h·d_k, h·d_v; b^O: d_model)")),
         ])
         counted.append(f"{expected:,}")
-    say("correct")
-    say("  counts: " + ", ".join(counted) + " (base, row B d_k=16, row A h=1, row E among them)")
+    say(tr("correct"))
+    say("  counts: " + ", ".join(counted) + tr(" (base, row B d_k=16, row A h=1, row E among them)"))
     return True

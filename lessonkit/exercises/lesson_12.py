@@ -37,6 +37,7 @@ from minitransformer import model as model_module
 from minitransformer.layers import layernorm, positional
 from minitransformer.optim import Adam
 
+from ..i18n import tr
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
@@ -269,44 +270,50 @@ MYSTERY_SIGNATURES = {
     3: {"gradient check": False, "PyTorch parity": False, "property tests": False, "training run": True},
 }
 
-_SAME_COMPONENT_HINTS = {
-    1: "Right component: the positional encoding. Which function of pos does §3.5 put on the even "
-       "columns, and what does the first row (pos = 0) of the table then have to be?",
-    2: "Right component: layer normalization. Look at the variance: what does the post-LN property "
-       "measure for the variance of a layer's output, and what should it be?",
-    3: "Right component. Optimizer parity and the Adam property feed the optimizer fresh gradients "
-       "by hand; only the training run goes through a loop that relies on zero_grad.",
-}
+def _same_component_hint(number: int) -> str:
+    """What to look at when the guess names mystery ``number``'s component but not its bug (in the reader's
+    language: built when asked)."""
+    return {
+        1: tr("Right component: the positional encoding. Which function of pos does §3.5 put on the even "
+              "columns, and what does the first row (pos = 0) of the table then have to be?"),
+        2: tr("Right component: layer normalization. Look at the variance: what does the post-LN property "
+              "measure for the variance of a layer's output, and what should it be?"),
+        3: tr("Right component. Optimizer parity and the Adam property feed the optimizer fresh gradients "
+              "by hand; only the training run goes through a loop that relies on zero_grad."),
+    }[number]
 
-_GENERIC_HINTS = {
-    1: "The gradient check passes and no property fails, but parity fails already in the logits: the "
-       "forward computes a different function from the paper's, in a way that breaks none of the stated "
-       "invariants. Which part of the forward has no parameters and no backward worth the name?",
-    2: "The gradient check fails, so some backward no longer matches its forward; the post-LN property "
-       "fails too: the layer outputs are not what a LayerNorm should give.",
-    3: "Every check that builds a model or feeds the optimizer fixed gradients passes; only training "
-       "fails. So the model and one Adam update are right: what else happens between two steps?",
-}
+
+def _generic_hint(number: int) -> str:
+    """What mystery ``number``'s checks say, as a pointer towards the bug (in the reader's language)."""
+    return {
+        1: tr("The gradient check passes and no property fails, but parity fails already in the logits: the "
+              "forward computes a different function from the paper's, in a way that breaks none of the stated "
+              "invariants. Which part of the forward has no parameters and no backward worth the name?"),
+        2: tr("The gradient check fails, so some backward no longer matches its forward; the post-LN property "
+              "fails too: the layer outputs are not what a LayerNorm should give."),
+        3: tr("Every check that builds a model or feeds the optimizer fixed gradients passes; only training "
+              "fails. So the model and one Adam update are right: what else happens between two steps?"),
+    }[number]
 
 
 def _hint(number: int, answer: str) -> str:
     """What the mystery's checks rule out about a wrong answer, then a pointer towards the bug."""
     guess = CATALOGUE[answer]
     if guess.component == _MYSTERIES[number][1]:
-        return _SAME_COMPONENT_HINTS[number]
+        return _same_component_hint(number)
     caught = MYSTERY_SIGNATURES[number]
     reasons = []
     if guess.kind == "backward" and not caught["gradient check"]:
-        reasons.append("a backward that disagrees with its forward fails the float64 gradient check, and "
-                       "the gradient check passed")
+        reasons.append(tr("a backward that disagrees with its forward fails the float64 gradient check, and "
+                          "the gradient check passed"))
     if guess.kind in ("optimizer", "loop") and caught["gradient check"]:
-        reasons.append("the gradient check failed, and it never runs the optimizer or the loop")
+        reasons.append(tr("the gradient check failed, and it never runs the optimizer or the loop"))
     if guess.kind in ("optimizer", "loop") and caught["PyTorch parity"] and not caught["gradient check"]:
-        reasons.append("parity's first failing comparison is the logits, computed before any optimizer step")
+        reasons.append(tr("parity's first failing comparison is the logits, computed before any optimizer step"))
     if guess.kind in ("forward", "backward") and not (caught["PyTorch parity"] or caught["property tests"]):
-        reasons.append("parity and every property passed: on the bench the model computes what PyTorch "
-                       "computes, gradients included")
-    return " ".join([r[0].upper() + r[1:] + "." for r in reasons] + [_GENERIC_HINTS[number]])
+        reasons.append(tr("parity and every property passed: on the bench the model computes what PyTorch "
+                          "computes, gradients included"))
+    return " ".join([r[0].upper() + r[1:] + "." for r in reasons] + [_generic_hint(number)])
 
 
 @exercise("12.{0}")
@@ -317,15 +324,15 @@ def check_mystery(number: int, answer) -> bool:
     if not_attempted(answer):
         return False
     if not isinstance(answer, str) or answer not in CATALOGUE:
-        raise WrongAnswer(f"mystery {number}: answer with one key of CATALOGUE (show_catalogue() lists "
-                             f"them), got {describe(answer)}")
+        raise WrongAnswer(tr(f"mystery {number}: answer with one key of CATALOGUE (show_catalogue() lists "
+                                f"them), got {describe(answer)}"))
     if _digest(answer) != _MYSTERIES[number][0]:
-        raise WrongAnswer(f"mystery {number}: not {answer!r} ({CATALOGUE[answer].description})\n"
-                             f"  hint: {_hint(number, answer)}")
+        raise WrongAnswer(tr(f"mystery {number}: not {answer!r} ({CATALOGUE[answer].description})\n"
+                                f"  hint: {_hint(number, answer)}"))
     caught = [name for name, hit in MYSTERY_SIGNATURES[number].items() if hit]
-    say("correct")
-    say(f"  mystery {number} is {answer!r}: {CATALOGUE[answer].description}")
-    say(f"  caught by: {', '.join(caught)}; missed by the others")
+    say(tr("correct"))
+    say(tr(f"  mystery {number} is {answer!r}: {CATALOGUE[answer].description}"))
+    say(tr(f"  caught by: {', '.join(caught)}; missed by the others"))
     return True
 
 
@@ -366,23 +373,23 @@ def check_pe_property(fn) -> bool:
                                                    int(case_rng(125).integers(2, 40)))
     run = drive(fn, _property_run, d_model, max_len)
     if not isinstance(run, dict) or set(run) != {"clean", "buggy"}:
-        raise WrongAnswer(f"the property did not report back (got {describe(run)})")
+        raise WrongAnswer(tr(f"the property did not report back (got {describe(run)})"))
     verdict_clean, verdict_buggy = run["clean"], run["buggy"]
     if not_attempted(verdict_clean):
         return False
-    for label, verdict in (("the package's model", verdict_clean), ("mystery 1's model", verdict_buggy)):
+    for label, verdict in ((tr("the package's model"), verdict_clean), (tr("mystery 1's model"), verdict_buggy)):
         if not isinstance(verdict, (bool, np.bool_)):
-            raise WrongAnswer(f"{label}: expected True or False, got {describe(verdict)}")
+            raise WrongAnswer(tr(f"{label}: expected True or False, got {describe(verdict)}"))
     if not verdict_clean:
-        raise WrongAnswer("your property says the package's own model is wrong: a property must pass on "
-                             "correct code\n  hint: compare with a tolerance (1e-12), and check the formula: "
-                             "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same angle)")
+        raise WrongAnswer(tr("your property says the package's own model is wrong: a property must pass on "
+                                "correct code\n  hint: compare with a tolerance (1e-12), and check the formula: "
+                                "PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(same angle)"))
     if verdict_buggy:
-        raise WrongAnswer("your property passes on mystery 1's model, so it cannot catch it\n  hint: compute "
-                             "the expected values yourself; comparing with minitransformer's sinusoidal_table "
-                             "compares the bug with itself (mystery 1 swaps that very function)")
-    say("correct")
-    say("  True on the package's model, False on mystery 1's: this property catches the bug without PyTorch")
+        raise WrongAnswer(tr("your property passes on mystery 1's model, so it cannot catch it\n  hint: compute "
+                                "the expected values yourself; comparing with minitransformer's sinusoidal_table "
+                                "compares the bug with itself (mystery 1 swaps that very function)"))
+    say(tr("correct"))
+    say(tr("  True on the package's model, False on mystery 1's: this property catches the bug without PyTorch"))
     return True
 
 

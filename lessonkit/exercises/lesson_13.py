@@ -23,6 +23,7 @@ import numpy as np
 from minitransformer.data.bpe import BPE, END, learn_bpe_by_recounting
 from minitransformer.model import PRESETS, Transformer
 
+from ..i18n import tr
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
@@ -126,10 +127,11 @@ def check_merge_step(fn) -> bool:
         return False
     for n, vocab in enumerate(cases):
         got = first if n == 0 else fn(dict(vocab))
-        where = f"case {n + 1} ({len(vocab)} words)"
+        where = tr(f"case {n + 1} ({len(vocab)} words)")
         if not (isinstance(got, (tuple, list)) and len(got) == 2) or all(isinstance(x, str) for x in got):
-            raise WrongAnswer(f"{where}: expected (pair, new_vocab), got {describe(got)}"
-                                 + ("\n  hint: that looks like the pair alone; return the merged vocabulary too"
+            raise WrongAnswer(tr(f"{where}: expected (pair, new_vocab), got {describe(got)}")
+                                 + ("\n  hint: "
+                                    + tr("that looks like the pair alone; return the merged vocabulary too")
                                     if isinstance(got, (tuple, list)) and all(isinstance(x, str) for x in got)
                                     else ""))
         pair, new_vocab = got
@@ -139,42 +141,42 @@ def check_merge_step(fn) -> bool:
             if learn_bpe_by_recounting(words, 1) != [ref_pair]:
                 raise RuntimeError("internal: the reference merge step disagrees with learn_bpe_by_recounting")
         if not (isinstance(pair, (tuple, list)) and len(pair) == 2):
-            raise WrongAnswer(f"{where}: the pair should be two symbols (first, second), got {describe(pair)}")
+            raise WrongAnswer(tr(f"{where}: the pair should be two symbols (first, second), got {describe(pair)}"))
         pair = tuple(pair)
         if pair != ref_pair:
             unweighted = _pair_counts(vocab, weighted=False)
             counts = _pair_counts(vocab)
-            msg = f"{where}: merged {pair}, expected {ref_pair} (it occurs {counts[ref_pair]} times)"
+            msg = tr(f"{where}: merged {pair}, expected {ref_pair} (it occurs {counts[ref_pair]} times)")
             once = _pair_counts(vocab, as_set=True)
             if pair == max(once, key=lambda p: (once[p], p)):
-                msg += ("\n  hint: a pair that occurs twice in a word counts twice (times the word's count): count "
-                        "every adjacent position, not the set of pairs a word contains")
+                msg += "\n  hint: " + tr("a pair that occurs twice in a word counts twice (times the word's count): "
+                                          "count every adjacent position, not the set of pairs a word contains")
             elif pair == max(unweighted, key=lambda p: (unweighted[p], p)):
-                msg += ("\n  hint: a pair's frequency is the sum of its words' counts (a word seen 5 times "
-                        "adds 5 for each occurrence), not the number of words it is in")
+                msg += "\n  hint: " + tr("a pair's frequency is the sum of its words' counts (a word seen 5 times "
+                                          "adds 5 for each occurrence), not the number of words it is in")
             elif counts[pair] == counts[ref_pair]:
-                msg += ("\n  hint: a tie: among pairs of equal frequency take the greatest, comparing "
-                        "(first, second) as Python compares tuples of strings (max, not min)")
+                msg += "\n  hint: " + tr("a tie: among pairs of equal frequency take the greatest, comparing "
+                                          "(first, second) as Python compares tuples of strings (max, not min)")
             raise WrongAnswer(msg)
         if not isinstance(new_vocab, dict):
-            raise WrongAnswer(f"{where}: new_vocab should be a dict {{tuple of symbols: count}}, got "
-                                 f"{describe(new_vocab)}")
+            raise WrongAnswer(tr(f"{where}: new_vocab should be a dict {{tuple of symbols: count}}, got "
+                                    f"{describe(new_vocab)}"))
         if new_vocab != ref_vocab:
             wrong = {s: c for s, c in ref_vocab.items() if new_vocab.get(s) != c}
             symbols, count = next(iter(wrong.items()))
             original = next(s for s in vocab if _merge(s, pair) == symbols)
-            msg = (f"{where}: after merging {pair}, {original} should become {symbols} (count {count}); "
-                   f"yours has {len(new_vocab)} words")
+            msg = tr(f"{where}: after merging {pair}, {original} should become {symbols} (count {count}); "
+                     f"yours has {len(new_vocab)} words")
             right_to_left = {_merge(s, pair, left_to_right=False): c for s, c in vocab.items()}
             if new_vocab == right_to_left:
-                msg += ("\n  hint: merge left to right: in 'a a a' the pair (a, a) gives 'aa a', "
-                        "and a symbol used by one merge is not used again")
+                msg += "\n  hint: " + tr("merge left to right: in 'a a a' the pair (a, a) gives 'aa a', "
+                                          "and a symbol used by one merge is not used again")
             elif any(isinstance(s, tuple) and any(" " in x for x in s) for s in new_vocab):
-                msg += "\n  hint: the merged symbol is first + second joined with nothing between"
+                msg += "\n  hint: " + tr("the merged symbol is first + second joined with nothing between")
             elif sum(new_vocab.values()) != sum(vocab.values()):
-                msg += "\n  hint: every word keeps its count; only its symbols change"
+                msg += "\n  hint: " + tr("every word keeps its count; only its symbols change")
             raise WrongAnswer(msg)
-    say(f"correct: {len(cases)} vocabularies, the pair and the merged words as learn_bpe chooses them")
+    say(tr(f"correct: {len(cases)} vocabularies, the pair and the merged words as learn_bpe chooses them"))
     return True
 
 
@@ -236,23 +238,25 @@ def check_segment(fn) -> bool:
         got = first if n == 0 else fn(word, [tuple(m) for m in merges])
         expected = list(bpe.segment(word))
         if not isinstance(got, (list, tuple)) or not all(isinstance(p, str) for p in got):
-            raise WrongAnswer(f"{word!r}: expected a list of pieces (strings), got {describe(got)}")
+            raise WrongAnswer(tr(f"{word!r}: expected a list of pieces (strings), got {describe(got)}"))
         got = list(got)
         if got == expected:
             continue
-        msg = f"{word!r}: pieces {got}, expected {expected}"
+        msg = tr(f"{word!r}: pieces {got}, expected {expected}")
         if "".join(got) == word + END or (got and got[-1].endswith(END)):
-            msg += f"\n  hint: the end-of-word marker {END!r} belongs to the symbols, not to the pieces: drop it"
+            msg += "\n  hint: " + tr(f"the end-of-word marker {END!r} belongs to the symbols, not to the pieces: "
+                                      "drop it")
         elif got == _without_end(word, merges):
-            msg += (f"\n  hint: start from the characters with the last one joined to {END!r} "
-                    f"('w', 'o', 'r', 'd{END}'): merges that end a word (like ('s', 't{END}')) need it")
+            msg += "\n  hint: " + tr(f"start from the characters with the last one joined to {END!r} "
+                                      f"('w', 'o', 'r', 'd{END}'): merges that end a word (like ('s', 't{END}')) "
+                                      "need it")
         elif got == _leftmost_first(word, merges):
-            msg += ("\n  hint: merge the pair that was learned earliest (lowest position in merges), "
-                    "wherever it is in the word, not the leftmost pair that is a merge")
+            msg += "\n  hint: " + tr("merge the pair that was learned earliest (lowest position in merges), "
+                                      "wherever it is in the word, not the leftmost pair that is a merge")
         elif "".join(got) != word:
-            msg += "\n  hint: the pieces, joined, must give the word back"
+            msg += "\n  hint: " + tr("the pieces, joined, must give the word back")
         raise WrongAnswer(msg)
-    say(f"correct: {len(words)} words, the pieces BPE.segment gives (a character never seen stays alone)")
+    say(tr(f"correct: {len(words)} words, the pieces BPE.segment gives (a character never seen stays alone)"))
     return True
 
 
@@ -278,10 +282,10 @@ def _mismatches(cfg, a: dict) -> list:
     The visible case: a vocabulary one larger. A hidden one adds one of: an embedding of one row (it
     broadcasts against any other: NumPy averages it without a word), the same shapes under another name,
     a parameter missing."""
-    larger = (f"a vocabulary of {cfg.vocab_size} and one of {cfg.vocab_size + 1} tokens",
+    larger = (tr(f"a vocabulary of {cfg.vocab_size} and one of {cfg.vocab_size + 1} tokens"),
               _parameters(cfg.with_(vocab_size=cfg.vocab_size + 1), 2),
-              f"a vocabulary of {cfg.vocab_size} and one of {cfg.vocab_size + 1} tokens give embeddings of different "
-              "shapes; refuse them with ValueError, as average.py does")
+              tr(f"a vocabulary of {cfg.vocab_size} and one of {cfg.vocab_size + 1} tokens give embeddings of "
+                 "different shapes; refuse them with ValueError, as average.py does"))
     if visible():
         return [larger]
     one_row = {k: (v[:1].copy() if k == "E" else v.copy()) for k, v in a.items()}
@@ -289,12 +293,13 @@ def _mismatches(cfg, a: dict) -> list:
     renamed = {(k + "_renamed" if k == first else k): v.copy() for k, v in a.items()}
     missing = {k: v.copy() for k, v in a.items() if k != first}
     return [larger, edge([
-        ("an embedding of 1 row against one of several", one_row,
-         "an embedding of shape (1, d_model) broadcasts against (V, d_model): NumPy averages them without a word, "
-         "so compare the shapes yourself (not only the names) before averaging"),
-        (f"the same shapes, {first!r} under another name", renamed,
-         "the names differ: compare the two checkpoints' names before averaging"),
-        (f"{first!r} missing from one", missing, "a parameter is missing from one checkpoint: compare the names"),
+        (tr("an embedding of 1 row against one of several"), one_row,
+         tr("an embedding of shape (1, d_model) broadcasts against (V, d_model): NumPy averages them without a "
+            "word, so compare the shapes yourself (not only the names) before averaging")),
+        (tr(f"the same shapes, {first!r} under another name"), renamed,
+         tr("the names differ: compare the two checkpoints' names before averaging")),
+        (tr(f"{first!r} missing from one"), missing,
+         tr("a parameter is missing from one checkpoint: compare the names")),
     ])]
 
 
@@ -303,17 +308,18 @@ def _expect_refusal(fn, a: dict, other: dict, label: str, hint: str) -> None:
         result = fn({k: v.copy() for k, v in a.items()}, {k: v.copy() for k, v in other.items()})
     except ValueError as exc:
         if getattr(exc, "numpy_broadcast", False) or "could not be broadcast" in str(exc):
-            raise WrongAnswer(f"two checkpoints of different models ({label}): the ValueError came from NumPy "
-                              f"({str(exc)[:80]}), not from a check of yours\n  hint: check the names and the shapes "
-                              "first and raise ValueError saying which parameter differs: shapes that broadcast "
-                              "would be averaged silently") from None
+            raise WrongAnswer(tr(f"two checkpoints of different models ({label}): the ValueError came from NumPy "
+                                 f"({str(exc)[:80]}), not from a check of yours")
+                              + "\n  hint: " + tr("check the names and the shapes first and raise ValueError saying "
+                                                  "which parameter differs: shapes that broadcast would be averaged "
+                                                  "silently")) from None
     except Exception as exc:  # noqa: BLE001 - any other failure is the learner's to see, named
-        raise WrongAnswer(f"two checkpoints of different models ({label}) raised {type(exc).__name__}: {exc}"
-                          "\n  hint: check the names and shapes first and raise ValueError saying which parameter "
-                          "differs") from None
+        raise WrongAnswer(tr(f"two checkpoints of different models ({label}) raised {type(exc).__name__}: {exc}")
+                          + "\n  hint: " + tr("check the names and shapes first and raise ValueError saying which "
+                                              "parameter differs")) from None
     else:
-        raise WrongAnswer(f"two checkpoints of different models ({label}) were averaged (you returned "
-                          f"{describe(result)})\n  hint: {hint}")
+        raise WrongAnswer(tr(f"two checkpoints of different models ({label}) were averaged (you returned "
+                             f"{describe(result)})") + f"\n  hint: {hint}")
 
 
 @exercise("13.3")
@@ -328,30 +334,32 @@ def check_average_two(fn) -> bool:
     if not_attempted(got):
         return False
     if not isinstance(got, dict):
-        raise WrongAnswer(f"expected a dict {{name: array}}, got {describe(got)}")
+        raise WrongAnswer(tr(f"expected a dict {{name: array}}, got {describe(got)}"))
     if set(got) != set(a):
         missing = sorted(set(a) - set(got))
-        raise WrongAnswer(f"the names differ from the checkpoints': missing {missing[:3]}, extra "
-                             f"{sorted(set(got) - set(a))[:3]}\n  hint: average every parameter, by its name")
+        raise WrongAnswer(tr(f"the names differ from the checkpoints': missing {missing[:3]}, extra "
+                                f"{sorted(set(got) - set(a))[:3]}")
+                          + "\n  hint: " + tr("average every parameter, by its name"))
     for k, v in a.items():
         if not (np.array_equal(copies[0][k], v) and np.array_equal(copies[1][k], b[k])):
-            raise WrongAnswer(f"{k}: the inputs were changed\n  hint: compute a new array; a checkpoint you "
-                                 "average must stay as it was (+= writes into it)")
+            raise WrongAnswer(tr(f"{k}: the inputs were changed") + "\n  hint: "
+                              + tr("compute a new array; a checkpoint you average must stay as it was (+= writes "
+                                   "into it)"))
     errors = {}
     reference = _average_reference(a, b)
     for name in sorted(a):
         mean = reference[name]
-        hints = [(a[name] + b[name], "no division: the mean of two is their sum / 2"),
-                 (a[name] + b[name] / 2, "a + b / 2 divides only b: write (a + b) / 2"),
+        hints = [(a[name] + b[name], tr("no division: the mean of two is their sum / 2")),
+                 (a[name] + b[name] / 2, tr("a + b / 2 divides only b: write (a + b) / 2")),
                  (np.full_like(a[name], (a[name].mean() + b[name].mean()) / 2),
-                  "you averaged over the entries of each array: average each entry across the two checkpoints")]
+                  tr("you averaged over the entries of each array: average each entry across the two checkpoints"))]
         errors[name] = check_array(name, got[name], mean.astype(np.float64), hints=hints)
         if np.asarray(got[name]).dtype != a[name].dtype:
-            raise WrongAnswer(f"{name}: dtype {np.asarray(got[name]).dtype}, the checkpoints' is {a[name].dtype}"
-                                 "\n  hint: cast the mean back to the parameters' dtype")
+            raise WrongAnswer(tr(f"{name}: dtype {np.asarray(got[name]).dtype}, the checkpoints' is {a[name].dtype}")
+                              + "\n  hint: " + tr("cast the mean back to the parameters' dtype"))
     for label, other, hint in _mismatches(cfg, a):
         _expect_refusal(fn, a, other, label, hint)
     worst = max(errors, key=lambda k: errors[k][0])
-    say(f"correct: all {len(errors)} parameters are the mean (largest relative error {errors[worst][0]:.1e}, "
-          f"{worst}), and two different models are refused")
+    say(tr(f"correct: all {len(errors)} parameters are the mean (largest relative error {errors[worst][0]:.1e}, "
+           f"{worst}), and two different models are refused"))
     return True

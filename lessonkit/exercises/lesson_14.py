@@ -33,6 +33,7 @@ from minitransformer.data.batching import make_batch
 from minitransformer.gradcheck import rel_error
 from minitransformer.layers.loss import cross_entropy_backward, cross_entropy_forward
 
+from ..i18n import tr
 from ._common import (
     NOT_ATTEMPTED,
     TOL,
@@ -150,17 +151,17 @@ class SimulatedRanks:
                 if self.version == version and len(self.waiting) + self.finished == self.N:
                     stuck = "; ".join(f"rank {r} in {w}" for r, w in sorted(self.waiting.items()))
                     sends = any(w.startswith("Send") for w in self.waiting.values())
-                    self.deadlock = (f"deadlock: every rank waits and none can go on ({stuck})" + (
-                        "\n  hint: a blocking Send waits until its message is received; when every rank sends "
+                    self.deadlock = (tr(f"deadlock: every rank waits and none can go on ({stuck})") + (
+                        "\n  hint: " + tr("a blocking Send waits until its message is received; when every rank sends "
                         "first and receives after, no rank ever receives (MPI does this past its eager limit, "
                         "so the ring hangs under mpiexec on real gradients): use Sendrecv, which sends and "
-                        "receives at once, or let even ranks send first and odd ranks receive first"
-                        if sends else "\n  hint: the ranks disagree on how many messages to send"))
+                        "receives at once, or let even ranks send first and odd ranks receive first")
+                        if sends else "\n  hint: " + tr("the ranks disagree on how many messages to send")))
                     self.cv.notify_all()
                     raise WrongAnswer(self.deadlock)
                 if time.monotonic() > deadline:
-                    raise WrongAnswer(f"rank {rank} waited {self.timeout:g} s in {what}: a deadlock, or the ranks "
-                                      "disagree on how many messages to send")
+                    raise WrongAnswer(tr(f"rank {rank} waited {self.timeout:g} s in {what}: a deadlock, or the ranks "
+                                         "disagree on how many messages to send"))
         finally:
             del self.waiting[rank]
 
@@ -203,9 +204,9 @@ class SimulatedRanks:
                 ranks._changed()
             message = entry[0]
             if not isinstance(buf, numpy.ndarray) or buf.shape != message.shape:
-                raise WrongAnswer(f"rank {self._rank}: the receive buffer is {describe(buf)}, but rank {source} "
-                                  f"sent {message.shape[0] if message.ndim else 1} elements: make it an array of "
-                                  "the size of the chunk that arrives")
+                raise WrongAnswer(tr(f"rank {self._rank}: the receive buffer is {describe(buf)}, but rank {source} "
+                                     f"sent {message.shape[0] if message.ndim else 1} elements: make it an array of "
+                                     "the size of the chunk that arrives"))
             buf[...] = message
 
         def Sendrecv(self, sendbuf, dest: int, sendtag: int = 0, recvbuf=None, source: int = 0,
@@ -270,49 +271,51 @@ def check_ring_allreduce(fn) -> bool:
         inputs = [rng.standard_normal(n) for _ in range(N)]
         run = drive(fn, run_ring, N, [x.copy() for x in inputs])
         if not isinstance(run, dict) or set(run) != {"results", "bytes_sent", "refused"}:
-            raise WrongAnswer(f"the simulated ranks did not report back (got {describe(run)})")
+            raise WrongAnswer(tr(f"the simulated ranks did not report back (got {describe(run)})"))
         if run["refused"]:
-            raise WrongAnswer(f"{N} ranks, a vector of {n}: {run['refused']}")
+            raise WrongAnswer(tr(f"{N} ranks, a vector of {n}: {run['refused']}"))
         results = run["results"]
         if first and not_attempted(results[0]):
             return False
         first = False
         total = numpy.sum(inputs, axis=0)
-        where = f"{N} ranks, a vector of {n}"
-        got = [as_array(f"rank {r}'s result ({where})", res).astype(numpy.float64) for r, res in enumerate(results)]
+        where = tr(f"{N} ranks, a vector of {n}")
+        got = [as_array(tr(f"rank {r}'s result ({where})"), res).astype(numpy.float64) for r, res in enumerate(results)]
         for r, g in enumerate(got):
             if g.shape != total.shape:
-                raise WrongAnswer(f"{where}: rank {r} returned shape {g.shape}, expected {total.shape}")
+                raise WrongAnswer(tr(f"{where}: rank {r} returned shape {g.shape}, expected {total.shape}"))
         errors = [rel_error(g, total) for g in got]
         if max(errors) > TOL:
-            msg = (f"{where}: wrong sums: max relative error {max(errors):.2e} (rank {int(numpy.argmax(errors))}) "
-                   f"vs the sum over the ranks (tolerance {TOL:.0e})")
+            msg = (tr(f"{where}: wrong sums: max relative error {max(errors):.2e} (rank {int(numpy.argmax(errors))}) "
+                      f"vs the sum over the ranks (tolerance {TOL:.0e})"))
             chunks = numpy.array_split(numpy.arange(n), N)
             only_own = all(rel_error(g[chunks[(r + 1) % N]], total[chunks[(r + 1) % N]]) <= TOL
                            for r, g in enumerate(got) if len(chunks[(r + 1) % N]))
             if all(rel_error(g, x) <= TOL for g, x in zip(got, inputs)):
-                msg += "\n  hint: each rank returned its own vector: add what arrives from the left neighbour"
+                msg += "\n  hint: " + tr("each rank returned its own vector: add what arrives from the left neighbour")
             elif all(rel_error(g, total / N) <= TOL for g in got):
-                msg += ("\n  hint: the result is the mean, sum / N: an allreduce sums (the trainer's weights "
-                        "n_r / n turn the sum into the mean)")
+                msg += ("\n  hint: " + tr("the result is the mean, sum / N: an allreduce sums (the trainer's weights "
+                                         "n_r / n turn the sum into the mean)"))
             elif only_own:
-                msg += ("\n  hint: only the reduce-scatter half: rank r holds the finished sum of chunk (r + 1) "
-                        "mod N alone; the all-gather passes the finished chunks around the ring")
+                msg += ("\n  hint: " + tr("only the reduce-scatter half: rank r holds the finished sum of chunk (r "
+                                          "+ 1) "
+                                         "mod N alone; the all-gather passes the finished chunks around the ring"))
             raise WrongAnswer(msg)
         worst = max(worst, *errors)
         ring = ring_bytes(n * 8, N)
         slack = 2 * (N - 1) * 8                           # chunks of unequal size (n not divisible by N)
         for r, sent in enumerate(run["bytes_sent"]):
             if sent > ring + slack:
-                msg = (f"{where}: rank {r} sent {sent} bytes; a ring sends 2(N-1)/N of the vector, "
-                       f"{ring:.0f} bytes ({8 * n} bytes in all)")
+                msg = (tr(f"{where}: rank {r} sent {sent} bytes; a ring sends 2(N-1)/N of the vector, "
+                          f"{ring:.0f} bytes ({8 * n} bytes in all)"))
                 if sent >= 2 * (N - 1) * 8 * n:
-                    msg += "\n  hint: every message carries the whole vector: send one chunk, 1/N of it"
+                    msg += "\n  hint: " + tr("every message carries the whole vector: send one chunk, 1/N of it")
                 elif N >= 3 and sent >= (N - 1) * 8 * n:   # at N = 2 a ring and an all-to-all send as much
-                    msg += ("\n  hint: (N-1) whole vectors: sending every rank its own copy is an all-to-all, not "
-                            "a ring; pass one chunk per step to the right neighbour")
+                    msg += ("\n  hint: " + tr("(N-1) whole vectors: sending every rank its own copy is an "
+                                              "all-to-all, not "
+                                             "a ring; pass one chunk per step to the right neighbour"))
                 raise WrongAnswer(msg)
-    return report_correct({"sum on every rank": (worst, None)})
+    return report_correct({tr("sum on every rank"): (worst, None)})
 
 
 # -- Exercise 14.2: the token-weighted gradient ----------------------------------------------------
@@ -364,33 +367,33 @@ def check_token_weighted(fn) -> bool:
     got = fn([g.copy() for g in grads], list(counts))
     if not_attempted(got):
         return False
-    got = as_array("the combined gradient", got).astype(numpy.float64)
+    got = as_array(tr("the combined gradient"), got).astype(numpy.float64)
     if got.shape != whole.shape:
-        raise WrongAnswer(f"the combined gradient has shape {got.shape}, expected {whole.shape} (one rank's)")
+        raise WrongAnswer(tr(f"the combined gradient has shape {got.shape}, expected {whole.shape} (one rank's)"))
     err = rel_error(got, whole)
     if err > TOL:
-        msg = (f"the combined gradient differs from the whole batch's: max relative error {err:.2e} "
-               f"(tolerance {TOL:.0e}); the ranks hold {counts} tokens")
+        msg = (tr(f"the combined gradient differs from the whole batch's: max relative error {err:.2e} "
+                  f"(tolerance {TOL:.0e}); the ranks hold {counts} tokens"))
         N = len(counts)
         sentences = [len(r) for r in rows]
         padded = [int(targets[r].size) for r in rows]
         hints = [
-            (sum(grads) / N, "the plain average of the ranks' gradients: right only when every rank holds the "
-                             "same number of tokens; weight rank r by n_r / n"),
-            (sum(grads), "the plain sum: each rank's gradient is already a mean over its tokens; weight rank r "
-                         "by n_r / n"),
-            (sum(c * g for c, g in zip(counts, grads)), "weighted by n_r but not divided by n = sum of n_r"),
+            (sum(grads) / N, tr("the plain average of the ranks' gradients: right only when every rank holds the "
+                                "same number of tokens; weight rank r by n_r / n")),
+            (sum(grads), tr("the plain sum: each rank's gradient is already a mean over its tokens; weight rank r "
+                            "by n_r / n")),
+            (sum(c * g for c, g in zip(counts, grads)), tr("weighted by n_r but not divided by n = sum of n_r")),
             (sum(b * g for b, g in zip(sentences, grads)) / sum(sentences),
-             "weighted by sentences: the loss is a mean over target tokens, not over sentences"),
+             tr("weighted by sentences: the loss is a mean over target tokens, not over sentences")),
             (sum(p * g for p, g in zip(padded, grads)) / sum(padded),
-             "weighted by padded positions: padding is not in the loss; count the non-pad targets"),
+             tr("weighted by padded positions: padding is not in the loss; count the non-pad targets")),
         ]
         for wrong, text in hints:
             if rel_error(got, wrong) <= TOL:
                 msg += f"\n  hint: {text}"
                 break
         raise WrongAnswer(msg)
-    return report_correct({"combined gradient": (err, None)})
+    return report_correct({tr("combined gradient"): (err, None)})
 
 
 # -- the script the lesson runs under mpiexec ---------------------------------------------------------

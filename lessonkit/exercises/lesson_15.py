@@ -22,6 +22,7 @@ from collections import Counter
 from minitransformer.data.evalb import bracket_f1
 from minitransformer.data.trees import XX, Tree, evalb_label, linearize, parse_tree, read_linearized
 
+from ..i18n import tr
 from ._common import NOT_ATTEMPTED, WrongAnswer, case_rng, describe, edge, exercise, not_attempted, say, visible
 
 __all__ = ["NOT_ATTEMPTED", "check_linearize", "check_bracket_f1", "check_repair", "LINEARIZE_CASES",
@@ -64,14 +65,14 @@ def random_tree(rng, n_words: int | None = None, tags: bool = True) -> Tree:
 
 
 def _report(lines: list[str]) -> bool:
-    say("\n".join(["correct", *lines]))
+    say("\n".join([tr("correct"), *lines]))
     return True
 
 
 def _token_list(got, where: str) -> list[str]:
     if isinstance(got, str) or not isinstance(got, (list, tuple)) or not all(isinstance(t, str) for t in got):
-        raise WrongAnswer(f"{where}: expected a list of token strings such as ['(S', '(NP', 'XX', ...], "
-                             f"got {describe(got)}")
+        raise WrongAnswer(tr(f"{where}: expected a list of token strings such as ['(S', '(NP', 'XX', ...], "
+                                f"got {describe(got)}"))
     return list(got)
 
 
@@ -113,17 +114,18 @@ def check_linearize(fn) -> bool:
         got = _token_list(got, f"tree {n + 1}")
         ref = linearize(tree)
         if got == ref:
-            lines.append(f"  tree {n + 1}: {len(ref)} tokens, {' '.join(ref)}")
+            lines.append(tr(f"  tree {n + 1}: {len(ref)} tokens, {' '.join(ref)}"))
             continue
-        msg = f"tree {n + 1} {text}:\n  expected {' '.join(ref)}\n  got      {' '.join(got)}"
+        msg = tr(f"tree {n + 1} {text}:\n  expected {' '.join(ref)}\n  got      {' '.join(got)}")
         hints = [
-            (_linearize_wrong(tree, words=True), "the words are in the output: every word (with its tag) becomes "
-                                                 "one XX; the words come back from the input when it is read"),
-            (_linearize_wrong(tree, tags=True), "the part-of-speech tags are in the output: each becomes XX "
-                                                "(evalb does not score tags)"),
-            (_linearize_wrong(tree, close_label=False), "a closing bracket carries its label again: ')NP', not ')'"),
-            (_linearize_wrong(tree, cut=False), "the function tag is kept: '(SBAR-REL' should be '(SBAR' "
-                                                "(evalb_label cuts what follows '-')"),
+            (_linearize_wrong(tree, words=True), tr("the words are in the output: every word (with its tag) becomes "
+                                                    "one XX; the words come back from the input when it is read")),
+            (_linearize_wrong(tree, tags=True), tr("the part-of-speech tags are in the output: each becomes XX "
+                                                   "(evalb does not score tags)")),
+            (_linearize_wrong(tree, close_label=False), tr("a closing bracket carries its label again: ')NP', not "
+                                                           "')'")),
+            (_linearize_wrong(tree, cut=False), tr("the function tag is kept: '(SBAR-REL' should be '(SBAR' "
+                                                   "(evalb_label cuts what follows '-')")),
         ]
         preterminal_brackets = [t for t in got if t.lstrip("()") in {"NNP", "DT", "NN", "VT", "VI", "IN", "WP"}
                                 and t[:1] in "()"]
@@ -133,10 +135,11 @@ def check_linearize(fn) -> bool:
                 break
         else:
             if preterminal_brackets:
-                msg += ("\n  hint: a part-of-speech node gets no brackets of its own: (NNP Alice) is the single "
-                        "token XX")
+                msg += ("\n  hint: " + tr("a part-of-speech node gets no brackets of its own: (NNP Alice) is the "
+                                          "single "
+                                         "token XX"))
             elif Counter(got) == Counter(ref):
-                msg += "\n  hint: the right tokens in the wrong order: write a node's children left to right"
+                msg += "\n  hint: " + tr("the right tokens in the wrong order: write a node's children left to right")
         raise WrongAnswer(msg)
     return _report(lines)
 
@@ -239,40 +242,41 @@ def check_bracket_f1(fn) -> bool:
         except ZeroDivisionError:
             if bracket_f1([gold], [test]).matched:
                 raise
-            raise WrongAnswer(f"pair {n + 1}:\n  gold {g_text}\n  test {t_text}\n  your function divided by zero"
-                              "\n  hint: no bracket matches here, so P = R = 0 and P + R = 0: F1 is 0 then (guard "
-                              "the division)") from None
+            raise WrongAnswer(tr(f"pair {n + 1}:\n  gold {g_text}\n  test {t_text}\n  your function divided by zero"
+                                 "\n  hint: no bracket matches here, so P = R = 0 and P + R = 0: F1 is 0 then (guard "
+                                 "the division)")) from None
         if n == 0 and not_attempted(got):
             return False
         if not isinstance(got, (tuple, list)) or len(got) != 3 or \
                 not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in got):
-            raise WrongAnswer(f"pair {n + 1}: expected a tuple of three numbers (precision, recall, f1), "
-                                 f"got {describe(got)}")
+            raise WrongAnswer(tr(f"pair {n + 1}: expected a tuple of three numbers (precision, recall, f1), "
+                                    f"got {describe(got)}"))
         s = bracket_f1([gold], [test])
         ref = (s.precision, s.recall, s.f1)
         if all(abs(a - b) <= 1e-9 for a, b in zip(got, ref)):
-            lines.append(f"  pair {n + 1}: P {ref[0]:.2f}, R {ref[1]:.2f}, F1 {ref[2]:.2f} "
-                         f"({s.matched} matched of {s.test_brackets} test and {s.gold_brackets} gold brackets)")
+            lines.append(tr(f"  pair {n + 1}: P {ref[0]:.2f}, R {ref[1]:.2f}, F1 {ref[2]:.2f} "
+                            f"({s.matched} matched of {s.test_brackets} test and {s.gold_brackets} gold brackets)"))
             continue
-        msg = (f"pair {n + 1}:\n  gold {g_text}\n  test {t_text}\n  expected P, R, F1 = "
-               f"{ref[0]:.4f}, {ref[1]:.4f}, {ref[2]:.4f}; got {got[0]:.4f}, {got[1]:.4f}, {got[2]:.4f}")
+        msg = (tr(f"pair {n + 1}:\n  gold {g_text}\n  test {t_text}\n  expected P, R, F1 = "
+                  f"{ref[0]:.4f}, {ref[1]:.4f}, {ref[2]:.4f}; got {got[0]:.4f}, {got[1]:.4f}, {got[2]:.4f}"))
 
         def same(x, got=got):
             return all(abs(a - b) <= 1e-9 for a, b in zip(got, x))
         if any(g != g for g in got) and ref[2] == 0.0:
-            msg += "\n  hint: no bracket matches here, so P + R = 0: F1 is 0 then, not nan (guard the division)"
+            msg += "\n  hint: " + tr("no bracket matches here, so P + R = 0: F1 is 0 then, not nan (guard the "
+                                     "division)")
             raise WrongAnswer(msg)
         hints = [
-            (tuple(v / 100 for v in ref), "the answer is a fraction: evalb reports percentages (0..100)"),
-            ((ref[1], ref[0], ref[2]), "precision and recall are swapped: precision = matched / test brackets, "
-                                       "recall = matched / gold brackets"),
-            (_wrong_f1(gold, test, as_set=True), "the brackets were counted as a set: a unary chain such as "
-                                                  "(NP (NP a)) gives the bracket (NP, 0, 1) twice, and evalb counts "
-                                                  "both (a multiset, e.g. collections.Counter)"),
-            (_wrong_f1(gold, test, preterminals=True), "the preterminals (XX word) are counted: evalb leaves "
-                                                       "part-of-speech nodes out"),
-            (_wrong_f1(gold, test, labels=False), "the labels are ignored: a bracket matches only with the same "
-                                                  "label and the same span"),
+            (tuple(v / 100 for v in ref), tr("the answer is a fraction: evalb reports percentages (0..100)")),
+            ((ref[1], ref[0], ref[2]), tr("precision and recall are swapped: precision = matched / test brackets, "
+                                          "recall = matched / gold brackets")),
+            (_wrong_f1(gold, test, as_set=True), tr("the brackets were counted as a set: a unary chain such as "
+                                                     "(NP (NP a)) gives the bracket (NP, 0, 1) twice, and evalb counts "
+                                                     "both (a multiset, e.g. collections.Counter)")),
+            (_wrong_f1(gold, test, preterminals=True), tr("the preterminals (XX word) are counted: evalb leaves "
+                                                          "part-of-speech nodes out")),
+            (_wrong_f1(gold, test, labels=False), tr("the labels are ignored: a bracket matches only with the same "
+                                                     "label and the same span")),
         ]
         for wrong, text in hints:
             if same(wrong) and not all(abs(a - b) <= 1e-9 for a, b in zip(wrong, ref)):
@@ -353,24 +357,27 @@ def check_repair(fn) -> bool:
         expected = linearize(ref.tree)
         back = read_linearized(got, words)
         if not back.ill_formed and back.tree == ref.tree:
-            what = "; ".join(r.split(":")[0] for r in ref.repairs) or "already well-formed"
+            what = "; ".join(r.split(":")[0] for r in ref.repairs) or tr("already well-formed")
             lines.append(f"  case {n + 1} ({what}): {' '.join(got)}")
             continue
-        msg = f"case {n + 1}, {n_words} words: {text}\n  expected {' '.join(expected)}\n  got      {' '.join(got)}"
+        msg = tr(f"case {n + 1}, {n_words} words: {text}\n  expected {' '.join(expected)}\n  got      {' '.join(got)}")
         if back.ill_formed:
             problem = back.repairs[0]
-            msg += f"\n  your output is still ill-formed ({problem})"
+            msg += tr(f"\n  your output is still ill-formed ({problem})")
             if problem.startswith("step 4"):
-                msg += "\n  hint: close every bracket still open at the end, innermost first"
+                msg += "\n  hint: " + tr("close every bracket still open at the end, innermost first")
             elif problem.startswith("step 2"):
-                msg += "\n  hint: a closing bracket with nothing open is dropped"
+                msg += "\n  hint: " + tr("a closing bracket with nothing open is dropped")
             elif problem.startswith("step 3"):
-                msg += ("\n  hint: a closing bracket closes the innermost open one, whatever its label: write the "
-                        "open bracket's label on it")
+                msg += ("\n  hint: " + tr("a closing bracket closes the innermost open one, whatever its label: "
+                                          "write the "
+                                         "open bracket's label on it"))
             elif problem.startswith("step 7"):
-                msg += ("\n  hint: the tree needs exactly one XX per word: append missing ones as the root's last "
-                        "children, remove surplus ones from the right")
+                msg += ("\n  hint: " + tr("the tree needs exactly one XX per word: append missing ones as the "
+                                          "root's last "
+                                         "children, remove surplus ones from the right"))
         elif sum(t == XX for t in got) == n_words and sum(t == XX for t in tokens) < n_words:
-            msg += "\n  hint: the missing XX go at the end, as the root's last children (just before the final ')S')"
+            msg += "\n  hint: " + tr("the missing XX go at the end, as the root's last children (just before the "
+                                     "final ')S')")
         raise WrongAnswer(msg)
     return _report(lines)

@@ -30,6 +30,7 @@ from minitransformer.layers.attention import (
 from minitransformer.layers.linear import LinearCache, linear_backward, linear_forward
 from minitransformer.layers.masks import causal_mask, padding_mask
 
+from ..i18n import tr
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
@@ -95,8 +96,8 @@ def check_numerical_gradient(fn) -> bool:
         return False
     if not np.array_equal(x, x_before):
         raise WrongAnswer(
-            "x was left changed after your function returned: put every entry back to "
-            "its old value after perturbing it (f reads x, so later calls would see a wrong x)"
+            tr("x was left changed after your function returned: put every entry back to "
+               "its old value after perturbing it (f reads x, so later calls would see a wrong x)")
         )
     numeric = numerical_gradient(f, x, 1e-5)
     # The one-sided difference (f(x+h) - f(x)) / h: right idea, error O(h) instead of O(h²).
@@ -108,10 +109,10 @@ def check_numerical_gradient(fn) -> bool:
         one_sided[i] = (f() - f0) / 1e-5
         x[i] = old
     err = check_array("grad", got, exact, numeric, hints=[
-        (one_sided, "this is the one-sided difference (f(x+h) - f(x)) / h, whose error "
-                    "shrinks only like h; use the central difference (f(x+h) - f(x-h)) / (2h)"),
-        (-exact, "the sign is flipped: (f(x+h) - f(x-h)), not (f(x-h) - f(x+h))"),
-        (2 * exact, "twice the right answer: divide by 2h, not h"),
+        (one_sided, tr("this is the one-sided difference (f(x+h) - f(x)) / h, whose error "
+                       "shrinks only like h; use the central difference (f(x+h) - f(x-h)) / (2h)")),
+        (-exact, tr("the sign is flipped: (f(x+h) - f(x-h)), not (f(x-h) - f(x+h))")),
+        (2 * exact, tr("twice the right answer: divide by 2h, not h")),
     ])
     return report_correct({"grad": err})
 
@@ -139,10 +140,10 @@ def check_linear_backward(fn) -> bool:
     errors = {
         "dx": check_array("dx", dx, ref[0], numeric[0]),
         "dW": check_array("dW", dW, ref[1], numeric[1], hints=[
-            (ref[1] / n_rows, "dW is the mean over the B·S rows; the loss adds them up, so sum them"),
+            (ref[1] / n_rows, tr("dW is the mean over the B·S rows; the loss adds them up, so sum them")),
         ]),
         "db": check_array("db", db, ref[2], numeric[2], hints=[
-            (ref[2] / n_rows, "db is the mean over the B·S rows; the loss adds them up, so sum them"),
+            (ref[2] / n_rows, tr("db is the mean over the B·S rows; the loss adds them up, so sum them")),
         ]),
     }
     return report_correct(errors)
@@ -172,13 +173,13 @@ def check_softmax_backward(fn) -> bool:
 
     numeric = numerical_gradient(f, S)
     err = check_array("dS", got, reference, numeric, hints=[
-        (A * dA, "only the diagonal of the Jacobian: subtract the row sum Σ_j dA_j·A_j "
-                 "before multiplying by A (each weight depends on every score in its row)"),
-        (A * (1 - A) * dA, "only the diagonal of the Jacobian, A_i(1 - A_i); the off-diagonal "
-                           "terms -A_i·A_j matter too"),
+        (A * dA, tr("only the diagonal of the Jacobian: subtract the row sum Σ_j dA_j·A_j "
+                    "before multiplying by A (each weight depends on every score in its row)")),
+        (A * (1 - A) * dA, tr("only the diagonal of the Jacobian, A_i(1 - A_i); the off-diagonal "
+                              "terms -A_i·A_j matter too")),
         (A * (dA - (dA * A).sum(axis=-2, keepdims=True)),
-         "the sum must run over the last axis (the keys), the axis the softmax normalises"),
-        (-reference, "the sign is flipped"),
+         tr("the sum must run over the last axis (the keys), the axis the softmax normalises")),
+        (-reference, tr("the sign is flipped")),
     ])
     return report_correct({"dS": err})
 
@@ -186,11 +187,11 @@ def check_softmax_backward(fn) -> bool:
 def _explain_mask_difference(got, expected, key_is_pad=None) -> str:
     """Describe the first entry where two (T_q, T_k) boolean masks differ, and why it matters."""
     i, j = (int(v) for v in np.argwhere(got != expected)[0])
-    where = f"entry [{i}, {j}]"
+    where = tr(f"entry [{i}, {j}]")
     if got[i, j] and not expected[i, j]:
-        why = "it is padding" if key_is_pad is not None and key_is_pad[j] else f"it comes after position {i}"
-        return f"{where} is True, but query {i} must not see key {j} ({why})"
-    return f"{where} is False, but query {i} should be allowed to see key {j}"
+        why = tr("it is padding") if key_is_pad is not None and key_is_pad[j] else tr(f"it comes after position {i}")
+        return tr(f"{where} is True, but query {i} must not see key {j} ({why})")
+    return tr(f"{where} is False, but query {i} should be allowed to see key {j}")
 
 
 @exercise("1.2")
@@ -206,23 +207,23 @@ def check_causal_mask(fn) -> bool:
         got = as_array(f"mask (T={T})", got)
         if got.dtype != np.bool_:
             raise WrongAnswer(
-                f"mask (T={T}): must be a boolean array (True = may attend), got dtype {got.dtype}"
+                tr(f"mask (T={T}): must be a boolean array (True = may attend), got dtype {got.dtype}")
             )
         expected = backend.to_numpy(causal_mask(T, np))
         if got.shape != expected.shape:
             raise WrongAnswer(
-                f"mask (T={T}): shape mismatch: expected {expected.shape} (so it broadcasts against "
-                f"the scores (B, h, S_q, S_k)), got {tuple(got.shape)}"
+                tr(f"mask (T={T}): shape mismatch: expected {expected.shape} (so it broadcasts against "
+                   f"the scores (B, h, S_q, S_k)), got {tuple(got.shape)}")
             )
         if not np.array_equal(got, expected):
             n_bad = int((got != expected).sum())
             why = _explain_mask_difference(got[0, 0], expected[0, 0])
-            msg = f"mask (T={T}): {n_bad} of {T * T} entries are wrong; {why}"
+            msg = tr(f"mask (T={T}): {n_bad} of {T * T} entries are wrong; {why}")
             if np.array_equal(got, expected.swapaxes(-1, -2)):
-                msg += ("\n  hint: this is the transpose: rows are queries, columns are keys; "
-                        "a query sees the keys at or before it")
+                msg += ("\n  hint: " + tr("this is the transpose: rows are queries, columns are keys; "
+                                         "a query sees the keys at or before it"))
             elif np.array_equal(got, expected & ~np.eye(T, dtype=bool)):
-                msg += "\n  hint: the diagonal is masked: a position may attend to itself"
+                msg += "\n  hint: " + tr("the diagonal is masked: a position may attend to itself")
             raise WrongAnswer(msg)
     # What the mask buys: changing the last token cannot change any earlier output.
     rng = np.random.default_rng(3)
@@ -234,9 +235,9 @@ def check_causal_mask(fn) -> bool:
     V[..., -1, :] -= 10.0
     out2, _ = attention_forward(Q, K, V, got)
     change = float(np.abs(out2[..., :-1, :] - out1[..., :-1, :]).max())
-    say("correct")
-    say(f"  all entries match for T={sizes[0]} and T={sizes[1]}; changing the last key and value moved the "
-          f"earlier outputs by {change:.1e}")
+    say(tr("correct"))
+    say(tr(f"  all entries match for T={sizes[0]} and T={sizes[1]}; changing the last key and value moved the "
+             f"earlier outputs by {change:.1e}"))
     return True
 
 
@@ -273,13 +274,13 @@ def check_attention_backward(fn) -> bool:
         hints = []
         if name in ("dQ", "dK"):
             hints += [
-                (ref[i] / scale, "the 1/sqrt(d_k) factor is missing: S = Q Kᵀ · scale, so dQ and dK carry it"),
-                (ref[i] * scale, "the 1/sqrt(d_k) factor is applied twice"),
+                (ref[i] / scale, tr("the 1/sqrt(d_k) factor is missing: S = Q Kᵀ · scale, so dQ and dK carry it")),
+                (ref[i] * scale, tr("the 1/sqrt(d_k) factor is applied twice")),
                 (dS_no_rowsum @ K if name == "dQ" else dS_no_rowsum.swapaxes(-1, -2) @ Q,
-                 "the softmax backward lacks the row-sum term: dS = A ⊙ (dA - rowsum(dA ⊙ A))"),
+                 tr("the softmax backward lacks the row-sum term: dS = A ⊙ (dA - rowsum(dA ⊙ A))")),
             ]
         else:
-            hints.append((-ref[i], "the sign of dV is flipped"))
+            hints.append((-ref[i], tr("the sign of dV is flipped")))
         errors[name] = check_array(name, value, ref[i], numeric[i], hints=hints)
     return report_correct(errors)
 
@@ -304,8 +305,8 @@ def check_merge_heads_backward(fn) -> bool:
     numeric = numerical_gradient(f, heads)
     err = check_array("dheads", got, reference, numeric, hints=[
         (dconcat.reshape(B, h, S, d_k),
-         "a plain reshape to (B, h, S, d_k) mixes heads and positions: concat is laid out "
-         "(B, S, h, d_k) in memory, so reshape to that first, then swap axes 1 and 2"),
+         tr("a plain reshape to (B, h, S, d_k) mixes heads and positions: concat is laid out "
+            "(B, S, h, d_k) in memory, so reshape to that first, then swap axes 1 and 2")),
     ])
     return report_correct({"dheads": err})
 
@@ -344,27 +345,27 @@ def check_attention_flops(fn) -> bool:
         try:
             value = float(got)
         except (TypeError, ValueError):
-            raise WrongAnswer(f"for {label}: expected a number, got {describe(got)}") from None
+            raise WrongAnswer(tr(f"for {label}: expected a number, got {describe(got)}")) from None
         err = abs(value - expected) / expected
         if err > 1e-12:
-            msg = (f"for {label}: expected {expected:,} FLOPs, got {value:,.0f} "
-                   f"(relative error {err:.2e})")
+            msg = (tr(f"for {label}: expected {expected:,} FLOPs, got {value:,.0f} "
+                      f"(relative error {err:.2e})"))
             ratio = value / expected
             no_proj = expected - 4 * B * d_model * d_model * (S_q + S_k)
             k_on_q = expected + 4 * B * d_model * d_model * (S_q - S_k)
             if h > 1 and abs(ratio - h) < 1e-9:
-                msg += "\n  hint: your count grows with h, but each head has only d_k = d_model / h dimensions"
+                msg += "\n  hint: " + tr("your count grows with h, but each head has only d_k = d_model / h dimensions")
             elif abs(ratio - 0.5) < 1e-9:
-                msg += "\n  hint: you counted multiply-adds; a multiply-add is 2 FLOPs"
+                msg += "\n  hint: " + tr("you counted multiply-adds; a multiply-add is 2 FLOPs")
             elif abs(value - no_proj) < 1e-6 * expected:
-                msg += "\n  hint: that is only Q Kᵀ and A V; count the four projections W^Q, W^K, W^V, W^O too"
+                msg += "\n  hint: " + tr("that is only Q Kᵀ and A V; count the four projections W^Q, W^K, W^V, W^O too")
             elif S_q != S_k and abs(value - k_on_q) < 1e-6 * expected:
-                msg += "\n  hint: the K and V projections act on the S_k key positions, not S_q"
+                msg += "\n  hint: " + tr("the K and V projections act on the S_k key positions, not S_q")
             raise WrongAnswer(msg)
         worst = max(worst, err)
-    say("correct")
-    say(f"  {len(cases)} settings, max relative error {worst:.1e} vs the reference count "
-          f"(a count has no gradient, so there is no numerical check)")
+    say(tr("correct"))
+    say(tr(f"  {len(cases)} settings, max relative error {worst:.1e} vs the reference count "
+             f"(a count has no gradient, so there is no numerical check)"))
     return True
 
 
@@ -388,28 +389,28 @@ def check_decoder_mask(fn) -> bool:
     T = tgt_ids.shape[1]
     expected = backend.to_numpy(causal_mask(T, np) & padding_mask(tgt_ids, pad_id))
     if got.dtype != np.bool_:
-        raise WrongAnswer(f"mask: must be a boolean array (True = may attend), got dtype {got.dtype}")
+        raise WrongAnswer(tr(f"mask: must be a boolean array (True = may attend), got dtype {got.dtype}"))
     if got.shape != expected.shape:
         raise WrongAnswer(
-            f"mask: shape mismatch: expected {expected.shape} = (B, 1, T, T), one mask per sentence "
-            f"shared by all heads, got {tuple(got.shape)}"
+            tr(f"mask: shape mismatch: expected {expected.shape} = (B, 1, T, T), one mask per sentence "
+               f"shared by all heads, got {tuple(got.shape)}")
         )
     if not np.array_equal(got, expected):
         idx = np.argwhere(got != expected)[0]
         b = int(idx[0])
-        msg = (f"mask: {int((got != expected).sum())} entries are wrong; in sentence {b}, "
+        msg = (tr(f"mask: {int((got != expected).sum())} entries are wrong; in sentence {b}, ")
                + _explain_mask_difference(got[b, 0], expected[b, 0], tgt_ids[b] == pad_id))
         causal_only = np.broadcast_to(backend.to_numpy(causal_mask(T, np)), expected.shape)
         rows_masked = causal_mask(T, np) & (tgt_ids != pad_id)[:, None, :, None]
         if np.array_equal(got, causal_only):
-            msg += "\n  hint: only causal: padding keys are still visible; AND it with the padding mask"
+            msg += "\n  hint: " + tr("only causal: padding keys are still visible; AND it with the padding mask")
         elif np.array_equal(got, rows_masked):
-            msg += "\n  hint: you masked padded queries (rows); the mask must hide padded keys (columns)"
+            msg += "\n  hint: " + tr("you masked padded queries (rows); the mask must hide padded keys (columns)")
         elif np.array_equal(got, np.broadcast_to(padding_mask(tgt_ids, pad_id), expected.shape)):
-            msg += "\n  hint: only padding: a decoder position must not see later positions either"
+            msg += "\n  hint: " + tr("only padding: a decoder position must not see later positions either")
         raise WrongAnswer(msg)
-    say("correct")
-    say(f"  all {expected.size} entries match causal_mask(T) & padding_mask(ids, pad_id)")
+    say(tr("correct"))
+    say(tr(f"  all {expected.size} entries match causal_mask(T) & padding_mask(ids, pad_id)"))
     return True
 
 
@@ -462,26 +463,26 @@ def check_qkv_projection_backward(fn) -> bool:
     plain_reshape = grads(fold((dQ, dK, dV), merge=lambda g: g.reshape(B, S, d_model)))
     only_q = fold((dQ, np.zeros_like(dK), np.zeros_like(dV))) @ W_qkv.T
     dqkv = fold((dQ, dK, dV))
-    order_hint = ("the three blocks are in the wrong order: columns [0, d) of W_qkv make Q, [d, 2d) K and "
-                  "[2d, 3d) V, so write dQ, dK, dV side by side in that order")
-    reshape_hint = ("the heads were merged with a plain reshape, which mixes heads and positions: go back to "
-                    "(B, S, h, d_k) with a transpose first, then reshape to (B, S, d_model)")
+    order_hint = (tr("the three blocks are in the wrong order: columns [0, d) of W_qkv make Q, [d, 2d) K and "
+                     "[2d, 3d) V, so write dQ, dK, dV side by side in that order"))
+    reshape_hint = (tr("the heads were merged with a plain reshape, which mixes heads and positions: go back to "
+                       "(B, S, h, d_k) with a transpose first, then reshape to (B, S, d_model)"))
     hints = {
         "dx": [(alt[0], order_hint) for alt in wrong_order] + [
             (plain_reshape[0], reshape_hint),
-            (only_q.reshape(B, S, d_model), "only the query path: x feeds Q, K and V, so dx sums all three paths "
-                                            "(one product with the whole dqkv does it)"),
+            (only_q.reshape(B, S, d_model), tr("only the query path: x feeds Q, K and V, so dx sums all three paths "
+                                               "(one product with the whole dqkv does it)")),
         ],
         "dW_qkv": [(alt[1], order_hint) for alt in wrong_order] + [
             (plain_reshape[1], reshape_hint),
-            (dqkv.T @ x.reshape(-1, d_model), "transposed: dW_qkv = xᵀ dqkv, (d_model, 3·d_model) like W_qkv"),
-            (ref[1] / (B * S), "the mean over the B·S rows; the loss adds them up, so sum them"),
+            (dqkv.T @ x.reshape(-1, d_model), tr("transposed: dW_qkv = xᵀ dqkv, (d_model, 3·d_model) like W_qkv")),
+            (ref[1] / (B * S), tr("the mean over the B·S rows; the loss adds them up, so sum them")),
         ],
         "db_qkv": [(alt[2], order_hint) for alt in wrong_order] + [
             (plain_reshape[2], reshape_hint),
-            (dqkv.reshape(B, S, 3 * d_model), "b_qkv is added at every position: sum dqkv over the B·S rows"),
-            (dqkv.reshape(B, S, 3 * d_model).sum(axis=0), "summed over the batch only: sum over positions too"),
-            (ref[2] / (B * S), "the mean over the B·S rows; the loss adds them up, so sum them"),
+            (dqkv.reshape(B, S, 3 * d_model), tr("b_qkv is added at every position: sum dqkv over the B·S rows")),
+            (dqkv.reshape(B, S, 3 * d_model).sum(axis=0), tr("summed over the batch only: sum over positions too")),
+            (ref[2] / (B * S), tr("the mean over the B·S rows; the loss adds them up, so sum them")),
         ],
     }
     errors = {name: check_array(name, g, r, n, hints=hints[name])
@@ -508,9 +509,9 @@ def check_relu_backward(fn) -> bool:
 
     numeric = numerical_gradient(f, z)
     err = check_array("dz", got, reference, numeric, hints=[
-        (dh, "the gradient passes everywhere: ReLU blocks it where z < 0"),
-        (dh * (z < 0), "inverted: the gradient passes where z > 0 and is blocked where z < 0"),
-        (dh * np.maximum(z, 0), "multiplied by max(0, z); the derivative is the 0/1 step, not the value"),
+        (dh, tr("the gradient passes everywhere: ReLU blocks it where z < 0")),
+        (dh * (z < 0), tr("inverted: the gradient passes where z > 0 and is blocked where z < 0")),
+        (dh * np.maximum(z, 0), tr("multiplied by max(0, z); the derivative is the 0/1 step, not the value")),
     ])
     return report_correct({"dz": err})
 
@@ -549,9 +550,9 @@ def check_ffn_backward(fn) -> bool:
 
     numeric = [numerical_gradient(f, a) for a in (x, W1, b1, W2, b2)]
     no_relu = linear_backward(dhidden, c1)   # the first layer's grads without the ReLU mask
-    hints = {"dx": [(no_relu[0], "the ReLU mask is missing: multiply by (z > 0) before the first layer")],
-             "dW1": [(no_relu[1], "the ReLU mask is missing: multiply by (z > 0) before the first layer")],
-             "db1": [(no_relu[2], "the ReLU mask is missing: multiply by (z > 0) before the first layer")]}
+    hints = {"dx": [(no_relu[0], tr("the ReLU mask is missing: multiply by (z > 0) before the first layer"))],
+             "dW1": [(no_relu[1], tr("the ReLU mask is missing: multiply by (z > 0) before the first layer"))],
+             "db1": [(no_relu[2], tr("the ReLU mask is missing: multiply by (z > 0) before the first layer"))]}
     errors = {n: check_array(n, g, r, num, hints=hints.get(n, ()))
               for n, g, r, num in zip(names, got, ref, numeric)}
     return report_correct(errors)

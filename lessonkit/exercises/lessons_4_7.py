@@ -28,6 +28,7 @@ from minitransformer.layers.layernorm import layernorm_backward, layernorm_forwa
 from minitransformer.layers.linear import linear_backward, linear_forward
 from minitransformer.layers.positional import sinusoidal_table
 
+from ..i18n import tr
 from ._common import (
     NOT_ATTEMPTED,
     WrongAnswer,
@@ -116,20 +117,21 @@ def check_layernorm_backward(fn, eps: float = 1e-5) -> bool:
     x_hat = (x - x.mean(axis=-1, keepdims=True)) * cache.rstd
     hints = {
         "dx": [
-            (variant(ddof=1), "you used the unbiased variance (divide by n - 1); LayerNorm's is biased: divide by n"),
-            (variant(eps_outside=True), "eps is outside the square root: r = 1 / sqrt(var + eps)"),
+            (variant(ddof=1), tr("you used the unbiased variance (divide by n - 1); LayerNorm's is biased: divide "
+                                 "by n")),
+            (variant(eps_outside=True), tr("eps is outside the square root: r = 1 / sqrt(var + eps)")),
             (variant(mean_path=False, var_path=False),
-             "you treated the mean and the variance as constants; they depend on x: subtract mean(g) and "
-             "x_hat ⊙ mean(g ⊙ x_hat)"),
-            (variant(var_path=False), "the variance path is missing: subtract x_hat ⊙ mean(g ⊙ x_hat) too"),
-            (variant(mean_path=False), "the mean path is missing: subtract mean(g) too"),
-            (variant(use_gamma=False), "gamma is missing: the gradient reaching x_hat is g = dy ⊙ gamma"),
+             tr("you treated the mean and the variance as constants; they depend on x: subtract mean(g) and "
+                "x_hat ⊙ mean(g ⊙ x_hat)")),
+            (variant(var_path=False), tr("the variance path is missing: subtract x_hat ⊙ mean(g ⊙ x_hat) too")),
+            (variant(mean_path=False), tr("the mean path is missing: subtract mean(g) too")),
+            (variant(use_gamma=False), tr("gamma is missing: the gradient reaching x_hat is g = dy ⊙ gamma")),
         ],
         "dgamma": [
-            ((dy * x).reshape(-1, d).sum(axis=0), "dgamma multiplies x_hat (the normalized input), not x"),
-            (dy * x_hat, "gamma is shared by every position: sum dy ⊙ x_hat over batch and positions"),
+            ((dy * x).reshape(-1, d).sum(axis=0), tr("dgamma multiplies x_hat (the normalized input), not x")),
+            (dy * x_hat, tr("gamma is shared by every position: sum dy ⊙ x_hat over batch and positions")),
         ],
-        "dbeta": [(dy, "beta is shared by every position: sum dy over batch and positions")],
+        "dbeta": [(dy, tr("beta is shared by every position: sum dy over batch and positions"))],
     }
     errors = {name: check_array(name, g, rf, nm, hints=hints[name])
               for name, g, rf, nm in zip(("dx", "dgamma", "dbeta"), (dx, dgamma, dbeta), ref, num)}
@@ -180,20 +182,23 @@ def _residual_check(fn, name, pre_ln: bool, eps: float) -> bool:
         n = lin_cache.x                                        # LN(x), the branch's input
         dn, _, _ = linear_backward(dy, lin_cache)
         hints = {
-            "dx": [(ref_dx - dy, "the skip connection's term is missing: y = x + ..., so dx = dy + (the branch's dx)"),
-                   (dy + dn, "the branch's gradient must also go back through the LayerNorm (layernorm_backward)")],
-            "dW": [(fold.T @ dy.reshape(-1, d), "the sub-layer's input is LN(x), not x: dW = LN(x)ᵀ dy"),
-                   (dy.reshape(-1, d).T @ n.reshape(-1, d), "transposed: dW = LN(x)ᵀ dy, rows index LN(x)'s features")],
+            "dx": [(ref_dx - dy, tr("the skip connection's term is missing: y = x + ..., so dx = dy + (the branch's "
+                                    "dx)")),
+                   (dy + dn, tr("the branch's gradient must also go back through the LayerNorm (layernorm_backward)"))],
+            "dW": [(fold.T @ dy.reshape(-1, d), tr("the sub-layer's input is LN(x), not x: dW = LN(x)ᵀ dy")),
+                   (dy.reshape(-1, d).T @ n.reshape(-1, d), tr("transposed: dW = LN(x)ᵀ dy, rows index LN(x)'s "
+                                                               "features"))],
         }
     else:
         dz = layernorm_backward(dy, ln_cache)[0]
         dxl, _, _ = linear_backward(dz, lin_cache)
         hints = {
-            "dx": [(dxl, "the skip connection's term is missing: z = x + x W, so dx = dz + dz Wᵀ"),
-                   (dy + dxl, "the skip term carries dz (the gradient after the LayerNorm backward), not dy"),
-                   (dy + dy @ W.T, "go back through the LayerNorm first: dz = layernorm_backward(dy, ...)")],
-            "dW": [(fold.T @ dy.reshape(-1, d), "dW must use dz (after the LayerNorm backward), not dy: dW = xᵀ dz"),
-                   (dz.reshape(-1, d).T @ fold, "transposed: dW = xᵀ dz, rows index x's features")],
+            "dx": [(dxl, tr("the skip connection's term is missing: z = x + x W, so dx = dz + dz Wᵀ")),
+                   (dy + dxl, tr("the skip term carries dz (the gradient after the LayerNorm backward), not dy")),
+                   (dy + dy @ W.T, tr("go back through the LayerNorm first: dz = layernorm_backward(dy, ...)"))],
+            "dW": [(fold.T @ dy.reshape(-1, d), tr("dW must use dz (after the LayerNorm backward), not dy: dW = xᵀ "
+                                                   "dz")),
+                   (dz.reshape(-1, d).T @ fold, tr("transposed: dW = xᵀ dz, rows index x's features"))],
         }
 
     def f():
@@ -229,9 +234,9 @@ def _fancy_index_add(dout, ids, V, scale):
     return dE
 
 
-FANCY_INDEX_HINT = ("a token that occurs several times got only one of its updates: `dE[ids] += ...` (or `=`) "
-                    "keeps one per repeated row; add them all with np.add.at(dE, ids, ...) "
-                    "(the package: backend.scatter_add)")
+FANCY_INDEX_HINT = (tr("a token that occurs several times got only one of its updates: `dE[ids] += ...` (or `=`) "
+                       "keeps one per repeated row; add them all with np.add.at(dE, ids, ...) "
+                       "(the package: backend.scatter_add)"))
 
 
 @exercise("5.1")
@@ -260,8 +265,8 @@ def check_embedding_backward(fn) -> bool:
         return float((embedding_forward(ids, E, scale)[0] * dout).sum())
 
     hints = [(_fancy_index_add(dout, ids, V, scale), FANCY_INDEX_HINT),
-             (ref / scale, "the sqrt(d_model) factor is missing: out = E[ids] · sqrt(d_model), so dE carries it"),
-             (ref / scale ** 2, "divided by sqrt(d_model) instead of multiplied: out = E[ids] · sqrt(d_model)")]
+             (ref / scale, tr("the sqrt(d_model) factor is missing: out = E[ids] · sqrt(d_model), so dE carries it")),
+             (ref / scale ** 2, tr("divided by sqrt(d_model) instead of multiplied: out = E[ids] · sqrt(d_model)"))]
     return report_correct({"dE": check_array("dE", got, ref, numerical_gradient(f, E), hints=hints)})
 
 
@@ -309,14 +314,14 @@ def check_tied_embedding_grad(fn) -> bool:
                      + ((x_dec @ E.T) * dlogits).sum())
 
     hints = [
-        (g_tgt + g_out, "the source embedding's part is missing: E is used three times, add all three gradients"),
-        (g_src + g_out, "the target embedding's part is missing: E is used three times, add all three gradients"),
-        (g_src + g_tgt, "the output projection's part (dlogitsᵀ x_dec) is missing: add all three gradients"),
-        (g_out, "only the output projection's part: add the two embeddings' gradients too"),
+        (g_tgt + g_out, tr("the source embedding's part is missing: E is used three times, add all three gradients")),
+        (g_src + g_out, tr("the target embedding's part is missing: E is used three times, add all three gradients")),
+        (g_src + g_tgt, tr("the output projection's part (dlogitsᵀ x_dec) is missing: add all three gradients")),
+        (g_out, tr("only the output projection's part: add the two embeddings' gradients too")),
         (_fancy_index_add(d_src, src_ids, V, scale) + _fancy_index_add(d_tgt, tgt_ids, V, scale) + g_out,
          FANCY_INDEX_HINT),
-        ((g_src + g_tgt) / scale + g_out, "the sqrt(d_model) factor of the two embeddings is missing"),
-        ((g_src + g_tgt) * scale + g_out, "the output projection has no sqrt(d_model): only the embeddings do"),
+        ((g_src + g_tgt) / scale + g_out, tr("the sqrt(d_model) factor of the two embeddings is missing")),
+        ((g_src + g_tgt) * scale + g_out, tr("the output projection has no sqrt(d_model): only the embeddings do")),
     ]
     return report_correct({"dE": check_array("dE", got, ref, numerical_gradient(f, E), hints=hints)})
 
@@ -337,12 +342,12 @@ def _pe_variants(max_len, d):
     omega_half = 10000.0 ** (-numpy.arange(d // 2) / d)
     no_two[:, 0::2], no_two[:, 1::2] = numpy.sin(pos * omega_half), numpy.cos(pos * omega_half)
     return [
-        (concatenated, "all sines then all cosines (concatenated); §3.5 interleaves them: column 2i is "
-                       "sin(pos ω_i) and column 2i+1 is cos(pos ω_i), the same frequency side by side"),
-        (swapped, "sin and cos swapped: even columns (2i) are sines, odd columns (2i+1) cosines"),
-        (per_column, "the odd columns have their own frequency: a sin/cos pair shares ω_i = 10000^(-2i/d_model), "
-                     "with i the pair index (column 2i+1 also uses 2i)"),
-        (no_two, "the exponent is 2i/d_model, not i/d_model (i counts pairs, 0 .. d_model/2 - 1)"),
+        (concatenated, tr("all sines then all cosines (concatenated); §3.5 interleaves them: column 2i is "
+                          "sin(pos ω_i) and column 2i+1 is cos(pos ω_i), the same frequency side by side")),
+        (swapped, tr("sin and cos swapped: even columns (2i) are sines, odd columns (2i+1) cosines")),
+        (per_column, tr("the odd columns have their own frequency: a sin/cos pair shares ω_i = 10000^(-2i/d_model), "
+                        "with i the pair index (column 2i+1 also uses 2i)")),
+        (no_two, tr("the exponent is 2i/d_model, not i/d_model (i counts pairs, 0 .. d_model/2 - 1)")),
     ]
 
 
@@ -389,12 +394,13 @@ def check_pe_similarity(fn) -> bool:
         omega = 10000.0 ** (-numpy.arange(0, d, 2) / d)
         closed = _pe_similarity_reference(k, d)
         hints = [
-            (closed / (d / 2), "divided by d_model/2: that is the cosine similarity; the dot product is not "
-                               "normalized (each row has squared norm d_model/2)"),
-            (numpy.sin(k[:, None] * omega).sum(axis=1), "sin instead of cos: sin a sin b + cos a cos b = cos(a - b)"),
-            (2 * closed, "twice the answer: each pair (sin, cos) contributes cos(k ω_i) once"),
+            (closed / (d / 2), tr("divided by d_model/2: that is the cosine similarity; the dot product is not "
+                                  "normalized (each row has squared norm d_model/2)")),
+            (numpy.sin(k[:, None] * omega).sum(axis=1), tr("sin instead of cos: sin a sin b + cos a cos b = cos(a - "
+                                                           "b)")),
+            (2 * closed, tr("twice the answer: each pair (sin, cos) contributes cos(k ω_i) once")),
             (numpy.cos(k[:, None] * 10000.0 ** (-numpy.arange(d) / d)).sum(axis=1),
-             "there are d_model/2 frequencies, one per sin/cos pair, not d_model"),
+             tr("there are d_model/2 frequencies, one per sin/cos pair, not d_model")),
         ]
         for pos in (0, 1234):
             name = f"similarity(k, d_model={d}) at pos={pos}"
@@ -406,10 +412,10 @@ def check_pe_similarity(fn) -> bool:
 
 def _token_array(name, got):
     if got is None:
-        raise WrongAnswer(f"{name} is None: return an array of token ids")
+        raise WrongAnswer(tr(f"{name} is None: return an array of token ids"))
     arr = backend.to_numpy(got)
     if arr.dtype.kind not in "iu":
-        raise WrongAnswer(f"{name}: expected an integer array of token ids, got dtype {arr.dtype}")
+        raise WrongAnswer(tr(f"{name}: expected an integer array of token ids, got dtype {arr.dtype}"))
     return arr
 
 
@@ -433,7 +439,7 @@ def check_shift_right(fn) -> bool:
         if not_attempted(got):
             return False
         if not isinstance(got, (tuple, list)) or len(got) != 2:
-            raise WrongAnswer(f"shift_right must return a tuple (tgt_in, tgt_out), got {type(got).__name__}")
+            raise WrongAnswer(tr(f"shift_right must return a tuple (tgt_in, tgt_out), got {type(got).__name__}"))
         source = next(i for i in range(3, 50) if i not in (pad_id, bos_id, eos_id))   # a source token, any
         ref = make_batch([[source]] * len(tgt_seqs), tgt_seqs, pad_id, bos_id, eos_id, xp=numpy)
         where = f"(pad_id={pad_id}, bos_id={bos_id}, eos_id={eos_id})"
@@ -441,23 +447,24 @@ def check_shift_right(fn) -> bool:
         for name, r in (("tgt_in", ref.tgt_in), ("tgt_out", ref.tgt_out)):
             arr = arrays[name]
             if arr.shape != r.shape:
-                msg = f"{name} {where}: shape mismatch: expected {r.shape}, got {arr.shape}"
+                msg = tr(f"{name} {where}: shape mismatch: expected {r.shape}, got {arr.shape}")
                 if arr.shape == (r.shape[0], r.shape[1] - 1):
-                    msg += "\n  hint: T = longest sentence + 1: <bos> (tgt_in) or <eos> (tgt_out) needs a place"
+                    msg += "\n  hint: " + tr("T = longest sentence + 1: <bos> (tgt_in) or <eos> (tgt_out) needs a "
+                                             "place")
                 raise WrongAnswer(msg)
             if not numpy.array_equal(arr, r):
                 b = int(numpy.argwhere(arr != r)[0][0])
-                msg = (f"{name} {where}: {int((arr != r).sum())} ids wrong; sentence {b} "
-                       f"{tgt_seqs[b]} should give {r[b].tolist()}, got {arr[b].tolist()}")
+                msg = (tr(f"{name} {where}: {int((arr != r).sum())} ids wrong; sentence {b} "
+                          f"{tgt_seqs[b]} should give {r[b].tolist()}, got {arr[b].tolist()}"))
                 other = ref.tgt_out if name == "tgt_in" else ref.tgt_in
                 if numpy.array_equal(arr, other):
-                    msg += ("\n  hint: tgt_in and tgt_out are swapped: the decoder reads <bos> + sentence and "
-                            "predicts sentence + <eos>")
+                    msg += ("\n  hint: " + tr("tgt_in and tgt_out are swapped: the decoder reads <bos> + sentence and "
+                                             "predicts sentence + <eos>"))
                 elif name == "tgt_out" and numpy.array_equal(arr[:, :-1], ref.tgt_in[:, 1:]):
-                    msg += "\n  hint: <eos> is missing: tgt_out ends every sentence with eos_id"
+                    msg += "\n  hint: " + tr("<eos> is missing: tgt_out ends every sentence with eos_id")
                 raise WrongAnswer(msg)
-    say("correct")
-    say("  tgt_in = <bos> + sentence and tgt_out = sentence + <eos>, padded, match make_batch's for 2 batches")
+    say(tr("correct"))
+    say(tr("  tgt_in = <bos> + sentence and tgt_out = sentence + <eos>, padded, match make_batch's for 2 batches"))
     return True
 
 
@@ -483,17 +490,17 @@ def check_encoder_layer_params(fn) -> bool:
             return False
         expected = _encoder_layer_reference(d_model, h, d_ff)
         d = d_model
-        check_count(f"encoder layer parameters for d_model={d_model}, d_ff={d_ff}", got, expected, hints=[
-            (expected - 4 * d, "4·d_model short: the four attention biases (b^Q, b^K, b^V, b^O), or the two "
-                               "LayerNorms' gamma and beta (2 · 2 · d_model)"),
-            (expected - 4 * d - d_ff - d, "every bias is missing: attention has 4 (d_model each), the FFN b_1 "
-                                          "(d_ff) and b_2 (d_model)"),
-            (expected - 2 * d, "one LayerNorm short: an encoder layer has two, one per sub-layer"),
-            (expected - d * d_ff, "the FFN has two matrices, W_1 (d_model × d_ff) and W_2 (d_ff × d_model)"),
-            (expected + 8 * d, "too many LayerNorms: an encoder layer has two (2 · 2 · d_model scalars)"),
+        check_count(tr(f"encoder layer parameters for d_model={d_model}, d_ff={d_ff}"), got, expected, hints=[
+            (expected - 4 * d, tr("4·d_model short: the four attention biases (b^Q, b^K, b^V, b^O), or the two "
+                                  "LayerNorms' gamma and beta (2 · 2 · d_model)")),
+            (expected - 4 * d - d_ff - d, tr("every bias is missing: attention has 4 (d_model each), the FFN b_1 "
+                                             "(d_ff) and b_2 (d_model)")),
+            (expected - 2 * d, tr("one LayerNorm short: an encoder layer has two, one per sub-layer")),
+            (expected - d * d_ff, tr("the FFN has two matrices, W_1 (d_model × d_ff) and W_2 (d_ff × d_model)")),
+            (expected + 8 * d, tr("too many LayerNorms: an encoder layer has two (2 · 2 · d_model scalars)")),
         ])
-        counted.append(f"{expected:,} for (d_model={d_model}, d_ff={d_ff})")
-    say("correct")
+        counted.append(tr(f"{expected:,} for (d_model={d_model}, d_ff={d_ff})"))
+    say(tr("correct"))
     say("  " + "; ".join(counted))
     return True
 
@@ -519,15 +526,16 @@ def check_transformer_params(fn) -> bool:
         expected = count_parameters(cfg) if V > 100 else Transformer(cfg, seed=0).num_parameters()
         d = d_model
         cross_attention = 4 * d * d + 4 * d + 2 * d                # W^Q..W^O, their biases, one LayerNorm
-        check_count(f"Transformer parameters for V={V}, d_model={d}, d_ff={d_ff}, N={N}", got, expected, hints=[
-            (expected + 2 * V * d, "that is 2·V·d_model too many: E is shared by the two embeddings and the output "
-                                   "projection, count it once"),
-            (expected + V * d, "V·d_model too many: E is shared three ways (source, target, output), count it once"),
-            (expected - V * d, "the embedding matrix E (V × d_model) is missing"),
-            (expected - N * cross_attention, "each decoder layer has a third sub-layer, encoder-decoder attention, "
-                                             "with its own weights, biases and LayerNorm"),
+        check_count(tr(f"Transformer parameters for V={V}, d_model={d}, d_ff={d_ff}, N={N}"), got, expected, hints=[
+            (expected + 2 * V * d, tr("that is 2·V·d_model too many: E is shared by the two embeddings and the output "
+                                      "projection, count it once")),
+            (expected + V * d, tr("V·d_model too many: E is shared three ways (source, target, output), count it "
+                                  "once")),
+            (expected - V * d, tr("the embedding matrix E (V × d_model) is missing")),
+            (expected - N * cross_attention, tr("each decoder layer has a third sub-layer, encoder-decoder attention, "
+                                                "with its own weights, biases and LayerNorm")),
         ])
         counted.append(f"{expected:,}")
-    say("correct")
-    say("  " + ", ".join(counted) + " (two tiny models built and counted, then base and big)")
+    say(tr("correct"))
+    say("  " + ", ".join(counted) + tr(" (two tiny models built and counted, then base and big)"))
     return True

@@ -70,6 +70,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 from IPython.display import Markdown, display
 
+from lessonkit.i18n import tr
+
 from minitransformer.data.bpe import (
     BPE,
     END,
@@ -89,8 +91,9 @@ import lesson13_bpe as experiment  # lessons/experiments/lesson13_bpe.py
 
 results = json.loads(pathlib.Path("experiments/lesson13_bpe.json").read_text())
 for made in results["provenance"]:                 # every call of the script that wrote into the record
-    print(f"{made['command']}: {made['started']} to {made['finished']}, commit {made['commit'][:7]}")
-print("machine:      ", results["machine"], "(load when the script started; one BLAS thread, cores shared with other jobs)")
+    print(tr(f"{made['command']}: {made['started']} to {made['finished']}, commit {made['commit'][:7]}"))
+print(tr("machine:      "), results["machine"],
+      tr("(load when the script started; one BLAS thread, cores shared with other jobs)"))
 
 # %% [markdown]
 # ## 1. The merge loop, by hand
@@ -143,7 +146,7 @@ def merge(symbols, pair):
 
 
 counts = pair_counts(vocab)
-print("step 1, the pair counts (most frequent first):")
+print(tr("step 1, the pair counts (most frequent first):"))
 for pair, n in sorted(counts.items(), key=lambda item: (-item[1], item[0]))[:8]:
     print(f"   {pair[0]!s:>5} {pair[1]!s:<6} {n}")
 assert counts[("e", "s")] == counts[("s", "t</w>")] == max(counts.values()) == 9      # the prose below
@@ -166,10 +169,10 @@ for step in range(1, 11):
     merges.append(best)
     vocab = {merge(symbols, best): count for symbols, count in vocab.items()}
     words = "   ".join(f"{' '.join(s)} ×{c}" for s, c in vocab.items())
-    print(f"{step:2d}. merge {best[0]!s:>6} + {best[1]!s:<8} (×{counts[best]:2d})   {words}")
+    print(tr(f"{step:2d}. merge {best[0]!s:>6} + {best[1]!s:<8} (×{counts[best]:2d})   {words}"))
 
 assert merges == learn_bpe_by_recounting(corpus, 10) == learn_bpe(corpus, 10)
-print("\nthe package's learners give the same ten merges:", learn_bpe(corpus, 10) == merges)
+print(tr("\nthe package's learners give the same ten merges:"), learn_bpe(corpus, 10) == merges)
 assert sum(len(s) == 1 for s in vocab) == 3 and ("lo", "w", "e", "r</w>") in vocab        # the prose below
 
 # %% [markdown]
@@ -183,7 +186,7 @@ assert sum(len(s) == 1 for s in vocab) == 3 and ("lo", "w", "e", "r</w>") in voc
 # %%
 symbols = initial_symbols(corpus)
 bpe = BPE(merges, symbols)
-print(f"{len(symbols)} initial symbols + {len(merges)} merges = {len(bpe.vocabulary())} pieces:")
+print(tr(f"{len(symbols)} initial symbols + {len(merges)} merges = {len(bpe.vocabulary())} pieces:"))
 print(bpe.vocabulary())
 assert len(bpe.vocabulary()) == len(symbols) + len(merges)
 
@@ -206,13 +209,13 @@ for word in ("lowest", "newer", "wider", "slowest"):
             break
         k, pair = min(ranked)
         state = list(merge(state, pair))
-        trail.append(f"(merge {k + 1}) {' '.join(state)}")
+        trail.append(tr(f"(merge {k + 1}) {' '.join(state)}"))
     print(f"{word:8s}: " + "  →  ".join(trail))
     assert tuple(state[:-1]) + (state[-1].removesuffix(END),) == bpe.segment(word)
 
 line = "lowest newer slowest"
-print("\ntokens:", bpe.tokens(line))
-print("apply: ", bpe.apply(line), "   back:", detokenize(bpe.tokens(line)))
+print(tr("\ntokens:"), bpe.tokens(line))
+print(tr("apply: "), bpe.apply(line), tr("   back:"), detokenize(bpe.tokens(line)))
 assert bpe.segment("slowest") == ("s", "lo", "west") and bpe.segment("lowest") == ("lo", "west")  # the prose
 
 # %% [markdown]
@@ -237,14 +240,15 @@ splits = load_splits("numbers-en-de", seed=0)
 train_lines = [side for pair in splits["train"] for side in pair]      # both columns: one joint vocabulary
 counts_train = word_counts(train_lines)
 timings, learned = {}, {}
-for name, learner in (("recount (Algorithm 1)", learn_bpe_by_recounting), ("incremental (learn_bpe)", learn_bpe)):
+recount, incremental = tr("recount (Algorithm 1)"), tr("incremental (learn_bpe)")   # the two learners' labels
+for name, learner in ((recount, learn_bpe_by_recounting), (incremental, learn_bpe)):
     t0 = time.perf_counter()
     learned[name] = learner(counts_train, 15)
     timings[name] = time.perf_counter() - t0
-    print(f"{name:24s}: 15 merges in {timings[name]:.2f} s")
-assert learned["recount (Algorithm 1)"] == learned["incremental (learn_bpe)"]
-print(f"the same merges; {timings['recount (Algorithm 1)'] / timings['incremental (learn_bpe)']:.0f}x faster "
-      "(benchmarks/bench_bpe.py compares 1k-8k merges with subword-nmt, sentencepiece and HF tokenizers)")
+    print(tr(f"{name:24s}: 15 merges in {timings[name]:.2f} s"))
+assert learned[recount] == learned[incremental]
+print(tr(f"the same merges; {timings[recount] / timings[incremental]:.0f}x faster "
+         "(benchmarks/bench_bpe.py compares 1k-8k merges with subword-nmt, sentencepiece and HF tokenizers)"))
 
 # %% [markdown]
 # ## 3. The vocabulary on real text: German number names
@@ -259,9 +263,9 @@ print(f"the same merges; {timings['recount (Algorithm 1)'] / timings['incrementa
 assert translation.N_NUMBERS - 1 == 9999                 # "every number from 0 to 9 999"
 every = BPE.learn(counts_train, 600)
 n_max = len(every.merges)
-print(f"{len(counts_train):,} distinct words in the training split ({sum(counts_train.values()):,} in all), "
-      f"{len(every.symbols)} initial symbols; learning stopped after {n_max} merges")
-print("the first 30 merges:")
+print(tr(f"{len(counts_train):,} distinct words in the training split ({sum(counts_train.values()):,} in all), "
+         f"{len(every.symbols)} initial symbols; learning stopped after {n_max} merges"))
+print(tr("the first 30 merges:"))
 print("  ", ", ".join(f"{a}+{b}" for a, b in every.merges[:30]))
 
 # %% [markdown]
@@ -280,7 +284,7 @@ def first_merge(piece):
 named = ["und", "zig", "hundert", "tausend", "zwanzig", "sieben", "hundred", "thousand,", "seventy-"]
 found = {piece: first_merge(piece) for piece in named}
 for piece, (k, pair) in found.items():
-    print(f"{piece!r:12s} " + (f"merge {k:3d}: {pair[0]} + {pair[1]}" if k else "never a single piece"))
+    print(f"{piece!r:12s} " + (tr(f"merge {k:3d}: {pair[0]} + {pair[1]}") if k else tr("never a single piece")))
 
 # %%
 test_src = [s for s, _ in splits["test"]]
@@ -293,24 +297,24 @@ for k in ks:
     lengths["German"].append(np.mean([len(b.tokens(t)) for t in test_tgt]))
 
 fig, ax = plt.subplots(figsize=(6.5, 3))
-for side, marker in (("English", "o"), ("German", "s")):
-    ax.plot(ks, lengths[side], marker=marker, label=f"{side} (test split)")
-ax.set(xlabel="merges learned on the training split", ylabel="tokens per sentence", yscale="log",
-       title="numbers-en-de: longer pieces, shorter sentences")
+for side, marker, label in (("English", "o", tr("English (test split)")), ("German", "s", tr("German (test split)"))):
+    ax.plot(ks, lengths[side], marker=marker, label=label)
+ax.set(xlabel=tr("merges learned on the training split"), ylabel=tr("tokens per sentence"), yscale="log",
+       title=tr("numbers-en-de: longer pieces, shorter sentences"))
 ax.legend(); plt.tight_layout(); plt.show()
 for k in (50, 200):
     b = BPE(every.merges[:k])
-    print(f"{k:3d} merges: ", " | ".join(" ".join(b.tokens(t)) for t in test_tgt[:3]))
+    print(tr(f"{k:3d} merges: "), " | ".join(" ".join(b.tokens(t)) for t in test_tgt[:3]))
 
 # %%
 ratio_de = lengths["German"][0] / lengths["German"][ks.index(200)]
-display(Markdown(
+display(Markdown(tr(
     f"With no merges a German test number is {lengths['German'][0]:.1f} characters long on average; 200 merges "
     f"bring it to {lengths['German'][ks.index(200)]:.2f} pieces ({ratio_de:.0f}x shorter), and all {n_max} merges "
     f"to {lengths['German'][-1]:.2f}. The English side, already words, shortens from "
     f"{lengths['English'][0]:.1f} characters (spaces not counted) to {lengths['English'][ks.index(200)]:.2f} pieces at 200 merges. "
     f"'tausend' is one piece from merge {found['tausend'][0]}, 'hundert' from merge {found['hundert'][0]}: the "
-    "first merges learn the parts every number is built of."))
+    "first merges learn the parts every number is built of.")))
 
 # %% [markdown]
 # ## 4. The trade-off, measured
@@ -338,32 +342,32 @@ from minitransformer.runsetup import settings_for
 
 preset, recipe_settings = settings_for("numbers-en-de")
 cfg = PRESETS[preset]
-print(f"recipe: preset {preset}: d_model {cfg.d_model}, h {cfg.h}, N {cfg.N}, d_ff {cfg.d_ff}, P_drop {cfg.P_drop}, "
-      f"eps_ls {cfg.eps_ls} (the vocabulary is each tokenization's own)")
-print(f"        lr factor {recipe_settings.lr_factor}, warm-up {recipe_settings.warmup_steps}, clip norm "
-      f"{recipe_settings.clip_norm}, batches of {recipe_settings.batch_size} pairs; test pairs: {len(splits['test']):,}")
+print(tr(f"recipe: preset {preset}: d_model {cfg.d_model}, h {cfg.h}, N {cfg.N}, d_ff {cfg.d_ff}, P_drop {cfg.P_drop}, "
+         f"eps_ls {cfg.eps_ls} (the vocabulary is each tokenization's own)"))
+print(tr(f"        lr factor {recipe_settings.lr_factor}, warm-up {recipe_settings.warmup_steps}, clip norm "
+         f"{recipe_settings.clip_norm}, batches of {recipe_settings.batch_size} pairs; test pairs: {len(splits['test']):,}"))
 levels = {r["level"]: r for r in results["levels"]}
 order = list(experiment.LEVELS)
 assert [spec["bpe_merges"] for spec in experiment.LEVELS.values() if "bpe_merges" in spec] == [50, 200, 500]
 budget = results["budget"]
-header = ("| tokenization | vocabulary | <unk> (test targets) | tokens / sentence (en → de) | attention scores / "
-          "sentence | parameters | train time (load) | exact match | BLEU (char) | chrF |\n|---|---:|---:|---:|---:|"
-          "---:|---:|---:|---:|---:|")
-rows = [f"| {name} | {r['vocab']:,} | {100 * r['unk_rate_tgt']:.1f} % | {r['mean_src_tokens']:.1f} → "
-        f"{r['mean_tgt_tokens']:.1f} | {r['attention_scores_per_sentence']:,.0f} | {r['parameters']:,} | "
-        f"{r['train_seconds']:.0f} s ({r['load'][0]:.0f}→{r['load'][1]:.0f}) | {100 * r['exact_match']:.1f} % | "
-        f"{r['bleu']:.2f} | {r['chrf']:.2f} |"
+header = tr("| tokenization | vocabulary | <unk> (test targets) | tokens / sentence (en → de) | attention scores / "
+             "sentence | parameters | train time (load) | exact match | BLEU (char) | chrF |\n|---|---:|---:|---:|---:|"
+             "---:|---:|---:|---:|---:|")
+rows = [tr(f"| {name} | {r['vocab']:,} | {100 * r['unk_rate_tgt']:.1f} % | {r['mean_src_tokens']:.1f} → "
+           f"{r['mean_tgt_tokens']:.1f} | {r['attention_scores_per_sentence']:,.0f} | {r['parameters']:,} | "
+           f"{r['train_seconds']:.0f} s ({r['load'][0]:.0f}→{r['load'][1]:.0f}) | {100 * r['exact_match']:.1f} % | "
+           f"{r['bleu']:.2f} | {r['chrf']:.2f} |")
         for name, r in ((n, levels[n]) for n in order)]
-display(Markdown(f"**numbers-en-de, {budget['steps']} steps × {budget['batch_size']} pairs, seed "
-                 f"{budget['seed_levels']}, {len(splits['test']):,} test pairs**\n\n" + header + "\n" + "\n".join(rows)))
+display(Markdown(tr(f"**numbers-en-de, {budget['steps']} steps × {budget['batch_size']} pairs, seed "
+                    f"{budget['seed_levels']}, {len(splits['test']):,} test pairs**\n\n") + header + "\n" + "\n".join(rows)))
 
 # %%
 fig, axes = plt.subplots(1, 4, figsize=(13, 3))
 names = [n.replace(" (word → char)", "\n(word→char)") for n in order]
-for ax, key, title, scale in ((axes[0], "attention_scores_per_sentence", "attention scores / sentence", 1),
-                              (axes[1], "parameters", "parameters (millions)", 1e-6),
-                              (axes[2], "train_seconds", f"train time for {budget['steps']} steps (s)", 1),
-                              (axes[3], "exact_match", "test exact match (%)", 100)):
+for ax, key, title, scale in ((axes[0], "attention_scores_per_sentence", tr("attention scores / sentence"), 1),
+                              (axes[1], "parameters", tr("parameters (millions)"), 1e-6),
+                              (axes[2], "train_seconds", tr(f"train time for {budget['steps']} steps (s)"), 1),
+                              (axes[3], "exact_match", tr("test exact match (%)"), 100)):
     ax.bar(range(len(order)), [levels[n][key] * scale for n in order], color="tab:blue")
     ax.set_xticks(range(len(order)), names, rotation=60, fontsize=7); ax.set_title(title, fontsize=9)
 plt.tight_layout(); plt.show()
@@ -373,7 +377,7 @@ char, word, own = levels["char"], levels["word"], levels["own (word → char)"]
 bpes = {n: levels[n] for n in order if n.startswith("bpe")}
 best_bpe = max(bpes, key=lambda n: (bpes[n]["exact_match"], -bpes[n]["train_seconds"]))
 b = bpes[best_bpe]
-display(Markdown(
+display(Markdown(tr(
     f"**Words** see every test number as a new word: {100 * word['unk_rate_tgt']:.0f} % of the test targets are "
     f"`<unk>`, and exact match is {100 * word['exact_match']:.1f} %, however well the model trains. Its vocabulary "
     f"of {word['vocab']:,} tokens makes it the largest model ({word['parameters'] / 1e6:.2f} M parameters). "
@@ -384,8 +388,8 @@ display(Markdown(
     f"{char['train_seconds'] / b['train_seconds']:.1f}x as long ({char['train_seconds']:.0f} s against "
     f"{b['train_seconds']:.0f} s) for {100 * char['exact_match']:.1f} % exact match against "
     f"{100 * b['exact_match']:.1f} %. The task's own mix (words in, characters out) reaches "
-    f"{100 * own['exact_match']:.1f} %. Among the byte-pair runs, "
-    + ", ".join(f"{n} gets {100 * r['exact_match']:.1f} % in {r['train_seconds']:.0f} s" for n, r in bpes.items())
+    f"{100 * own['exact_match']:.1f} %. Among the byte-pair runs, ")
+    + ", ".join(tr(f"{n} gets {100 * r['exact_match']:.1f} % in {r['train_seconds']:.0f} s") for n, r in bpes.items())
     + "."))
 
 # %% [markdown]
@@ -398,19 +402,19 @@ rows_em = {n: 100 * levels[n]["exact_match"] for n in order if n != "word"}
 spread = max(seed_em) - min(seed_em)
 gap = max(rows_em.values()) - min(rows_em.values())
 fastest = min(rows_em, key=lambda n: levels[n]["train_seconds"])
-display(Markdown(
+display(Markdown(tr(
     f"The three seeds of bpe 200 end at {', '.join(f'{v:.1f} %' for v in seed_em)} exact match: a spread of "
-    f"{spread:.1f} points. The tokenizations other than words lie within {gap:.1f} points of each other "
-    + ("(less than that spread), so one seed each does not rank them by accuracy. "
-       if gap <= spread else "(more than that spread). ")
-    + f"What the table does resolve is the cost: the fastest, {fastest}, trained the same steps in "
+    f"{spread:.1f} points. The tokenizations other than words lie within {gap:.1f} points of each other ")
+    + (tr("(less than that spread), so one seed each does not rank them by accuracy. ")
+       if gap <= spread else tr("(more than that spread). "))
+    + tr(f"What the table does resolve is the cost: the fastest, {fastest}, trained the same steps in "
     f"{levels[fastest]['train_seconds']:.0f} s, {levels['char']['train_seconds'] / levels[fastest]['train_seconds']:.1f}x "
     f"less than characters on both sides (at a load of {levels[fastest]['load'][0]:.0f} against "
     f"{levels['char']['load'][0]:.0f}): its sentences are {levels[fastest]['mean_src_tokens']:.1f} and "
     f"{levels[fastest]['mean_tgt_tokens']:.1f} pieces long against {levels['char']['mean_src_tokens']:.1f} and "
     f"{levels['char']['mean_tgt_tokens']:.1f} characters, every layer's work shrinks with the length, and the "
     f"attention scores {levels['char']['attention_scores_per_sentence'] / levels[fastest]['attention_scores_per_sentence']:.0f}x. "
-    "Words, the other way to get short sequences, cannot translate a number they have not seen."))
+    "Words, the other way to get short sequences, cannot translate a number they have not seen.")))
 
 # %% [markdown]
 # ### Recomputed live
@@ -426,8 +430,8 @@ for name in order:
     live_stats[name] = experiment.tokenization_stats(task)
     for key, value in live_stats[name].items():
         assert value == levels[name][key], (name, key, value, levels[name][key])
-print("vocabulary, parameters, <unk> rates, lengths and attention scores: all", len(order) * len(live_stats[order[0]]),
-      "values equal to the JSON's")
+print(tr("vocabulary, parameters, <unk> rates, lengths and attention scores: all"),
+      len(order) * len(live_stats[order[0]]), tr("values equal to the JSON's"))
 
 # %% [markdown]
 # And the first 100 steps of the byte-pair run with 200 merges, trained here with the script's own function
@@ -451,8 +455,8 @@ with threadpool_limits(1):                                    # one BLAS thread,
     trainer, history, seconds = experiment.live_run(task200, out_dir=live_dir)
 live_loss = experiment.loss_at(history, 100)
 stored_loss = levels["bpe 200"][f"loss_at_{experiment.LOSS_AT}"]
-print(f"loss at step 100: live {live_loss:.6f}, JSON {stored_loss:.6f}  ({seconds:.0f} s for 100 steps here)")
-print("the live run agrees with the JSON:", *experiment.check_live(results, history), sep="\n  ")
+print(tr(f"loss at step 100: live {live_loss:.6f}, JSON {stored_loss:.6f}  ({seconds:.0f} s for 100 steps here)"))
+print(tr("the live run agrees with the JSON:"), *experiment.check_live(results, history), sep="\n  ")
 
 # %% [markdown]
 # ## 5. Which pieces the model uses
@@ -466,9 +470,9 @@ used = Counter(piece for _, tgt in task200.test for piece in tgt)
 merge_of = {}
 for k, (a, c) in enumerate(task200.bpe.merges, start=1):
     merge_of.setdefault((a + c).removesuffix(END) + ("" if (a + c).endswith(END) else "@@"), k)
-print(f"{len(used)} distinct pieces in the test targets, of a vocabulary of {len(task200.vocab)}:")
+print(tr(f"{len(used)} distinct pieces in the test targets, of a vocabulary of {len(task200.vocab)}:"))
 for piece, n in used.most_common(24):
-    print(f"   {piece:>16s}  ×{n:4d}   " + (f"merge {merge_of[piece]}" if piece in merge_of else "a character"))
+    print(f"   {piece:>16s}  ×{n:4d}   " + (tr(f"merge {merge_of[piece]}") if piece in merge_of else tr("a character")))
 
 # %% [markdown]
 # The model writes a number the way German builds it: thousands, hundreds, then the units and tens joined by
@@ -509,20 +513,20 @@ from minitransformer.average import average_checkpoints
 from minitransformer.checkpoint import load_checkpoint
 
 kept = kept_checkpoints(live_dir)
-print("kept:", ", ".join(os.path.basename(p) for _, p in kept))
+print(tr("kept:"), ", ".join(os.path.basename(p) for _, p in kept))
 ckpts = [load_checkpoint(p) for _, p in kept]
 avg = average_checkpoints(ckpts)
 name = "E"                                                    # the shared embedding (§3.4)
 mean = np.mean([dict(c.model.named_parameters())[name].data.astype(np.float64) for c in ckpts], axis=0)
-print(f"{name}: the average is the element-wise mean, largest difference "
-      f"{np.abs(dict(avg.model.named_parameters())[name].data - mean).max():.1e}")
-print(f"marked as an average of {len(avg.extra['average']['sources'])} checkpoints (steps "
-      f"{', '.join(map(str, avg.extra['average']['steps']))}); optimizer state: {avg.optimizer_state}")
-early = {"final (step 100)": experiment.perplexity(ckpts[-1].model, task200.vocab, task200.test),
-         f"average of steps {', '.join(str(k) for k, _ in kept)}": experiment.perplexity(avg.model, task200.vocab,
-                                                                                          task200.test)}
+print(tr(f"{name}: the average is the element-wise mean, largest difference "
+         f"{np.abs(dict(avg.model.named_parameters())[name].data - mean).max():.1e}"))
+print(tr(f"marked as an average of {len(avg.extra['average']['sources'])} checkpoints (steps "
+         f"{', '.join(map(str, avg.extra['average']['steps']))}); optimizer state: {avg.optimizer_state}"))
+early = {tr("final (step 100)"): experiment.perplexity(ckpts[-1].model, task200.vocab, task200.test),
+         tr(f"average of steps {', '.join(str(k) for k, _ in kept)}"): experiment.perplexity(avg.model, task200.vocab,
+                                                                                             task200.test)}
 for label, ppl in early.items():
-    print(f"{label:34s}: test perplexity {ppl:.3f}")
+    print(tr(f"{label:34s}: test perplexity {ppl:.3f}"))
 
 # %% tags=["reveal"]
 from lessonkit.predict import reveal
@@ -534,14 +538,14 @@ reveal(my_prediction_13_2, "average" if average_ppl_live < final_ppl_live else "
 
 # %%
 final_ppl, avg_ppl = early.values()
-display(Markdown(
+display(Markdown(tr(
     f"After 100 steps the weights still move fast: the kept checkpoints span steps {kept[0][0]} to {kept[-1][0]}, "
-    f"and their average has test perplexity {avg_ppl:.2f} against the final checkpoint's {final_ppl:.2f} "
-    + ("(worse: the mean mixes the much worse early models in). That is why §6.1 averages only the last "
-       "checkpoints of a long run." if avg_ppl > final_ppl else
-       "(better even here, though §6.1 averages only the last checkpoints of a long run).")
-    + " The script trained the 200-merge model for the full budget with three seeds, keeping a checkpoint every "
-    f"{results['averaged']['every']} steps, and compared the final checkpoint with the average of the last five:"))
+    f"and their average has test perplexity {avg_ppl:.2f} against the final checkpoint's {final_ppl:.2f} ")
+    + (tr("(worse: the mean mixes the much worse early models in). That is why §6.1 averages only the last "
+          "checkpoints of a long run.") if avg_ppl > final_ppl else
+       tr("(better even here, though §6.1 averages only the last checkpoints of a long run)."))
+    + tr(" The script trained the 200-merge model for the full budget with three seeds, keeping a checkpoint every "
+         f"{results['averaged']['every']} steps, and compared the final checkpoint with the average of the last five:")))
 
 # %%
 avg_runs = sorted(results["average"], key=lambda r: r["seed"])
@@ -552,26 +556,26 @@ for r in avg_runs:
     rows.append(f"| {r['seed']} | {', '.join(map(str, r['kept_steps']))} | {f['perplexity']:.4f} | "
                 f"{a['perplexity']:.4f} | {100 * f['exact_match']:.1f} % | {100 * a['exact_match']:.1f} % | "
                 f"{f['bleu']:.2f} | {a['bleu']:.2f} |")
-display(Markdown(
+display(Markdown(tr(
     f"**{setup['level']}, {avg_runs[0]['steps']} steps, a checkpoint every {setup['every']} steps, the last "
     f"{setup['keep_last']} averaged; {len(splits['test']):,} test pairs, greedy**\n\n"
     "| seed | steps averaged | PPL final | PPL average | exact final | exact average | BLEU final | BLEU average |\n"
-    "|---:|---|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows) + "\n\n"
+    "|---:|---|---:|---:|---:|---:|---:|---:|\n") + "\n".join(rows) + tr("\n\n"
     "| | the paper (§6.1) | here |\n|---|---|---|\n"
     "| checkpoints averaged | the last 5 (base), the last 20 (big) | the last 5 |\n"
     f"| written every | 10 minutes (base: 100 000 steps in 12 hours, so about {100_000 / (12 * 6):,.0f} steps) | "
     f"{setup['every']} steps |\n"
     f"| span averaged (first to last) | {100 * 4 * 10 / (12 * 60):.1f} % of the run (base: 40 minutes of 12 hours) | "
     f"{100 * (avg_runs[0]['kept_steps'][-1] - avg_runs[0]['kept_steps'][0]) / avg_runs[0]['steps']:.1f} % of the run |\n"
-    "| what is reported | BLEU of the average only (Table 2); no single-checkpoint figure | both, per seed |"))
+    "| what is reported | BLEU of the average only (Table 2); no single-checkpoint figure | both, per seed |")))
 
 # %%
 fig, ax = plt.subplots(figsize=(6.5, 3))
 for r in avg_runs:
-    line, = ax.plot(r["kept_steps"], r["kept_perplexities"], marker="o", label=f"seed {r['seed']}: checkpoints")
+    line, = ax.plot(r["kept_steps"], r["kept_perplexities"], marker="o", label=tr(f"seed {r['seed']}: checkpoints"))
     ax.axhline(r["average"]["perplexity"], color=line.get_color(), ls="--", lw=1)
-ax.set(xlabel="training step of the kept checkpoint", ylabel="test perplexity (per piece)",
-       title="the last five checkpoints (dots) and their average (dashed)")
+ax.set(xlabel=tr("training step of the kept checkpoint"), ylabel=tr("test perplexity (per piece)"),
+       title=tr("the last five checkpoints (dots) and their average (dashed)"))
 ax.legend(fontsize=7); plt.tight_layout(); plt.show()
 
 # %%
@@ -579,14 +583,14 @@ ppl_gain = [r["final"]["perplexity"] - r["average"]["perplexity"] for r in avg_r
 em_gain = [100 * (r["average"]["exact_match"] - r["final"]["exact_match"]) for r in avg_runs]
 better = sum(g > 0 for g in ppl_gain)
 display(Markdown(
-    f"On {better} of {len(avg_runs)} seeds the average has the lower test perplexity (final minus average: "
+    tr(f"On {better} of {len(avg_runs)} seeds the average has the lower test perplexity (final minus average: ")
     + ", ".join(f"{g:+.4f}" for g in ppl_gain)
-    + f"); exact match changes by {', '.join(f'{g:+.1f}' for g in em_gain)} points. "
-    + ("At this scale averaging is a small, consistent gain in perplexity, as §6.1 uses it: nothing to pay, "
-       "nothing to tune beyond how many checkpoints and how far apart."
+    + tr(f"); exact match changes by {', '.join(f'{g:+.1f}' for g in em_gain)} points. ")
+    + (tr("At this scale averaging is a small, consistent gain in perplexity, as §6.1 uses it: nothing to pay, "
+          "nothing to tune beyond how many checkpoints and how far apart.")
        if better == len(avg_runs) else
-       "So at this scale averaging is not a reliable gain: the checkpoints still move along the loss "
-       "landscape rather than around one minimum, and their mean lands between them.")))
+       tr("So at this scale averaging is not a reliable gain: the checkpoints still move along the loss "
+          "landscape rather than around one minimum, and their mean lands between them."))))
 
 # %% [markdown]
 # ## Exercises
@@ -723,5 +727,5 @@ def average_two_solution(a, b):
 check_average_two(average_two_solution)
 
 # %%
-print(f"this notebook ran in {time.perf_counter() - LESSON_START:.0f} s "
-      f"({time.process_time():.0f} s of CPU time in this kernel)")
+print(tr(f"this notebook ran in {time.perf_counter() - LESSON_START:.0f} s "
+         f"({time.process_time():.0f} s of CPU time in this kernel)"))
