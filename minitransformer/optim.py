@@ -26,7 +26,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 
-from . import backend
+from . import backend, threads
 from .errors import NonFiniteError
 from .layers import fast
 from .layers.parameter import Parameter
@@ -218,6 +218,7 @@ def _skips_nonfinite_gradients(step):
     """
     @functools.wraps(step)
     def checked(self) -> bool:
+        threads.check()          # the BLAS thread policy, once per step: a hand-written training loop gets it too
         self.last_grad_norm, self.last_skip = self._gradient_problem()   # the policy: `n` steps over it
         if self.last_skip is not None:
             return False

@@ -8,8 +8,9 @@ scheduler has given to the other job, and the spinning workers burn the CPU time
 the main thread needs (issue 25: the copy task 11-15x slower beside one other job).
 
 So, on NumPy, every ``CHECK_SECONDS`` of wall time (looked at once per training step,
-``train.Trainer.train_step``, and once per decoded batch, ``decoding``; never inside
-a layer's math) the package measures how busy the machine was since its last look
+the wrapper of ``optim.Adam.step``, so that a lesson's own training loop gets it as
+``train.Trainer.train_step`` does, and once per decoded batch, ``decoding``;
+never inside a layer's math) the package measures how busy the machine was since its last look
 *without its own work* (the busy time of all cores in
 /proc/stat, minus this process's own CPU time, spinning workers included), and
 gives OpenBLAS as many threads as there are free cores: at least 1, at most the

@@ -60,7 +60,7 @@ from dataclasses import asdict
 
 import numpy
 
-from . import distributed, runlock, snapshots, threads
+from . import distributed, runlock, snapshots
 from .checkpoint import save_checkpoint
 from .data.batching import Batch, batch_iterator, batch_plan
 from .data.vocab import Vocab
@@ -214,7 +214,6 @@ class Trainer:
         gradient makes Adam skip the update. Either way the step is counted,
         a warning names it, and ``max_consecutive_skips`` skips in a row raise.
         """
-        threads.check()                           # the BLAS thread policy (threads.py): once per step
         work = batch if isinstance(batch, StepBatches) else StepBatches.whole(batch)
         model = self.model.train()
         self.optimizer.zero_grad()
