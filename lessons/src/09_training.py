@@ -739,7 +739,8 @@ show_markdown(f"{per_task}\n\nSo at this scale the perplexity-against-accuracy t
 # %%
 from minitransformer.layers.dropout import Dropout
 from minitransformer.layers.parameter import Layer
-from minitransformer.model import PRESETS, Transformer, TransformerConfig
+from minitransformer.data.registry import PRESETS           # the model presets and the tasks' own
+from minitransformer.model import Transformer, TransformerConfig
 
 
 def dropout_sites(layer, prefix=""):
