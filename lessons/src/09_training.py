@@ -445,7 +445,7 @@ def warm_stat(factor, warmup, window):
 
 
 def nums(values):
-    return " and ".join(f"{v:.2f}" for v in values)
+    return tr(" and ").join(f"{v:.2f}" for v in values)
 
 
 end_w = {f: warm_stat(f, True, (-50, None)) for f in factors}
@@ -1144,7 +1144,8 @@ def train_with_my_gradient(dlogits_fn, steps=400, seed=0):
     scores = held_out_scores(model, copy_task)
     print(tr(f"{steps} steps with your dlogits in {time.perf_counter() - t0:.1f} s: loss {losses[0]:.3f} -> "
              f"{np.mean(losses[-20:]):.3f}; largest relative difference from the package's gradient {worst:.1e}"))
-    print(tr("held-out:"), ", ".join(f"{k} {v:.4g}" for k, v in scores.items()))
+    names = {"perplexity": tr("perplexity"), "token accuracy": tr("token accuracy"), "exact match": tr("exact match")}
+    print(tr("held-out:"), ", ".join(f"{names[k]} {v:.4g}" for k, v in scores.items()))
     fig, ax = plt.subplots(figsize=(6, 2.6))
     ax.plot(losses, lw=0.8)
     ax.axhline(math.log(len(cv)), color="k", ls=":", lw=0.8)
