@@ -103,6 +103,8 @@ PAPER: tuple[Constant, ...] = (
              ("^{-0.5}", "^{-1.5}", "^-0.5", "^-1.5", "-0.5", "-1.5", "step^", "lrate")),
     Constant(("0.1",), "§5.4, Table 3", "P_drop and ε_ls of the base model",
              ("P_drop", r"P_\text{drop}", "P_{drop}", "dropout", "_{ls}", "eps_ls", "ε_ls", "smoothing")),
+    Constant(("0.2",), "Table 3 (D)", "ε_ls of row D's stronger label smoothing",
+             ("_{ls}", "eps_ls", "ε_ls", "smoothing")),
     # §6: results
     Constant(("28.4",), "§6.1, Table 2", "BLEU of the big model on English-German", ("BLEU",)),
     Constant(("41.8",), "Table 2, abstract", "BLEU of the big model on English-French", ("BLEU",)),

@@ -53,8 +53,13 @@ def test_record_carries_its_provenance(name):
         assert prov["blas_threads"] == 1, f"{name}: made with {prov['blas_threads']} BLAS threads, not the fixed 1"
         # A command that was stopped left its section short, unless a later command wrote the same section
         # and finished (a script resumes: it skips the runs already in the record and makes the rest).
-        resumed = any(later.get("wrote") == prov.get("wrote") and later.get("finished") and not later.get("interrupted")
-                      for later in provs[i + 1:])
+        # A script that saves after each run lists in "wrote" only the runs it finished: what it was making when
+        # stopped is not listed, so a later call that finished is the one that made it.
+        finished_later = [later for later in provs[i + 1:] if later.get("finished") and not later.get("interrupted")]
+        if isinstance(prov.get("wrote"), list):
+            resumed = bool(finished_later)
+        else:
+            resumed = any(later.get("wrote") == prov.get("wrote") for later in finished_later)
         assert not prov.get("interrupted") or resumed, (
             f"{name}: a command that wrote into it was interrupted and nothing finished its part: {prov['command']}")
 

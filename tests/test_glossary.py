@@ -82,7 +82,7 @@ def _korean_pages():
     pages = {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs" / "ko").glob("*.md"))}
     pages["lessons/ko/README.md"] = (LESSONS / "ko" / "README.md").read_text(encoding="utf-8")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = re.search(r"^## 한국어.*?(?=^## )", readme, re.M | re.S)
+    section = re.search(r"^## 한국어.*?(?=^## |\Z)", readme, re.M | re.S)   # the last section, or not
     assert section, "README.md has no Korean section (## 한국어...)"
     pages["README.md (## 한국어)"] = section.group(0)
     return pages

@@ -390,7 +390,7 @@ DELEGATES = {
     "14.2": "from lessonkit.exercises.lesson_14 import _token_weighted_reference\n"
             "def answer(grads, n_tokens):\n    return _token_weighted_reference(grads, n_tokens)",
     "15.1": "from minitransformer.data.trees import linearize\ndef answer(tree):\n    return linearize(tree)",
-    "15.2": "from minitransformer.metrics import bracket_f1\n"
+    "15.2": "from minitransformer.data.evalb import bracket_f1\n"
             "def answer(gold, test):\n    s = bracket_f1([gold], [test])\n    return s.precision, s.recall, s.f1",
     "15.3": "from minitransformer.data.trees import linearize, read_linearized\n"
             "def answer(tokens, n_words):\n"

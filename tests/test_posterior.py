@@ -14,8 +14,7 @@ import pathlib
 import numpy
 import pytest
 
-from minitransformer import metrics
-from minitransformer.data import pcfg
+from minitransformer.data import evalb, pcfg
 from minitransformer.data.cky import ViterbiParser
 from minitransformer.data.pcfg import GRAMMAR, Grammar, Rule
 from minitransformer.data.posterior import PosteriorParser, chosen_brackets, decode, expected_counts, max_expected_f1
@@ -54,7 +53,7 @@ def all_trees(words, grammar: Grammar = GRAMMAR) -> list[tuple[Tree, float]]:
 
 
 def tree_brackets(tree: Tree) -> set:
-    return set(metrics.brackets(tree))
+    return set(evalb.brackets(tree))
 
 
 def short_sentences(count=25, max_words=7, seed=3):
@@ -156,9 +155,9 @@ def test_the_corpus_threshold_maximises_the_expected_f1():
     slack = sum(2 * _best_by_brute_force(p, f_star / 2) for p in posts) - f_star * gold
     assert slack == pytest.approx(0.0, abs=1e-9)
     # The trees it returns reach F*, and the most probable trees reach no more.
-    counts = [expected_counts(p, list(metrics.brackets(t))) for p, t in zip(posts, result.trees)]
+    counts = [expected_counts(p, list(evalb.brackets(t))) for p, t in zip(posts, result.trees)]
     assert 2 * sum(c[0] for c in counts) / sum(c[1] + c[2] for c in counts) == pytest.approx(f_star)
-    viterbi = [expected_counts(p, list(metrics.brackets(ViterbiParser().parse(p.words).tree))) for p in posts]
+    viterbi = [expected_counts(p, list(evalb.brackets(ViterbiParser().parse(p.words).tree))) for p in posts]
     assert 2 * sum(c[0] for c in viterbi) / sum(c[1] + c[2] for c in viterbi) <= f_star + 1e-12
 
 
@@ -237,10 +236,10 @@ def test_the_record_of_both_references():
     test = pcfg.parse_splits(0, seed=0, n_valid=record["sizes"]["valid"], n_test=record["sizes"]["test"]).test
     gold = [e.tree for e in test]
     result = PosteriorParser().parse_corpus([e.words for e in test])
-    score = metrics.bracket_f1(gold, result.trees)
+    score = evalb.bracket_f1(gold, result.trees)
     assert seed0["max_expected_f1"]["f1"] == round(score.f1, 2)
     assert seed0["max_expected_f1"]["threshold"] == round(result.threshold, 4)
-    half = metrics.bracket_f1(gold, [PosteriorParser().parse(e.words) for e in test])
+    half = evalb.bracket_f1(gold, [PosteriorParser().parse(e.words) for e in test])
     assert seed0["posterior_above_half"]["f1"] == round(half.f1, 2)
     best = max(seed0["most_probable_tree"]["f1"], seed0["max_expected_f1"]["f1"])
     assert seed0["better_reference_f1"] == best

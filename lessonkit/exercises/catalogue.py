@@ -211,8 +211,8 @@ EXERCISES: tuple[Exercise, ...] = (
     Exercise("15.2", "bracket F1 of one pair of trees", "lesson_15.check_bracket_f1", 20,
              "lesson 15 §4: bracket F1 by hand",
              stub="my_bracket_f1", answers=(
-                 "minitransformer.metrics:bracket_f1",
-                 "minitransformer.metrics:brackets")),
+                 "minitransformer.data.evalb:bracket_f1",
+                 "minitransformer.data.evalb:brackets")),
     Exercise("15.3", "repair an ill-formed output", "lesson_15.check_repair", 25,
              "Exercise 15.1; data/trees.py: the repair rule",
              stub="my_repair", answers=("minitransformer.data.trees:read_linearized",)),

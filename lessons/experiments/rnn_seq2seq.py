@@ -122,7 +122,17 @@ def lstm_backward(dH, dh_last, dc_last, cache):
     return backend.matmul(dZ, W_x.T), dW_x, dW_h, dZ.sum(axis=(0, 1)), dh, dc
 
 
-class LSTM(Layer):
+class _OneBackward(Layer):
+    """A Layer whose forward returns more than one array (the LSTM) or is not wrapped by the package's
+    checks: its backward checks the gradient against the forward's output and uses the cache once."""
+
+    def _take_cache(self, dout, name: str):
+        self._check_dout(dout, name)
+        cache, self._cache, self._forward_called = self._cache, None, False
+        return cache
+
+
+class LSTM(_OneBackward):
     """One LSTM layer, d_in -> d, holding W_x (d_in, 4d), W_h (d, 4d), b (4d,).
 
     Glorot-uniform weights (the package's ``init_weight``, one d x d block per gate) and the forget
@@ -140,12 +150,13 @@ class LSTM(Layer):
 
     def forward(self, x, mask, h0, c0):
         H, last, cache = lstm_forward(x, self.W_x.data, self.W_h.data, self.b.data, mask, h0, c0)
-        self._save_cache(cache, H)
+        self._cache = cache
+        self._forward_ran(H)                # dH must match H (the package's wrapper does this for its layers)
         return H, last
 
     def backward(self, dH, dh_last=None, dc_last=None):
         """-> dx, dh0, dc0 (the parameters' gradients are added into their .grad)."""
-        dx, dW_x, dW_h, db, dh0, dc0 = lstm_backward(dH, dh_last, dc_last, self._pop_cache(dH, "dH"))
+        dx, dW_x, dW_h, db, dh0, dc0 = lstm_backward(dH, dh_last, dc_last, self._take_cache(dH, "dH"))
         self.W_x.grad += dW_x
         self.W_h.grad += dW_h
         self.b.grad += db
@@ -165,7 +176,7 @@ class Seq2SeqCache(NamedTuple):
     out: object     # (B, T, d)   tanh(top W_c + b_c)
 
 
-class RNNSeq2Seq(Layer):
+class RNNSeq2Seq(_OneBackward):
     """An LSTM encoder-decoder with attention (module docstring), the interface the training loop of
     ``lesson08_rnn_vs_transformer.py`` uses for both models: ``forward(src, tgt_in, src_mask)`` ->
     logits (B, T, V); ``backward(dlogits)``; ``parameters()``."""
@@ -217,12 +228,13 @@ class RNNSeq2Seq(Layer):
             y, _ = layer.forward(y, tgt_mask, h0, c0)
         out, top, attn = self.attend(y, memory, src_mask)
         logits = self.output_projection.forward(out)
-        self._save_cache(Seq2SeqCache(src_mask, attn, top, out), logits)
+        self._cache = Seq2SeqCache(src_mask, attn, top, out)
+        self._forward_ran(logits)
         return logits
 
     def backward(self, dlogits):
         """dlogits: (B, T, V): adds into every parameter's .grad, in the reverse order of forward."""
-        src_mask, attn, top, out = self._pop_cache(dlogits, "dlogits")
+        src_mask, attn, top, out = self._take_cache(dlogits, "dlogits")
         d = self.d
         dout = self.output_projection.backward(dlogits)                     # use 1 of E
         dpre = dout * (1.0 - out * out)                                     # out = tanh(pre)

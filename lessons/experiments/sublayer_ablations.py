@@ -54,7 +54,7 @@ from minitransformer import runsetup, train
 from minitransformer.data.batching import make_batch
 from minitransformer.data.registry import load_task
 from minitransformer.layers.embedding import Embedding, TiedOutputProjection
-from minitransformer.layers.parameter import Parameter, eval_mode
+from minitransformer.layers.parameter import Parameter, checked_backward, checked_forward, eval_mode
 from minitransformer.layers.residual import Residual, _split
 from minitransformer.translate import score_translations
 
@@ -84,38 +84,38 @@ VARIANTS = [
 
 # -- the variants: each rewires a built model, its parameters untouched ------------------------
 
+@checked_forward()
 def _residual_without_skip(self, x, sublayer):
     y = self.norm.forward(self.dropout.forward(sublayer(x)))
-    self._save_cache(None, y)
     return y
 
 
+@checked_backward
 def _residual_without_skip_backward(self, dy, sublayer_backward):
-    self._pop_cache(dy, "dy")
     dsub_in, extras = _split(sublayer_backward(self.dropout.backward(self.norm.backward(dy))))
     return (dsub_in, *extras) if extras else dsub_in
 
 
+@checked_forward()
 def _residual_without_norm(self, x, sublayer):
     y = x + self.dropout.forward(sublayer(x))
-    self._save_cache(None, y)
     return y
 
 
+@checked_backward
 def _residual_without_norm_backward(self, dy, sublayer_backward):
-    self._pop_cache(dy, "dy")
     dsub_in, extras = _split(sublayer_backward(self.dropout.backward(dy)))
     return (dy + dsub_in, *extras) if extras else dy + dsub_in
 
 
+@checked_forward()
 def _sublayer_only(self, x, sublayer):
     y = self.dropout.forward(sublayer(x))
-    self._save_cache(None, y)
     return y
 
 
+@checked_backward
 def _sublayer_only_backward(self, dy, sublayer_backward):
-    self._pop_cache(dy, "dy")
     dsub_in, extras = _split(sublayer_backward(self.dropout.backward(dy)))
     return (dsub_in, *extras) if extras else dsub_in
 

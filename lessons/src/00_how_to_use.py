@@ -48,7 +48,7 @@
 # | 12 planted bugs: which check catches what | — | `minitransformer.gradcheck`, the tests |
 # | 13 byte-pair encoding and checkpoint averaging | §5.1, §6.1 | `minitransformer.data.bpe`, `minitransformer.average` |
 # | 14 many processes: data-parallel training | §5.2 | `minitransformer.distributed` |
-# | 15 constituency parsing as translation | §6.3, Table 4 | `minitransformer.data.pcfg`, `minitransformer.data.trees`, `minitransformer.metrics.bracket_f1` |
+# | 15 constituency parsing as translation | §6.3, Table 4 | `minitransformer.data.pcfg`, `minitransformer.data.trees`, `minitransformer.data.evalb.bracket_f1` |
 #
 # Every backward pass in the package is derived step by step in [docs/derivations.md](docs/derivations.md); this lesson's
 # linear layer is [its §1](docs/derivations.md#1-linear-layer).

@@ -322,7 +322,7 @@ ax.legend(fontsize=8); plt.tight_layout(); plt.show()
 print("tokens in src:", sorted(set(src.ravel().tolist()) - {0}), "  in tgt_in:", sorted(set(tgt_in.ravel().tolist()) - {0}))
 
 # %% [markdown]
-# **Predict.** Untied, the base model (37 000 tokens, $d_\text{model} = 512$) would hold three $V \times d_\text{model}$ matrices instead of one. What share of that untied model would the two extra matrices be?
+# **Predict.** Untied, the base model (a shared vocabulary of 37 000 tokens, $d_\text{model} = 512$) would hold three $V \times d_\text{model}$ matrices instead of one. What share of that untied model would the two extra matrices be?
 
 # %% tags=["predict"]
 my_prediction_5_2 = None   # a number between 0 and 1

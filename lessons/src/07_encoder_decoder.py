@@ -303,7 +303,7 @@ ax.set(ylabel="max rel error", title="whole-model gradient check, per sub-layer"
 plt.tight_layout(); plt.show()
 
 # %% [markdown]
-# **Predict**, before the count below. (1) The base model ($N = 6$, $d_\text{model} = 512$, $d_{ff} = 2048$, $h = 8$, 37 000 tokens, one tied embedding matrix): how many parameters, in millions? (2) What share of them is the embedding matrix $E$?
+# **Predict**, before the count below. (1) The base model ($N = 6$, $d_\text{model} = 512$, $d_{ff} = 2048$, $h = 8$, a shared vocabulary of 37 000 tokens, one tied embedding matrix): how many parameters, in millions? (2) What share of them is the embedding matrix $E$?
 
 # %% tags=["predict"]
 my_prediction_7_1 = None   # a number of millions

@@ -290,9 +290,9 @@ show_markdown(
 #
 # To have something worth decoding we train a small model on **dates-en-ko**, one of the
 # package's offline translation tasks: every day from 1950 to 2049, written in English in one of
-# the four forms people write a date in ("Tuesday, March 5, 2024", "March 5, 2024", "Tuesday, 5
-# March 2024", "5 March 2024") and in Korean in the matching full or long form ("2024년 3월 5일
-# 화요일", "2024년 3월 5일"), generated from the Unicode CLDR data that ships with the `babel`
+# the four forms people write a date in (`Tuesday, March 5, 2024`, `March 5, 2024`,
+# `Tuesday, 5 March 2024`, `5 March 2024`) and in Korean in the matching full or long form
+# (`2024년 3월 5일 화요일`, `2024년 3월 5일`), generated from the Unicode CLDR data that ships with the `babel`
 # package (nothing is downloaded; sources and licence in `docs/datasets.md`). The Korean puts the
 # parts in the opposite order, so the model must learn to reorder as well as to translate
 # words. Both sides are split into words, and a comma or a full stop is a token of its own
@@ -1106,10 +1106,10 @@ def counted_flops(fn):
     """Matrix-product FLOPs of everything fn runs (a multiply-add is 2), batch axes included."""
     total, original = [0], backend.matmul
 
-    def counting(a, b, out=None):
+    def counting(a, b):
         batch = np.broadcast_shapes(a.shape[:-2], b.shape[:-2]) if b.ndim > 2 else a.shape[:-2]
         total[0] += 2 * int(np.prod(batch)) * a.shape[-2] * a.shape[-1] * b.shape[-1]
-        return original(a, b, out=out)
+        return original(a, b)
 
     backend.matmul = counting
     try:
