@@ -918,6 +918,10 @@ claim_true("the initial loss lies between ln V and ln V + sigma^2/2",
 # rate of $10^{-3}$:
 
 # %%
+show_slow_cell("09", "overfitting one batch, 200 steps")
+
+# %%
+# slow: overfitting one batch, 200 steps
 one_batch = next(endless_batches(copy_pairs, seed=2, batch_size=32))
 model = build_model(copy_task, "copy", seed=0)
 optimizer = Adam(model.parameters(), lr=1e-3)
@@ -1192,6 +1196,10 @@ def dlogits_solution(logits, targets, pad_id, eps_ls):
 check_dlogits(dlogits_solution)
 
 # %% tags=["solution"]
+show_slow_cell("09", "training with the solution's gradient, 400 steps")
+
+# %% tags=["solution"]
+# slow: training with the solution's gradient, 400 steps
 train_with_my_gradient(dlogits_solution)
 
 # %%
