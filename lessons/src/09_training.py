@@ -65,6 +65,7 @@ import numpy as np
 import matplotlib.pyplot as plt
 
 from minitransformer import backend
+from lessonkit.i18n import tr
 from lessonkit.prose import claim, claim_true, show_markdown
 
 plt.rcParams.update({"figure.dpi": 80, "savefig.dpi": 80, "font.size": 9})
@@ -128,16 +129,17 @@ def cost(batches):
 
 lengths = [(len(s), len(t)) for s, t in pairs]
 schemes = {
-    "random": cut(np.random.default_rng(0).permutation(len(pairs))),
-    "package (batch_iterator)": list(batch_iterator(pairs, batch_size=64, rng=np.random.default_rng(0), **ids)),
-    "reference: sort by max(S, T+1)": cut(sorted(range(len(pairs)), key=lambda k: (max(lengths[k][0], lengths[k][1] + 1),
+    tr("random"): cut(np.random.default_rng(0).permutation(len(pairs))),
+    tr("package (batch_iterator)"): list(batch_iterator(pairs, batch_size=64, rng=np.random.default_rng(0), **ids)),
+    tr("reference: sort by max(S, T+1)"): cut(sorted(range(len(pairs)), key=lambda k: (max(lengths[k][0], lengths[k][1] + 1),
                                                                                 lengths[k]))),
 }
-print(f"{task.name}: {len(pairs)} training pairs; source lengths {min(s for s, _ in lengths)}-{max(s for s, _ in lengths)}, "
-      f"target lengths {min(t for _, t in lengths)}-{max(t for _, t in lengths)} (characters; sources include <eos>)")
+print(tr(f"{task.name}: {len(pairs)} training pairs; source lengths {min(s for s, _ in lengths)}-{max(s for s, _ in lengths)}, "
+         f"target lengths {min(t for _, t in lengths)}-{max(t for _, t in lengths)} (characters; sources include <eos>)"))
 costs = {name: cost(b) for name, b in schemes.items()}
-base = costs["random"]
-print(f"{'':<32}{'batches':>8}{'source pad':>12}{'target pad':>12}{'all pad':>9}{'positions':>11}{'attn scores':>13}")
+base = costs[tr("random")]
+print(f"{'':<32}{tr('batches'):>8}{tr('source pad'):>12}{tr('target pad'):>12}{tr('all pad'):>9}{tr('positions'):>11}"
+      f"{tr('attn scores'):>13}")
 for name, c in costs.items():
     print(f"{name:<32}{c['batches']:>8}{c['source pad']:>12.1%}{c['target pad']:>12.1%}{c['all pad']:>9.1%}"
           f"{c['positions'] / base['positions']:>10.2f}x{c['attention scores'] / base['attention scores']:>12.2f}x")
@@ -145,8 +147,8 @@ for name, c in costs.items():
 # %%
 S_max = max(b.src.shape[1] for bs in schemes.values() for b in bs)
 T_max = max(b.tgt_out.shape[1] for bs in schemes.values() for b in bs)
-picks = {"random": [0, 1, 2, 3], "package (batch_iterator)": [0, 1, 2, 3],
-         "reference: sort by max(S, T+1)": [2, 8, 14, 20]}
+picks = {tr("random"): [0, 1, 2, 3], tr("package (batch_iterator)"): [0, 1, 2, 3],
+         tr("reference: sort by max(S, T+1)"): [2, 8, 14, 20]}
 cmap = plt.get_cmap("Blues").copy(); cmap.set_bad("white")
 fig, axes = plt.subplots(3, 4, figsize=(11, 6.2), sharex=True)
 for row, (name, batches) in zip(axes, schemes.items()):
@@ -157,12 +159,12 @@ for row, (name, batches) in zip(axes, schemes.items()):
         img[:, S_max + 3: S_max + 3 + b.tgt_out.shape[1]] = np.where(backend.to_numpy(b.tgt_out) != vocab.pad_id, 1.0, 0.25)
         ax.imshow(img, cmap=cmap, vmin=0, vmax=1, aspect="auto", interpolation="nearest")
         c = cost([b])
-        ax.set_title(f"S={b.src.shape[1]}, T={b.tgt_out.shape[1]}: {c['all pad']:.0%} padding", fontsize=8)
+        ax.set_title(tr(f"S={b.src.shape[1]}, T={b.tgt_out.shape[1]}: {c['all pad']:.0%} padding"), fontsize=8)
         ax.set_yticks([])
     row[0].set_ylabel(name, fontsize=8)
 for ax in axes[-1]:
-    ax.set_xticks([S_max / 2, S_max + 3 + T_max / 2], ["source", "target"])
-fig.suptitle("batches of 64 emoji names (rows = sentences): dark = real token, pale = <pad>", fontsize=10)
+    ax.set_xticks([S_max / 2, S_max + 3 + T_max / 2], [tr("source"), tr("target")])
+fig.suptitle(tr("batches of 64 emoji names (rows = sentences): dark = real token, pale = <pad>"), fontsize=10)
 plt.tight_layout(); plt.show()
 
 # %%
@@ -186,12 +188,12 @@ numbers = load_task("numbers-en-de")                   # English words -> German
 number_pairs = encode_pairs(numbers.vocab, numbers.train)
 nid = dict(pad_id=numbers.vocab.pad_id, bos_id=numbers.vocab.bos_id, eos_id=numbers.vocab.eos_id)
 order = np.random.default_rng(0).permutation(len(number_pairs))
-for name, batches in (("random", [make_batch([number_pairs[k][0] for k in order[i:i + 64]],
+for name, batches in ((tr("random"), [make_batch([number_pairs[k][0] for k in order[i:i + 64]],
                                              [number_pairs[k][1] for k in order[i:i + 64]], **nid)
                                   for i in range(0, len(order), 64)]),
-                      ("package", list(batch_iterator(number_pairs, 64, rng=np.random.default_rng(0), **nid)))):
+                      (tr("package"), list(batch_iterator(number_pairs, 64, rng=np.random.default_rng(0), **nid)))):
     real = sum(int((b.src != nid["pad_id"]).sum()) + b.n_tokens for b in batches)
-    print(f"numbers-en-de, {name:<8} {1 - real / sum(b.src.size + b.tgt_out.size for b in batches):.1%} padding")
+    print(tr(f"numbers-en-de, {name:<8} {1 - real / sum(b.src.size + b.tgt_out.size for b in batches):.1%} padding"))
 
 # %% [markdown]
 # The paper also sized batches by **tokens** rather than sentences (`batch_iterator(..., max_tokens=...)`):
@@ -234,8 +236,8 @@ theta.grad[...] = g
 adam = Adam([theta], lr=1e-3)                  # the paper's betas (0.9, 0.98) and eps 1e-9 are the defaults
 adam.step()
 print(adam)
-print("gradient g               ", " ".join(f"{x:8.0e}" for x in g))
-print("first step / lrate       ", " ".join(f"{x:8.3f}" for x in -theta.data / 1e-3))
+print(tr("gradient g               "), " ".join(f"{x:8.0e}" for x in g))
+print(tr("first step / lrate       "), " ".join(f"{x:8.3f}" for x in -theta.data / 1e-3))
 print("g / (|g| + eps)          ", " ".join(f"{x:8.3f}" for x in g / (np.abs(g) + 1e-9)))
 
 # %% [markdown]
@@ -255,11 +257,11 @@ fig, ax = plt.subplots(figsize=(6.5, 2.8))
 for beta2, style in ((0.98, "-"), (0.999, "--")):
     ratio = (1 - 0.9 ** t) / np.sqrt(1 - beta2 ** t)
     ax.plot(t, ratio, style, label=f"β1 = 0.9, β2 = {beta2}")
-    print(f"beta2 = {beta2}: at most {ratio.max():.2f} times the corrected step (at step {t[ratio.argmax()]}); "
-          f"{ratio[0]:.2f} at step 1")
+    print(tr(f"beta2 = {beta2}: at most {ratio.max():.2f} times the corrected step (at step {t[ratio.argmax()]}); "
+             f"{ratio[0]:.2f} at step 1"))
 ax.axhline(1, color="k", lw=0.8)
-ax.set(xscale="log", xlabel="step t", ylabel="uncorrected / corrected step",
-       title="Adam without bias correction, for a steady gradient")
+ax.set(xscale="log", xlabel=tr("step t"), ylabel=tr("uncorrected / corrected step"),
+       title=tr("Adam without bias correction, for a steady gradient"))
 ax.legend(); plt.tight_layout(); plt.show()
 uncorrected = {beta2: (1 - 0.9 ** t) / np.sqrt(1 - beta2 ** t) for beta2 in (0.98, 0.999)}
 claim("beta2 = 0.98: at most 1.55 times the corrected step", uncorrected[0.98].max(), 1.55, tol=0.005)
@@ -302,16 +304,16 @@ steps = np.arange(1, 20001, 10)               # every 10th step is plenty for a 
 fig, axes = plt.subplots(1, 2, figsize=(10, 3.2), sharey=True)
 for d_model in (128, 512, 1024):
     schedule = NoamSchedule(d_model, 4000)
-    axes[0].plot(steps, [schedule(int(i)) for i in steps], label=f"d_model = {d_model} (peak {schedule.peak_lr:.1e})")
+    axes[0].plot(steps, [schedule(int(i)) for i in steps], label=tr(f"d_model = {d_model} (peak {schedule.peak_lr:.1e})"))
 for warmup in (1000, 4000, 8000):
     schedule = NoamSchedule(512, warmup)
-    axes[1].plot(steps, [schedule(int(i)) for i in steps], label=f"warmup_steps = {warmup} (peak {schedule.peak_lr:.1e})")
-axes[0].set(title="warmup_steps = 4000", xlabel="step", ylabel="lrate")
-axes[1].set(title="d_model = 512", xlabel="step")
+    axes[1].plot(steps, [schedule(int(i)) for i in steps], label=tr(f"warmup_steps = {warmup} (peak {schedule.peak_lr:.1e})"))
+axes[0].set(title="warmup_steps = 4000", xlabel=tr("step"), ylabel="lrate")
+axes[1].set(title="d_model = 512", xlabel=tr("step"))
 for ax in axes:
     ax.legend(fontsize=8)
 plt.tight_layout(); plt.show()
-print("base model peak:", NoamSchedule(512, 4000).peak_lr, "at step", NoamSchedule(512, 4000).warmup_steps)
+print(tr("base model peak:"), NoamSchedule(512, 4000).peak_lr, tr("at step"), NoamSchedule(512, 4000).warmup_steps)
 claim("the base model's peak rate is 7.0e-4", NoamSchedule(512, 4000).peak_lr, 7.0e-4, tol=5e-6)
 
 # %% [markdown]
@@ -387,17 +389,18 @@ with threadpool_limits(1):                      # one BLAS thread, as the saved 
                                         LIVE_STEPS),
             "without warm-up": train_steps(build_model(copy_task, "copy", seed=0, **WARMUP_MODEL), copy_pairs,
                                            lambda step: noam(max(step, WARMUP)), LIVE_STEPS)}
-print(f"2 x {LIVE_STEPS} steps in {time.perf_counter() - t0:.1f} s; peak lrate {noam.peak_lr:.2e}")
+print(tr(f"2 x {LIVE_STEPS} steps in {time.perf_counter() - t0:.1f} s; peak lrate {noam.peak_lr:.2e}"))
+shown = {"with warm-up": tr("with warm-up"), "without warm-up": tr("without warm-up")}   # the run's keys, as shown
 for name, losses in live.items():
-    print(f"{name:<16} loss: first 10 steps {losses[:10].mean():.3f}, steps 190-210 {losses[190:210].mean():.3f}, "
-          f"last 20 {losses[-20:].mean():.3f}")
+    print(tr(f"{shown[name]:<16} loss: first 10 steps {losses[:10].mean():.3f}, steps 190-210 {losses[190:210].mean():.3f}, "
+             f"last 20 {losses[-20:].mean():.3f}"))
 
 # The live run is a row of the saved record (below). On any computer it must show what the record measured when
 # it re-ran this row on four processors' arithmetic (their BLAS kernels and SIMD code) and three seeds: the first
 # 10 steps as recorded, to rounding (they check the arithmetic), and over steps 281-300 a loss with warm-up far
 # below the loss without, which stays near chance (the margins: lessons/experiments/README.md).
 warm = json.loads((EXPERIMENTS / "lesson09_warmup.json").read_text())
-print("the live run agrees with the saved row:", *warmup_script.check_live(warm, live), sep="\n  ")
+print(tr("the live run agrees with the saved row:"), *warmup_script.check_live(warm, live), sep="\n  ")
 
 # %%
 factors = sorted({r["factor"] for r in warm["runs"]})
@@ -409,25 +412,26 @@ def smooth(x, k=10):
 
 
 for name, losses in live.items():
-    axes[0].plot(smooth(losses), label=name, color="tab:blue" if name == "with warm-up" else "tab:red")
-axes[0].set(title=f"live, factor {FACTOR} (peak {noam.peak_lr:.1e})", xlabel="step", ylabel="training loss")
+    axes[0].plot(smooth(losses), label=shown[name], color="tab:blue" if name == "with warm-up" else "tab:red")
+axes[0].set(title=tr(f"live, factor {FACTOR} (peak {noam.peak_lr:.1e})"), xlabel=tr("step"), ylabel=tr("training loss"))
 axes[0].legend(fontsize=8)
 for ax, factor in zip(axes[1:], factors):
     for r in (r for r in warm["runs"] if r["factor"] == factor):
         ax.plot(smooth(r["loss"]), color="tab:blue" if r["warmup"] else "tab:red", lw=1, alpha=0.8)
     peak = next(r["peak_lr"] for r in warm["runs"] if r["factor"] == factor)
-    ax.set(title=f"saved: factor {factor} (peak {peak:.1e})", xlabel="step")
+    ax.set(title=tr(f"saved: factor {factor} (peak {peak:.1e})"), xlabel=tr("step"))
 for ax in axes:
     ax.axvline(WARMUP, color="k", lw=0.6, ls=":")
-fig.suptitle("copy task, copy preset: blue = with warm-up, red = without (same rate from step 200 on); "
-             f"saved runs: seeds {sorted({r['seed'] for r in warm['runs']})}", fontsize=9)
+fig.suptitle(tr("copy task, copy preset: blue = with warm-up, red = without (same rate from step 200 on); "
+                f"saved runs: seeds {sorted({r['seed'] for r in warm['runs']})}"), fontsize=9)
 plt.tight_layout(); plt.show()
-print("saved runs:", *(warm["provenance"][0][k] for k in ("command", "started", "commit")), sep=" | ")
-print(f"{'factor':<8}{'peak lrate':>11}   mean training loss over the last 50 of {len(warm['runs'][0]['loss'])} steps, per seed")
+print(tr("saved runs:"), *(warm["provenance"][0][k] for k in ("command", "started", "commit")), sep=" | ")
+print(f"{tr('factor'):<8}{tr('peak lrate'):>11}  ",
+      tr(f"mean training loss over the last 50 of {len(warm['runs'][0]['loss'])} steps, per seed"))
 for factor in factors:
     runs = [r for r in warm["runs"] if r["factor"] == factor]
     cells = {w: "  ".join(f"{np.mean(r['loss'][-50:]):.3f}" for r in runs if r["warmup"] == w) for w in (True, False)}
-    print(f"{factor:<8}{runs[0]['peak_lr']:>11.2e}   with warm-up: {cells[True]}    without: {cells[False]}")
+    print(tr(f"{factor:<8}{runs[0]['peak_lr']:>11.2e}   with warm-up: {cells[True]}    without: {cells[False]}"))
 
 # %% [markdown]
 # Measured, two seeds per setting (the live run above is the middle setting's seed 0 again, for 300 steps);
@@ -441,7 +445,7 @@ def warm_stat(factor, warmup, window):
 
 
 def nums(values):
-    return " and ".join(f"{v:.2f}" for v in values)
+    return tr(" and ").join(f"{v:.2f}" for v in values)
 
 
 end_w = {f: warm_stat(f, True, (-50, None)) for f in factors}
@@ -456,22 +460,21 @@ claim_true("at the middle rate, with warm-up learns and without it is stuck near
            max(end_w[f_mid]) < 1.0 and min(end_wo[f_mid]) > 0.8 * chance, f"{end_w[f_mid]} vs {end_wo[f_mid]}")
 claim_true("at the highest rate neither schedule gets the loss below 1.5", min(end_w[f_hi] + end_wo[f_hi]) > 1.5,
            str(end_w[f_hi] + end_wo[f_hi]))
-show_markdown("\n".join([
+show_markdown(
     f"* **peak {peak[f_lo]:.1e} (factor {f_lo})**: both schedules learn. Without warm-up the loss falls faster for "
     f"the first 10 steps ({nums(warm_stat(f_lo, False, (0, 10)))} against {nums(warm_stat(f_lo, True, (0, 10)))}), "
     f"then falls behind although its rate is higher until step {warm['warmup_steps']} (steps 91-110: "
     f"{nums(warm_stat(f_lo, False, (90, 110)))} against {nums(warm_stat(f_lo, True, (90, 110)))}), and after "
     f"{len(warm['runs'][0]['loss'])} steps it is still behind (last-50-step loss {nums(end_wo[f_lo])} against "
-    f"{nums(end_w[f_lo])}).",
+    f"{nums(end_w[f_lo])}).\n"
     f"* **peak {peak[f_mid]:.1e} (factor {f_mid})**: with warm-up the model learns ({nums(end_w[f_mid])} at the end). "
     f"Without it, both seeds get stuck near a loss of {nums(end_wo[f_mid])} and stay there, close to "
     f"$\\ln 10 = {chance:.2f}$ per symbol: the model predicts *some* symbol but has not learned to read *which* one "
     "from the source. Full-size steps in directions set by a random model's gradients put it somewhere it does "
-    "not leave at that rate.",
+    "not leave at that rate.\n"
     f"* **peak {peak[f_hi]:.1e} (factor {f_hi})**: neither learns in {len(warm['runs'][0]['loss'])} steps (last-50-step "
     f"loss {nums(end_w[f_hi])} with warm-up, {nums(end_wo[f_hi])} without). Warm-up does not rescue a rate that is "
-    "simply too high.",
-]))
+    "simply too high.")
 
 # %% [markdown]
 # So at this scale warm-up widens the range of peak rates that train. The paper's base model, deeper and
@@ -499,13 +502,13 @@ V_demo, y_demo, eps_ls = 10, 3, 0.1
 q = (1 - eps_ls) * np.eye(V_demo)[y_demo] + eps_ls / V_demo
 fig, axes = plt.subplots(1, 2, figsize=(9, 2.6), sharey=True)
 axes[0].bar(range(V_demo), np.eye(V_demo)[y_demo], color="tab:gray")
-axes[0].set(title="one-hot target (ε_ls = 0)", xlabel="token v", ylabel="target probability")
+axes[0].set(title=tr("one-hot target (ε_ls = 0)"), xlabel=tr("token v"), ylabel=tr("target probability"))
 axes[1].bar(range(V_demo), q, color=["tab:blue" if v == y_demo else "tab:orange" for v in range(V_demo)])
-axes[1].set(title=f"smoothed target q (ε_ls = {eps_ls}, V = {V_demo})", xlabel="token v")
+axes[1].set(title=tr(f"smoothed target q (ε_ls = {eps_ls}, V = {V_demo})"), xlabel=tr("token v"))
 for v in (y_demo, 0):
     axes[1].text(v, q[v] + 0.02, f"{q[v]:.2f}", ha="center", fontsize=8)
 plt.tight_layout(); plt.show()
-print(f"the lowest possible loss, reached at p = q: H(q) = {-(q * np.log(q)).sum():.4f} (0 for a one-hot target)")
+print(tr(f"the lowest possible loss, reached at p = q: H(q) = {-(q * np.log(q)).sum():.4f} (0 for a one-hot target)"))
 
 # %% [markdown]
 # ### The gradient: $p - q$
@@ -549,17 +552,17 @@ loss_fn = LabelSmoothedCrossEntropy(pad_id=0, eps_ls=0.1)
 loss = loss_fn.forward(logits, targets)
 dlogits = loss_fn.backward()
 report = gradcheck(lambda: loss_fn.forward(logits, targets), {"logits": logits}, {"logits": dlogits})
-print(f"loss {loss:.4f}\n{report}")
+print(tr(f"loss {loss:.4f}\n{report}"))
 report.assert_ok()
 
 n = int((targets != 0).sum())
 p = np.exp(logits[0, 0] - logits[0, 0].max()); p /= p.sum()
-print("\nposition (0, 0), target 3:")
+print(tr("\nposition (0, 0), target 3:"))
 print("  p               ", p)
 q_00 = (1 - 0.1) * np.eye(7)[3] + 0.1 / 7
 print("  q               ", q_00)
-print("  n * dlogits     ", n * dlogits[0, 0], "  = p - q, to", np.abs(n * dlogits[0, 0] - (p - q_00)).max())
-print("  a pad position  ", dlogits[1, 4], "  = 0")
+print("  n * dlogits     ", n * dlogits[0, 0], tr("  = p - q, to"), np.abs(n * dlogits[0, 0] - (p - q_00)).max())
+print(tr("  a pad position  "), dlogits[1, 4], "  = 0")
 
 # %% [markdown]
 # **Predict.** With $\varepsilon_{ls} = 0.1$ and a vocabulary of 1000 tokens, a model that predicts the smoothed target $q$ exactly, the best any model can do: what is its loss, in nats?
@@ -630,25 +633,26 @@ t0 = time.perf_counter()
 with threadpool_limits(1):                      # one BLAS thread, as the saved runs
     ls_live = {eps: ls_script.live_point(eps, n_test) for eps in ls_script.EPS}
 LS_STEPS = ls_script.LIVE["steps"]
-print(f"reverse task: 2 x {LS_STEPS} steps of the tiny model in {time.perf_counter() - t0:.1f} s, "
-      f"{n_test} held-out sequences")
-print(f"{'eps_ls':<8}{'perplexity':>11}{'token accuracy':>16}{'exact match':>13}")
+print(tr(f"reverse task: 2 x {LS_STEPS} steps of the tiny model in {time.perf_counter() - t0:.1f} s, "
+         f"{n_test} held-out sequences"))
+print(f"{'eps_ls':<8}{tr('perplexity'):>11}{tr('token accuracy'):>16}{tr('exact match'):>13}")
 for eps, measured in ls_live.items():
     print(f"{eps:<8}{measured['perplexity']:>11.4f}{measured['token_accuracy']:>16.2%}{measured['exact_match']:>13.1%}")
-print(f"perplexity of p = q (eps_ls = 0.1, V = {len(cv)}): {1 / (1 - 0.1 + 0.1 / len(cv)):.4f}")
+print(tr(f"perplexity of p = q (eps_ls = 0.1, V = {len(cv)}): {1 / (1 - 0.1 + 0.1 / len(cv)):.4f}"))
 # The record's row, within the margins it measured over four processors' arithmetic and three seeds: the first
 # 10 steps' loss as recorded (to rounding), and held-out scores of a model that has learned to reverse.
-print("the live run agrees with the saved row:", *ls_script.check_live(ls_record, ls_live), sep="\n  ")
+print(tr("the live run agrees with the saved row:"), *ls_script.check_live(ls_record, ls_live), sep="\n  ")
 
 # %%
 a, b = ls_live[0.0], ls_live[0.1]
+verdict = (tr(": the paper's trade-off, worse perplexity and better accuracy.")
+           if b["perplexity"] > a["perplexity"] and b["token_accuracy"] > a["token_accuracy"]
+           else tr(", which is not the paper's trade-off on this seed."))
 show_markdown(
     f"In this live run, smoothing took perplexity from {a['perplexity']:.3f} to {b['perplexity']:.3f}, token accuracy "
     f"from {a['token_accuracy']:.1%} to {b['token_accuracy']:.1%} and exact match from {a['exact_match']:.1%} to "
-    f"{b['exact_match']:.1%}" + (": the paper's trade-off, worse perplexity and better accuracy."
-                                  if b["perplexity"] > a["perplexity"] and b["token_accuracy"] > a["token_accuracy"]
-                                  else ", which is not the paper's trade-off on this seed.")
-    + " One seed proves little; here are the saved runs, three seeds each, on copy and reverse:")
+    f"{b['exact_match']:.1%}{verdict}"
+    " One seed proves little; here are the saved runs, three seeds each, on copy and reverse:")
 
 # %%
 ls_saved = ls_record["entries"]
@@ -661,15 +665,16 @@ for row, entry in zip(axes, ls_saved):
         row[1].plot(st, [c["token_accuracy"] for c in run["curve"]], color=color, marker=".")
         row[2].plot(st, [c["exact_match"] for c in run["curve"]], color=color, marker=".")
     row[0].axhline(1 / (1 - 0.1 + 0.1 / len(cv)), color="tab:green", ls=":", lw=1)   # copy and reverse share cv
-    row[0].set(ylabel=f"{entry['task']}, {entry['preset']}\nheld-out perplexity", title="perplexity (lower is better)")
-    row[1].set(title="token accuracy"); row[2].set(title="exact match (greedy)")
+    row[0].set(ylabel=tr(f"{entry['task']}, {entry['preset']}\nheld-out perplexity"), title=tr("perplexity (lower is better)"))
+    row[1].set(title=tr("token accuracy")); row[2].set(title=tr("exact match (greedy)"))
     for ax in row:
-        ax.set_xlabel("step")
-fig.suptitle("gray: ε_ls = 0, green: ε_ls = 0.1 (dotted: the perplexity of p = q); one line per seed", fontsize=9)
+        ax.set_xlabel(tr("step"))
+fig.suptitle(tr("gray: ε_ls = 0, green: ε_ls = 0.1 (dotted: the perplexity of p = q); one line per seed"), fontsize=9)
 plt.tight_layout(); plt.show()
 for entry in ls_saved:
     print(f"{entry['task']}:", *(ls_record["provenance"][0][k] for k in ("command", "started", "commit")), sep=" | ")
-    print(f"  {'eps_ls':<7}{'seed':>5}{'perplexity':>11}{'token acc':>11}{'exact match':>13}{'BLEU':>7}   (step {entry['runs'][0]['curve'][-1]['step']})")
+    print(f"  {'eps_ls':<7}{tr('seed'):>5}{tr('perplexity'):>11}{tr('token acc'):>11}{tr('exact match'):>13}{'BLEU':>7}  ",
+          tr(f"(step {entry['runs'][0]['curve'][-1]['step']})"))
     for run in sorted(entry["runs"], key=lambda r: (r["eps_ls"], r["seed"])):
         final = run["curve"][-1]
         print(f"  {run['eps_ls']:<7}{run['seed']:>5}{final['perplexity']:>11.3f}{final['token_accuracy']:>11.2%}"
@@ -697,21 +702,23 @@ for entry in ls_saved:
     off, on = finals(entry, 0.0), finals(entry, 0.1)
     worse_ppl = sum(b["perplexity"] > a["perplexity"] for a, b in zip(off, on))
     better = {m: sum(b[m] > a[m] for a, b in zip(off, on)) for m in ("token_accuracy", "exact_match", "bleu")}
-    lines.append(
+    bleu_by_seed = ", ".join(f"{b['bleu']:.1f} vs {a['bleu']:.1f}" for a, b in zip(off, on))
+    lines.append(tr(
         f"* **{entry['task']}**, step {on[0]['step']}, {len(on)} seeds: perplexity {span([r['perplexity'] for r in on], '.3f')} "
         f"with $\\varepsilon_{{ls}} = 0.1$ (the $p = q$ line: {p_eq_q:.4f}) against "
         f"{span([r['perplexity'] for r in off], '.3f')} without, worse on {worse_ppl} of {len(on)} seeds. Token accuracy "
         f"{span([r['token_accuracy'] for r in on], '.1%')} against {span([r['token_accuracy'] for r in off], '.1%')}, "
         f"exact match {span([r['exact_match'] for r in on], '.1%')} against {span([r['exact_match'] for r in off], '.1%')} "
-        f"(smoothing better on {better['exact_match']} of {len(on)} seeds); BLEU on the symbols "
-        + ", ".join(f"{b['bleu']:.1f} vs {a['bleu']:.1f}" for a, b in zip(off, on)) + " (smoothed vs not, by seed).")
+        f"(smoothing better on {better['exact_match']} of {len(on)} seeds); BLEU on the symbols {bleu_by_seed} "
+        "(smoothed vs not, by seed)."))
 reverse = next(e for e in ls_saved if e["task"] == "reverse")
 claim_true("on reverse, smoothing makes perplexity worse on every seed",
            all(b["perplexity"] > a["perplexity"] for a, b in zip(finals(reverse, 0.0), finals(reverse, 0.1))))
 claim_true("on reverse, smoothing raises token accuracy on most seeds",
            sum(b["token_accuracy"] > a["token_accuracy"] for a, b in zip(finals(reverse, 0.0), finals(reverse, 0.1)))
            > len(finals(reverse, 0.1)) / 2)
-show_markdown("\n".join(lines) + "\n\nSo at this scale the perplexity-against-accuracy trade-off of the paper shows "
+per_task = "\n".join(lines)
+show_markdown(f"{per_task}\n\nSo at this scale the perplexity-against-accuracy trade-off of the paper shows "
               "on reverse, the task the tiny model has not finished learning at this budget; on copy, which every "
               "run nearly solves, there is little left for smoothing to win.")
 
@@ -732,7 +739,7 @@ show_markdown("\n".join(lines) + "\n\nSo at this scale the perplexity-against-ac
 # %%
 from minitransformer.layers.dropout import Dropout
 from minitransformer.layers.parameter import Layer
-from minitransformer.data.registry import PRESETS
+from minitransformer.data.registry import PRESETS           # the model presets and the tasks' own
 from minitransformer.model import Transformer, TransformerConfig
 
 
@@ -750,10 +757,10 @@ def dropout_sites(layer, prefix=""):
 
 small = Transformer(TransformerConfig(vocab_size=20, d_model=16, h=2, N=2, d_ff=32), seed=0)
 sites = list(dropout_sites(small))
-print(f"N = 2: {len(sites)} dropout sites (5N + 2 = {5 * 2 + 2})")
+print(tr(f"N = 2: {len(sites)} dropout sites (5N + 2 = {5 * 2 + 2})"))
 print("\n".join("  " + s for s in sites))
 base_model_sites = 5 * TransformerConfig().N + 2
-print(f"base model (N = 6): 5N + 2 = {base_model_sites} sites")
+print(tr(f"base model (N = 6): 5N + 2 = {base_model_sites} sites"))
 
 # %% [markdown]
 # ### Forward and backward, with the saved mask
@@ -785,7 +792,7 @@ report.assert_ok()
 drop.rng = np.random.default_rng(7)
 y = drop.forward(x)
 m = y / x
-print("mask values:", np.unique(m.round(6)), f"  dropped: {(m == 0).mean():.0%} of {m.size}")
+print(tr("mask values:"), np.unique(m.round(6)), tr(f"  dropped: {(m == 0).mean():.0%} of {m.size}"))
 
 # %% [markdown]
 # ### Why each site needs its own mask
@@ -836,10 +843,10 @@ from minitransformer.gradcheck import rel_error
 
 shared = LastMaskDropout(0.3, seed=5)
 _, dx_shared = two_sites(shared, shared)
-print(f"one object at both sites:  rel error of dx vs numerical {rel_error(dx_shared, numeric_dx(lambda: (LastMaskDropout(0.3, 5),) * 2)):.2e}")
+print(tr(f"one object at both sites:  rel error of dx vs numerical {rel_error(dx_shared, numeric_dx(lambda: (LastMaskDropout(0.3, 5),) * 2)):.2e}"))
 _, dx_own = two_sites(LastMaskDropout(0.3, seed=5), LastMaskDropout(0.3, seed=6))
-print(f"one object per site:       rel error of dx vs numerical "
-      f"{rel_error(dx_own, numeric_dx(lambda: (LastMaskDropout(0.3, 5), LastMaskDropout(0.3, 6)))):.2e}")
+print(tr(f"one object per site:       rel error of dx vs numerical "
+         f"{rel_error(dx_own, numeric_dx(lambda: (LastMaskDropout(0.3, 5), LastMaskDropout(0.3, 6)))):.2e}"))
 
 # the package's Dropout refuses instead of going wrong silently
 pkg = Dropout(0.3, np.random.default_rng(5))
@@ -848,7 +855,7 @@ pkg.backward(np.ones((3, 8)))
 try:
     pkg.backward(np.ones((3, 8)))
 except RuntimeError as err:
-    print("package Dropout used at two sites:", err)
+    print(tr("package Dropout used at two sites:"), err)
 
 # %% [markdown]
 # Even with the bookkeeping right (two masks kept), **reusing one mask** at several sites would change what
@@ -861,10 +868,10 @@ dropout_rng = np.random.default_rng(3)
 site1 = Dropout(0.1, dropout_rng).forward(ones)                  # x ⊙ m with x = 1: the mask itself
 site2_own = Dropout(0.1, dropout_rng).forward(ones)              # a second site, its own draw
 site2_shared = Dropout(0.1).forward(ones, mask=site1)            # a second site handed the first site's mask
-for name, site2 in (("own masks", site2_own), ("one shared mask", site2_shared)):
-    print(f"{name:<16} dropped at site 1: {np.mean(site1 == 0):.3f}, at site 2: {np.mean(site2 == 0):.3f}, "
-          f"at both: {np.mean((site1 == 0) & (site2 == 0)):.4f}")
-print("independent draws would give 0.1 x 0.1 = 0.01 at both")
+for name, site2 in ((tr("own masks"), site2_own), (tr("one shared mask"), site2_shared)):
+    print(tr(f"{name:<16} dropped at site 1: {np.mean(site1 == 0):.3f}, at site 2: {np.mean(site2 == 0):.3f}, "
+             f"at both: {np.mean((site1 == 0) & (site2 == 0)):.4f}"))
+print(tr("independent draws would give 0.1 x 0.1 = 0.01 at both"))
 
 # %% [markdown]
 # With $k$ sites sharing one mask, a coordinate is dropped at all $k$ of them with probability 0.1 instead of
@@ -899,9 +906,9 @@ with eval_mode(fresh):
 z_valid = backend.to_numpy(z)[backend.to_numpy(b.tgt_out) != cv.pad_id].astype(np.float64)    # (n, V)
 sigma2 = z_valid.var(axis=-1).mean()
 loss0 = cross_entropy_forward(z, b.tgt_out, cv.pad_id, 0.0)[0]
-print(f"V = {len(cv)}, logits' standard deviation sigma = {math.sqrt(sigma2):.3f}")
-print(f"ln V = {math.log(len(cv)):.4f} <= measured initial loss {loss0:.4f} <= ln V + sigma^2/2 = "
-      f"{math.log(len(cv)) + sigma2 / 2:.4f}")
+print(tr(f"V = {len(cv)}, logits' standard deviation sigma = {math.sqrt(sigma2):.3f}"))
+print(tr(f"ln V = {math.log(len(cv)):.4f} <= measured initial loss {loss0:.4f} <= ln V + sigma^2/2 = "
+         f"{math.log(len(cv)) + sigma2 / 2:.4f}"))
 claim_true("the initial loss lies between ln V and ln V + sigma^2/2",
            math.log(len(cv)) <= loss0 <= math.log(len(cv)) + sigma2 / 2, f"{loss0:.4f}")
 
@@ -911,6 +918,10 @@ claim_true("the initial loss lies between ln V and ln V + sigma^2/2",
 # rate of $10^{-3}$:
 
 # %%
+show_slow_cell("09", "overfitting one batch, 200 steps")
+
+# %%
+# slow: overfitting one batch, 200 steps
 one_batch = next(endless_batches(copy_pairs, seed=2, batch_size=32))
 model = build_model(copy_task, "copy", seed=0)
 optimizer = Adam(model.parameters(), lr=1e-3)
@@ -922,12 +933,12 @@ for _step in range(200):
                            one_batch.tgt_out)
     overfit.append(loss)
     optimizer.zero_grad(); model.backward(loss_fn.backward()); optimizer.step()
-print(f"{len(overfit)} steps on one batch in {time.perf_counter() - t0:.1f} s: loss {overfit[0]:.3f} -> {overfit[-1]:.5f}")
+print(tr(f"{len(overfit)} steps on one batch in {time.perf_counter() - t0:.1f} s: loss {overfit[0]:.3f} -> {overfit[-1]:.5f}"))
 fig, ax = plt.subplots(figsize=(6, 2.6))
 ax.semilogy(overfit)
 ax.axhline(math.log(len(cv)), color="k", ls=":", lw=0.8)
 ax.text(0.9, math.log(len(cv)) * 1.15, "ln V", fontsize=8, transform=ax.get_yaxis_transform())
-ax.set(xlabel="step", ylabel="loss on the one batch", title="overfitting a single batch of 32 sequences")
+ax.set(xlabel=tr("step"), ylabel=tr("loss on the one batch"), title=tr("overfitting a single batch of 32 sequences"))
 plt.tight_layout(); plt.show()
 
 # %% [markdown]
@@ -951,13 +962,13 @@ plt.tight_layout(); plt.show()
 
 # %%
 copy_preset = PRESETS["copy"]
+why_no_dropout = (tr(" (none: a task with one right answer and this many training sequences has nothing to regularize)")
+                  if copy_preset.P_drop == 0 else "")
+why_smoothing = (tr(" (the paper's; the recipe search, `lessons/experiments/copy_recipe_search.py`, kept it)")
+                 if copy_preset.eps_ls > 0 else "")
 show_markdown(
-    f"The copy preset: dropout $P_\\text{{drop}} = {copy_preset.P_drop}$"
-    + (" (none: a task with one right answer and this many training sequences has nothing to regularize)"
-       if copy_preset.P_drop == 0 else "")
-    + f", label smoothing $\\varepsilon_{{ls}} = {copy_preset.eps_ls}$"
-    + (" (the paper's; the recipe search, `lessons/experiments/copy_recipe_search.py`, kept it)"
-       if copy_preset.eps_ls > 0 else "") + ".")
+    f"The copy preset: dropout $P_\\text{{drop}} = {copy_preset.P_drop}${why_no_dropout}"
+    f", label smoothing $\\varepsilon_{{ls}} = {copy_preset.eps_ls}${why_smoothing}.")
 
 # %%
 from lessonkit.runtimes import show_slow_cell
@@ -967,14 +978,14 @@ show_slow_cell("09", "the copy recipe, trained until solved")
 # %%
 # slow: the copy recipe, trained until solved
 preset, settings = settings_for("copy", seed=0)             # the command line's recipe, unchanged
-print(f"preset {preset!r}; {settings}")
+print(tr(f"preset {preset!r}; {settings}"))
 trainer = make_trainer(copy_task, settings, preset)
 t0 = time.perf_counter()
 history = trainer.run(progress=False)
 train_seconds = time.perf_counter() - t0
 scores = score_translations(trainer.model.eval(), cv, copy_task.test, copy_task.tgt_level, copy_task.bleu_tokenize)
-print(f"{trainer.step} steps in {train_seconds:.1f} s; greedy decoding of {len(copy_task.test)} held-out sequences in "
-      f"{scores['seconds']:.1f} s: exact match {scores['exact_match']:.1%}")
+print(tr(f"{trainer.step} steps in {train_seconds:.1f} s; greedy decoding of {len(copy_task.test)} held-out sequences in "
+         f"{scores['seconds']:.1f} s: exact match {scores['exact_match']:.1%}"))
 for hyp, ref in list(zip(scores["hyps"], scores["refs"]))[:4]:
     print(f"  {ref!r:>24} -> {hyp!r}")
 assert trainer.solved_at is not None, (
@@ -992,9 +1003,9 @@ show_markdown(
 # %%
 fig, ax = plt.subplots(figsize=(8, 3.2))
 logged = [r for r in history if "loss" in r]
-ax.semilogy([r["step"] for r in logged], [r["loss"] for r in logged], label="training loss (mean of 10 steps)")
+ax.semilogy([r["step"] for r in logged], [r["loss"] for r in logged], label=tr("training loss (mean of 10 steps)"))
 validated = [r for r in history if "valid_loss" in r]
-ax.semilogy([r["step"] for r in validated], [r["valid_loss"] for r in validated], "o-", label="held-out loss")
+ax.semilogy([r["step"] for r in validated], [r["valid_loss"] for r in validated], "o-", label=tr("held-out loss"))
 ax.axhline(math.log(len(cv)), color="k", ls=":", lw=0.8)
 ax.text(0.9, math.log(len(cv)) * 1.2, "ln V", fontsize=8, transform=ax.get_yaxis_transform())
 every = max(1, len(validated) // 8)                      # at most about 8 labels
@@ -1005,7 +1016,7 @@ for i, r in enumerate(validated):
 ax2 = ax.twinx()
 ax2.plot([r["step"] for r in logged], [r["lr"] for r in logged], color="tab:gray", lw=0.8)
 ax2.set_ylabel("lrate", color="tab:gray")
-ax.set(xlabel="step", ylabel="loss", title="copy task (percentages: validation exact match)")
+ax.set(xlabel=tr("step"), ylabel=tr("loss"), title=tr("copy task (percentages: validation exact match)"))
 ax.legend(loc="upper center", fontsize=8); plt.tight_layout(); plt.show()
 
 # Read the curve against §6's description, from this run's numbers.
@@ -1019,24 +1030,25 @@ worst_drop = max(drops, default=None)
 eps = trainer.model.cfg.eps_ls
 q_row = np.full(len(cv), eps / len(cv)); q_row[0] += 1 - eps            # a smoothed target (any position)
 floor = float(-(q_row * np.log(q_row)).sum())                           # the smoothed loss is never below H(q)
-sentences = [f"The training loss starts at {logged[0]['loss']:.2f} (mean of the first {logged[0]['step']} steps; "
-             f"$\\ln V = {math.log(len(cv)):.2f}$: this model's first logits are large, see §6) and ends at "
-             f"{logged[-1]['loss']:.3f}" + (f", near the floor of the label-smoothed loss, $H(q) = {floor:.3f}$ at "
-                                           f"$\\varepsilon_{{ls}} = {eps}$." if eps > 0 else ".")]
+floor_note = (tr(f", near the floor of the label-smoothed loss, $H(q) = {floor:.3f}$ at $\\varepsilon_{{ls}} = {eps}$.")
+              if eps > 0 else ".")
+first = tr(f"The training loss starts at {logged[0]['loss']:.2f} (mean of the first {logged[0]['step']} steps; "
+           f"$\\ln V = {math.log(len(cv)):.2f}$: this model's first logits are large, see §6) and ends at "
+           f"{logged[-1]['loss']:.3f}") + floor_note
 if worst is not None and worst[0] > 0:
-    sentences.append(f"The held-out loss does not fall at every validation: its largest rise is from "
-                     f"{v_loss[v_step.index(worst[1])]:.4f} at step {worst[1]} to {v_loss[v_step.index(worst[2])]:.4f} "
-                     f"at step {worst[2]}" + (f", while validation exact match fell from {v_em[v_step.index(worst_drop[1])]:.1%} "
-                                              f"to {v_em[v_step.index(worst_drop[2])]:.1%} (steps {worst_drop[1]} to "
-                                              f"{worst_drop[2]})" if worst_drop and worst_drop[0] > 0 else "") + ".")
+    drop_note = (tr(f", while validation exact match fell from {v_em[v_step.index(worst_drop[1])]:.1%} "
+                    f"to {v_em[v_step.index(worst_drop[2])]:.1%} (steps {worst_drop[1]} to {worst_drop[2]})")
+                 if worst_drop and worst_drop[0] > 0 else "")
+    middle = tr(f"The held-out loss does not fall at every validation: its largest rise is from "
+                f"{v_loss[v_step.index(worst[1])]:.4f} at step {worst[1]} to {v_loss[v_step.index(worst[2])]:.4f} "
+                f"at step {worst[2]}") + drop_note + "."
 else:
-    sentences.append("The held-out loss falls at every validation.")
-sentences.append(f"At the last validation (step {v_step[-1]}) the held-out loss is {v_loss[-1]:.4f} and exact match "
-                 f"{v_em[-1]:.1%}" + ("." if not worst or worst[0] <= 0 else ": what rose on the way recovered."
-                                      if v_loss[-1] <= min(v_loss) * 1.5
-                                      else ": the run ended above its best held-out loss, so its last checkpoint is "
-                                           "not its best."))
-show_markdown(" ".join(sentences))
+    middle = tr("The held-out loss falls at every validation.")
+ending = ("." if not worst or worst[0] <= 0 else tr(": what rose on the way recovered.")
+          if v_loss[-1] <= min(v_loss) * 1.5
+          else tr(": the run ended above its best held-out loss, so its last checkpoint is not its best."))
+show_markdown(f"{first} {middle} At the last validation (step {v_step[-1]}) the held-out loss is {v_loss[-1]:.4f} "
+              f"and exact match {v_em[-1]:.1%}{ending}")
 
 # %% [markdown]
 # ## Exercises
@@ -1116,7 +1128,7 @@ check_dlogits(my_dlogits)
 def train_with_my_gradient(dlogits_fn, steps=400, seed=0):
     """Train the tiny model on copy with dlogits from `dlogits_fn`; plot the loss; return the held-out scores."""
     if dlogits_fn(np.zeros((1, 2, len(cv))), np.array([[5, cv.pad_id]]), cv.pad_id, 0.1) is None:
-        print("skipped: my_dlogits returns None (fill it in above, then run this cell again)")
+        print(tr("skipped: my_dlogits returns None (fill it in above, then run this cell again)"))
         return None
     model = build_model(copy_task, "tiny", seed=seed, eps_ls=0.1)
     optimizer = Adam(model.parameters(), lr=NoamSchedule(32, 200, 0.25), clip_norm=1.0)
@@ -1134,13 +1146,14 @@ def train_with_my_gradient(dlogits_fn, steps=400, seed=0):
         model.backward(mine)                                                   # your gradient drives the update
         optimizer.step()
     scores = held_out_scores(model, copy_task)
-    print(f"{steps} steps with your dlogits in {time.perf_counter() - t0:.1f} s: loss {losses[0]:.3f} -> "
-          f"{np.mean(losses[-20:]):.3f}; largest relative difference from the package's gradient {worst:.1e}")
-    print("held-out:", ", ".join(f"{k} {v:.4g}" for k, v in scores.items()))
+    print(tr(f"{steps} steps with your dlogits in {time.perf_counter() - t0:.1f} s: loss {losses[0]:.3f} -> "
+             f"{np.mean(losses[-20:]):.3f}; largest relative difference from the package's gradient {worst:.1e}"))
+    names = {"perplexity": tr("perplexity"), "token accuracy": tr("token accuracy"), "exact match": tr("exact match")}
+    print(tr("held-out:"), ", ".join(f"{names[k]} {v:.4g}" for k, v in scores.items()))
     fig, ax = plt.subplots(figsize=(6, 2.6))
     ax.plot(losses, lw=0.8)
     ax.axhline(math.log(len(cv)), color="k", ls=":", lw=0.8)
-    ax.set(xlabel="step", ylabel="training loss (ε_ls = 0.1)", title="the tiny model trained with your gradient")
+    ax.set(xlabel=tr("step"), ylabel=tr("training loss (ε_ls = 0.1)"), title=tr("the tiny model trained with your gradient"))
     plt.tight_layout(); plt.show()
     return scores
 
@@ -1183,8 +1196,12 @@ def dlogits_solution(logits, targets, pad_id, eps_ls):
 check_dlogits(dlogits_solution)
 
 # %% tags=["solution"]
+show_slow_cell("09", "training with the solution's gradient, 400 steps")
+
+# %% tags=["solution"]
+# slow: training with the solution's gradient, 400 steps
 train_with_my_gradient(dlogits_solution)
 
 # %%
-print(f"the whole lesson ran in {time.perf_counter() - LESSON_START:.0f} s of wall time, "
-      f"{time.process_time():.0f} s of CPU time in this kernel")
+print(tr(f"the whole lesson ran in {time.perf_counter() - LESSON_START:.0f} s of wall time, "
+         f"{time.process_time():.0f} s of CPU time in this kernel"))
