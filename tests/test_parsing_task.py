@@ -59,7 +59,7 @@ def test_the_parse_task_is_the_treebank_of_parse_splits(parse_task):
     assert parse_task.train[-1] == (splits.train[-1].words, linearize(splits.train[-1].tree, words=True))
     assert parse_task.vocab == pcfg.parse_vocab()
     assert parse_task.entry is get_task("parse")
-    assert (parse_task.src_level, parse_task.tgt_level) == ("word", "word")
+    assert (parse_task.src_level, parse_task.tgt_level) == ("space", "space")   # split on spaces: a bracket is a token of its own
 
 
 @pytest.mark.slow

@@ -98,8 +98,10 @@ def test_train_with_both_streams_into_a_closed_pipe_still_saves(data, tmp_path):
     out = tmp_path / "both"
     proc = subprocess.Popen(_command(data, out, "--steps", LONG, "--progress-every", "0.01"),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=_env(), cwd=ROOT)
-    for _ in range(3):
-        proc.stdout.readline()
+    for line in iter(proc.stdout.readline, b""):   # past the banner and warnings, to the first progress lines
+        if line.startswith(b"step "):
+            break
+    proc.stdout.readline()
     proc.stdout.close()
     proc.wait(timeout=120)
     assert proc.returncode == 141
