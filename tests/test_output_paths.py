@@ -5,30 +5,13 @@ hard link counts), and at most the last missing folder of an output path is crea
 
 from __future__ import annotations
 
-import contextlib
-import io
 import os
 import shutil
 
 import pytest
+from cli_run import one_error_line, run
 
-from minitransformer.__main__ import main
 from minitransformer.files import OutputPathError, check_output_file, check_output_folder, refuse_inputs, same_file
-
-
-def run(argv) -> tuple[int, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def one_error_line(err: str, *fragments: str) -> str:
-    lines = [x for x in err.splitlines() if x.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture

@@ -5,33 +5,12 @@ without naming the input. The limits are defined once, in files.py."""
 
 from __future__ import annotations
 
-import contextlib
-import io
-import sys
 import tracemalloc
 
 import pytest
+from cli_run import one_error_line, run
 
 from minitransformer import files
-from minitransformer.__main__ import main
-
-
-def run(argv, stdin: bytes | str | None = None, monkeypatch=None) -> tuple[int, str, str]:
-    if stdin is not None:
-        stream = open(stdin, "rb") if isinstance(stdin, str) else io.BytesIO(stdin)
-        monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(stream, encoding="utf-8"))
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([str(a) for a in argv])
-    return code, out.getvalue(), err.getvalue()
-
-
-def one_error_line(err: str, *fragments: str) -> str:
-    lines = [x for x in err.splitlines() if x.startswith("error: ")]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    for fragment in fragments:
-        assert fragment in lines[0], lines[0]
-    return lines[0]
 
 
 @pytest.fixture
