@@ -45,16 +45,11 @@ NOAM_STEPS = (1, 2, 5, 10, 50, 199, 200, 201, 1000, 3999, 4000, 4001, 20000)
 PAPER_BETAS, PAPER_EPS = (0.9, 0.98), 1e-9
 
 
-def _rng(seed):
-    """The generator of a checker's inputs: fixed for the visible case, the grader's for a hidden one."""
-    return case_rng(seed)
-
-
 def _noam_cases():
     """NOAM_CASES and NOAM_STEPS, or (a hidden case) others, with the steps around warm-up's end."""
     if visible():
         return NOAM_CASES, NOAM_STEPS
-    r = _rng(91)
+    r = case_rng(91)
     cases = tuple((int(r.choice([16, 32, 64, 128, 256, 512, 1024])), int(r.integers(2, 5000))) for _ in range(2))
     steps = sorted({1, 2, *(int(s) for s in r.integers(3, 30000, size=6)),
                     *(w + dw for _, w in cases for dw in (-1, 0, 1))})
@@ -113,7 +108,7 @@ def check_noam_lr(fn) -> bool:
 def _adam_inputs():
     """p, g, m, v of shape (3, 4) at step t = 3 (so m and v have a history). Row 2 has
     gradients of size ~1e-8, where sqrt(v_hat) is comparable to ε and ε matters."""
-    r = _rng(92)
+    r = case_rng(92)
     shape = sizes(r, (3, 4), 3, 6)
     p = r.standard_normal(shape)
     g = r.standard_normal(shape)
@@ -196,7 +191,7 @@ def check_adam_step(fn) -> bool:
 
 def _loss_inputs():
     """logits (B, T, V) = (2, 4, 7), targets with padding (pad_id 0) in both rows, ε_ls = 0.1."""
-    r = _rng(93)
+    r = case_rng(93)
     if visible():
         logits = 2.0 * r.standard_normal((2, 4, 7))
         targets = numpy.array([[3, 5, 2, 0], [6, 2, 0, 0]])

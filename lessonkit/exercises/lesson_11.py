@@ -42,11 +42,6 @@ from ._common import (
 __all__ = ["NOT_ATTEMPTED", "check_learned_pe_backward", "check_perplexity", "check_variation_params"]
 
 
-def _rng(seed):
-    """The generator of a checker's inputs: fixed for the visible case, the grader's for a hidden one."""
-    return case_rng(seed)
-
-
 # -- Exercise 11.1: the learned positional embedding's backward ----------------------------
 
 @exercise("11.1")
@@ -57,7 +52,7 @@ def check_learned_pe_backward(fn) -> bool:
     rows that were not used. Compared with ``LearnedPositionalEmbedding.backward``
     and with central differences of sum(out ⊙ dout).
     """
-    r = _rng(110)
+    r = case_rng(110)
     errors = {}
     cases = ((3, 4, 5, 9, 0), (2, 3, 4, 8, 4))
     if not visible():
@@ -124,7 +119,7 @@ def check_perplexity(fn) -> bool:
 
     logits: (B, T, V); targets: (B, T) ints, pad_id where there is no token.
     """
-    r = _rng(111)
+    r = case_rng(111)
     errors = {}
     cases = ((3, 5, 7, 0), (2, 6, 9, 3))
     if not visible():
@@ -198,7 +193,7 @@ def check_variation_params(fn) -> bool:
         (37000, 512, 8, 64, 64, 2048, 6, 512),  # row E with a 512-row table
     ]
     if not visible():
-        r = _rng(113)
+        r = case_rng(113)
         h = int(r.choice([1, 2, 4, 8]))
         d_k, d_v = (int(x) for x in r.choice([4, 8, 16, 32, 64], size=2))
         d = h * int(r.choice([d_k, d_v]))

@@ -61,11 +61,6 @@ __all__ = [
 ]
 
 
-def _rng(seed):
-    """The generator of a checker's inputs: fixed for the visible case, the grader's for a hidden one."""
-    return case_rng(seed)
-
-
 # -- lesson 4: residuals and LayerNorm ---------------------------------------------
 
 def _layernorm_backward_variant(dy, x, gamma, eps, ddof=0, eps_outside=False, mean_path=True, var_path=True,
@@ -92,7 +87,7 @@ def check_layernorm_backward(fn, eps: float = 1e-5) -> bool:
     x, dy: (B, S, d_model); gamma: (d_model,). Compared with
     ``layernorm_backward`` and with numerical gradients of sum(y ⊙ dy).
     """
-    r = _rng(40)
+    r = case_rng(40)
     B, S, d = sizes(r, (2, 3, 6), 3, 7)
     x = r.standard_normal((B, S, d)) * 2.0 + 0.5
     gamma = 1.0 + 0.3 * r.standard_normal(d)
@@ -164,7 +159,7 @@ def _residual_reference(dy, x, W, eps, pre_ln: bool):
 
 
 def _residual_check(fn, name, pre_ln: bool, eps: float) -> bool:
-    r = _rng(42 if pre_ln else 41)
+    r = case_rng(42 if pre_ln else 41)
     B, S, d = sizes(r, (2, 3, 5), 3, 6)
     x = r.standard_normal((B, S, d))
     W = r.standard_normal((d, d)) / math.sqrt(d)
@@ -244,7 +239,7 @@ def check_embedding_backward(fn) -> bool:
     """fn(dout, ids, V) -> dE: (V, d_model) for out = E[ids] · sqrt(d_model).
 
     ids: (B, S) ints with repeated tokens; dout: (B, S, d_model)."""
-    r = _rng(50)
+    r = case_rng(50)
     V, d, B, S = 7, 4, 2, 6
     ids = numpy.array([[1, 3, 3, 0, 5, 3], [5, 1, 6, 6, 2, 1]])      # repeats on purpose; row 4 unused
     if not visible():
@@ -291,7 +286,7 @@ def check_tied_embedding_grad(fn) -> bool:
         logits  = x_dec E^T               upstream gradient dlogits: (B, T, V)
     dE is the gradient of L = Σ d_src⊙src_emb + Σ d_tgt⊙tgt_emb + Σ dlogits⊙logits.
     """
-    r = _rng(51)
+    r = case_rng(51)
     V, d, B, S, T = sizes(r, (9, 4, 2, 5, 4), 3, 9)
     src_ids = r.integers(0, V, size=(B, S))
     tgt_ids = r.integers(0, V, size=(B, T))
@@ -357,7 +352,7 @@ def check_sinusoidal_pe(fn) -> bool:
     errors = {}
     cases = ((50, 16), (9, 6))
     if not visible():
-        r = _rng(60)
+        r = case_rng(60)
         cases = ((int(r.integers(2, 60)), 2 * int(r.integers(1, 33))), (1, edge([2, 4, 8, 64])))
     for max_len, d in cases:
         got = fn(max_len, d)
@@ -382,7 +377,7 @@ def check_pe_similarity(fn) -> bool:
     The answer must not depend on pos; it is compared with dot products of
     rows of the table at two different starting positions."""
     errors = {}
-    r = _rng(61)
+    r = case_rng(61)
     dims = (16, 64) if visible() else (2 * int(r.integers(1, 17)), 2 * int(r.integers(17, 65)))
     for d in dims:
         k = numpy.arange(0, 300) if visible() else numpy.sort(r.choice(700, size=int(r.integers(1, 200)),
@@ -428,7 +423,7 @@ def check_shift_right(fn) -> bool:
     cases = (([[7, 6, 5, 4, 3], [3, 9, 8], [], [5]], 0, 1, 2),
              ([[2, 3], [4, 5, 6, 7]], 9, 0, 1))
     if not visible():
-        r = _rng(70)
+        r = case_rng(70)
         pad_id, bos_id, eos_id = (int(i) for i in r.permutation(12)[:3])
         words = [i for i in range(3, 40) if i not in (pad_id, bos_id, eos_id)]
         seqs = [[int(w) for w in r.choice(words, size=int(r.integers(0, 8)))] for _ in range(int(r.integers(2, 6)))]
@@ -482,7 +477,7 @@ def check_encoder_layer_params(fn) -> bool:
     counted = []
     cases = ((8, 2, 16), (24, 4, 40), (512, 8, 2048))
     if not visible():
-        r = _rng(72)
+        r = case_rng(72)
         cases = tuple((h * int(r.integers(1, 9)), h, int(r.integers(1, 80))) for h in (1, 2, 4))
     for d_model, h, d_ff in cases:
         got = fn(d_model, d_ff)
@@ -514,7 +509,7 @@ def check_transformer_params(fn) -> bool:
     counted = []
     cases = ((10, 8, 2, 16, 1), (13, 8, 2, 12, 2), (37000, 512, 8, 2048, 6), (37000, 1024, 16, 4096, 6))
     if not visible():
-        r = _rng(73)
+        r = case_rng(73)
         cases = tuple((int(r.integers(5, 60)), 2 * h, h, int(r.integers(1, 30)), N)
                       for h, N in ((1, 1), (2, int(r.integers(2, 4))))) + \
             ((int(r.integers(1000, 40000)), 64 * int(r.integers(1, 9)), 4, int(r.integers(100, 3000)), 6),)
