@@ -1,0 +1,233 @@
+"""Which recipe trains each translation and parse task to today's quality in minutes?
+
+Issue 37. The copy task went from 3,000 steps to 300 once its batches mixed lengths and its
+model shrank to the task (copy_recipe_search.py). This search asks the same of the other
+tasks. Every candidate keeps the paper's optimizer (Adam, β2 = 0.98) and §5.3's schedule shape
+(linear warm-up, then 1/√step), and changes one or more of: batching (mixed lengths or by length,
+sentences or tokens per batch), model size (``--set``), warm-up and learning-rate factor, label
+smoothing ε_ls, dropout P_drop, the validation interval and the stop rule.
+
+A run is the command a user types, in a subprocess (nothing re-assembled)::
+
+    python -m minitransformer train --task TASK --seed S CANDIDATE'S OPTIONS --eval greedy --no-progress
+
+with one BLAS thread. The script reads what that command prints: each validation (step, loss,
+exact match), the step the run stopped at, its training time, and the held-out test set's scores
+(exact match, BLEU, chrF; the parse tasks' bracket F1, for the last step's model and the §6.1
+average). The test set is never seen by the run: the stop rule looks at validation only, so the
+test scores show whether "solved on validation" holds on sentences it never saw.
+
+    python lessons/experiments/task_recipe_search.py --tasks numbers-en-fr --candidates mixed-lr0.5 --seeds 0 1 2
+    python lessons/experiments/task_recipe_search.py --summary
+
+Records accumulate in ``--out`` (default lessons/experiments/task_recipe_search.json), one per
+(task, candidate, seed), with ``_record``'s provenance per command; a re-run of a key replaces it.
+``--jobs 2`` runs two one-thread runs side by side (a 2-core machine's two cores; each run's own
+time is then close to an idle machine's one-thread time, and the record keeps the load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import _record
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+OUT = HERE / "task_recipe_search.json"
+
+# Options every candidate of a family shares; a candidate adds or overrides.
+# The translation tasks' search starts from mixed-length batches, the change that solved copy.
+_MIXED = ["--no-batch-by-length", "--clip-norm", "1.0", "--valid-decode", "500"]
+
+# name: (the tasks it is tried on, its options). "paper" is the recipe before this search
+# (by-length batches, factor 0.5, 400 warm-up steps), cut to the same stop rule, to show what
+# the batching alone changes.
+CANDIDATES: dict[str, tuple[tuple[str, ...], list[str]]] = {}
+_NUMBERS = ("numbers-en-fr", "numbers-en-de")
+_DATES = ("dates-en-de", "dates-en-ko")
+_EMOJI = ("emoji-en-fr", "emoji-en-de", "emoji-en-ko")
+_TRANSLATION = _NUMBERS + _DATES
+
+
+def _candidate(name: str, tasks, options: list[str]) -> None:
+    CANDIDATES[name] = (tuple(tasks), options)
+
+
+# The copy search's lesson first: batches of mixed lengths, and a small learning-rate factor.
+# Each candidate after "mixed-lr0.25" changes one thing of it.
+_STOP = ["--stop-when-solved", "2", "--steps", "3000"]
+_BASE = [*_MIXED, "--batch-size", "128", "--warmup", "100", "--valid-every", "50"]
+_candidate("paper-v50", _TRANSLATION,      # the recipe before this search, with this search's stop rule
+           ["--batch-by-length", "--lr-factor", "0.5", "--warmup", "400", "--clip-norm", "1.0", "--batch-size", "128",
+            "--valid-decode", "500", "--valid-every", "50", "--stop-when-solved", "2", "--steps", "1000"])
+for _lr in ("0.125", "0.25", "0.5", "1.0"):
+    _candidate(f"mixed-lr{_lr}", _TRANSLATION, [*_BASE, "--lr-factor", _lr, *_STOP])
+_ONE_CHANGE = {
+    "warmup50": ["--warmup", "50"], "warmup200": ["--warmup", "200"],
+    "b64": ["--batch-size", "64"], "tokens2048": ["--batch-size", "1000", "--max-tokens", "2048"],
+    "N1": ["--set", "N=1"], "d64": ["--set", "d_model=64", "--set", "d_ff=256"],
+    "ls0": ["--set", "eps_ls=0"], "drop0": ["--set", "P_drop=0"],
+    "v100": ["--valid-every", "100"], "solved3": ["--stop-when-solved", "3"],
+}
+for _name, _change in _ONE_CHANGE.items():
+    _candidate(f"mixed-lr0.25-{_name}", _TRANSLATION, [*_BASE, "--lr-factor", "0.25", *_STOP, *_change])
+
+# The emoji tasks: ~1,300 training phrases, many test words unseen. Fixed length of training
+# (their validation never reaches 100%); what moves held-out chrF and exact match.
+_EMOJI_BASE = ["--lr-factor", "0.5", "--warmup", "400", "--clip-norm", "1.0", "--valid-every", "250",
+               "--batch-size", "64"]
+_candidate("emoji-today", _EMOJI, [*_EMOJI_BASE, "--steps", "2000"])
+_candidate("emoji-mixed", _EMOJI, [*_EMOJI_BASE, "--no-batch-by-length", "--steps", "2000"])
+for _p in ("0.2", "0.3"):
+    _candidate(f"emoji-mixed-drop{_p}", _EMOJI, [*_EMOJI_BASE, "--no-batch-by-length", "--set", f"P_drop={_p}",
+                                                 "--steps", "2000"])
+    _candidate(f"emoji-mixed-drop{_p}-avg", _EMOJI,
+               [*_EMOJI_BASE, "--no-batch-by-length", "--set", f"P_drop={_p}", "--steps", "2000",
+                "--checkpoint-every", "100", "--keep-last", "5", "--average-last", "5"])
+_candidate("emoji-mixed-drop0.3-small", _EMOJI,
+           [*_EMOJI_BASE, "--no-batch-by-length", "--set", "P_drop=0.3", "--set", "d_model=64", "--set", "d_ff=256",
+            "--steps", "2000"])
+_candidate("emoji-mixed-drop0.3-word", _EMOJI,
+           [*_EMOJI_BASE, "--no-batch-by-length", "--set", "P_drop=0.3", "--level", "word", "--steps", "2000"])
+for _m in (200, 500, 1000):
+    _candidate(f"emoji-mixed-drop0.3-bpe{_m}", _EMOJI,
+               [*_EMOJI_BASE, "--no-batch-by-length", "--set", "P_drop=0.3", "--level", "bpe", "--bpe-merges", str(_m),
+                "--steps", "2000"])
+
+# Parsing (§6.3): a fixed number of steps, the last 5 checkpoints averaged (§6.1), as today.
+_PARSE_BASE = ["--lr-factor", "1.0", "--warmup", "400", "--clip-norm", "1.0", "--keep-last", "5",
+               "--average-last", "5", "--batch-size", "64"]
+_candidate("parse-today", ("parse",), [*_PARSE_BASE, "--steps", "10000", "--valid-every", "1000",
+                                       "--checkpoint-every", "500"])
+for _steps in (3000, 5000):
+    _every = str(_steps // 10)
+    for _batching in ("--batch-by-length", "--no-batch-by-length"):
+        _tag = "bylen" if _batching == "--batch-by-length" else "mixed"
+        _candidate(f"parse-{_tag}-{_steps}", ("parse",),
+                   [*_PARSE_BASE, _batching, "--steps", str(_steps), "--valid-every", str(_steps),
+                    "--checkpoint-every", _every])
+    _candidate(f"parse-mixed-b128-{_steps // 2}", ("parse",),
+               [*_PARSE_BASE, "--no-batch-by-length", "--batch-size", "128", "--steps", str(_steps // 2),
+                "--valid-every", str(_steps // 2), "--checkpoint-every", str(_steps // 20)])
+
+TRAINED = re.compile(r"^trained (\d+) steps.* in ([0-9.]+)s", re.M)
+SOLVED = re.compile(r"^solved at step (\d+)", re.M)
+VALID = re.compile(r"^step (\d+): valid loss ([0-9.]+), exact match ([0-9.]+)%", re.M)
+AVERAGE = re.compile(r"^the average of the last \d+ checkpoints", re.M)
+TRANSLATION_SCORE = re.compile(r"^\s*greedy: exact match ([0-9.]+)% \((\d+) sentences\), BLEU ([0-9.]+), "
+                               r"chrF ([0-9.]+)", re.M)
+PARSE_SCORE = re.compile(r"^\s*greedy: bracket F1 ([0-9.]+), .*?exact trees % ([0-9.]+)", re.M)
+
+
+def _scores(text: str) -> dict:
+    found = [{"exact_match": float(m[1]), "sentences": int(m[2]), "bleu": float(m[3]), "chrf": float(m[4])}
+             for m in TRANSLATION_SCORE.finditer(text)]
+    found += [{"bracket_f1": float(m[1]), "exact_trees": float(m[2])} for m in PARSE_SCORE.finditer(text)]
+    return found[0] if found else {}
+
+
+def run_one(task: str, candidate: str, seed: int) -> dict:
+    """One ``train`` run in a subprocess, one BLAS thread; what it printed, read back."""
+    options = CANDIDATES[candidate][1]
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "minitransformer", "train", "--task", task, "--seed", str(seed), *options,
+               "--eval", "greedy", "--no-progress", "--out", os.path.join(out, "run")]
+        load = os.getloadavg()[0]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+    text = proc.stdout
+    trained, solved = TRAINED.search(text), SOLVED.search(text)
+    split = AVERAGE.search(text)
+    last, average = (text[:split.start()], text[split.start():]) if split else (text, "")
+    row = {"task": task, "candidate": candidate, "seed": seed,
+           "command": " ".join(["python -m minitransformer train --task", task, "--seed", str(seed), *options,
+                                "--eval greedy"]),
+           "returncode": proc.returncode, "steps": int(trained[1]) if trained else None,
+           "solved_at": int(solved[1]) if solved else None,
+           "train_seconds": float(trained[2]) if trained else None, "wall_seconds": round(wall, 1),
+           "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],
+           "valid": [[int(m[1]), float(m[2]), float(m[3])] for m in VALID.finditer(text)],
+           "test": _scores(last), "test_average": _scores(average) if average else None}
+    if proc.returncode != 0 or trained is None or not row["test"]:
+        row["error"] = (text[-1500:] + proc.stderr[-1500:]).strip()
+    return row
+
+
+def _key(row: dict) -> str:
+    return f"{row['task']}|{row['candidate']}|{row['seed']}"
+
+
+def summary(record: dict, tasks=None) -> None:
+    """Per task and candidate: steps, training seconds and test scores over the seeds (mean; worst)."""
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in record.get("runs", {}).values():
+        if tasks and row["task"] not in tasks:
+            continue
+        groups.setdefault((row["task"], row["candidate"]), []).append(row)
+    print(f"{'task':<14} {'candidate':<34} {'seeds':>5} {'steps':>11} {'train s mean/max':>17} "
+          f"{'test (mean; worst)':>28}")
+    for (task, cand), rows in sorted(groups.items()):
+        rows = [r for r in rows if "error" not in r]
+        if not rows:
+            continue
+        steps = [r["steps"] for r in rows]
+        secs = [r["train_seconds"] for r in rows]
+        best = [r["test_average"] or r["test"] for r in rows]
+        if "bracket_f1" in best[0]:
+            vals, label = [b["bracket_f1"] for b in best], "F1"
+        else:
+            vals, label = [b["exact_match"] for b in best], "EM"
+        extra = ""
+        if "chrf" in best[0]:
+            extra = f" chrF {sum(b['chrf'] for b in best) / len(best):.2f}"
+        print(f"{task:<14} {cand:<34} {len(rows):>5} {min(steps):>5}-{max(steps):<5} "
+              f"{sum(secs) / len(secs):>8.1f}/{max(secs):<8.1f} "
+              f"{label} {sum(vals) / len(vals):6.2f}; {min(vals):6.2f}{extra}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--tasks", nargs="+", default=[])
+    p.add_argument("--candidates", nargs="+", default=[], choices=sorted(CANDIDATES), metavar="NAME")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--jobs", type=int, default=1, help="runs side by side, one BLAS thread each (default 1)")
+    p.add_argument("--out", type=pathlib.Path, default=OUT)
+    p.add_argument("--summary", action="store_true", help="print the table from --out and stop")
+    args = p.parse_args()
+    record = json.loads(args.out.read_text(encoding="utf-8")) if args.out.exists() else {"provenance": [], "runs": {}}
+    if args.summary:
+        summary(record, args.tasks)
+        return 0
+    prov = _record.start()
+    jobs = [(t, c, s) for c in args.candidates for t in args.tasks if t in CANDIDATES[c][0] for s in args.seeds]
+    if not jobs:
+        sys.exit("error: no (task, candidate) pair: each candidate names the tasks it is tried on")
+    record["provenance"].append(_record.snapshot(prov))
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for row in pool.map(lambda job: run_one(*job), jobs):
+            record["runs"][_key(row)] = row
+            record["provenance"][-1] = _record.snapshot(prov)
+            _record.write(args.out, record)
+            test = row["test"]
+            print(f"{row['task']:<14} {row['candidate']:<34} seed {row['seed']} steps {row['steps']} "
+                  f"{row['train_seconds']}s {test} avg {row['test_average']}"
+                  + (f" ERROR {row['error'][-300:]}" if "error" in row else ""), flush=True)
+    record["provenance"][-1] = _record.finish(prov)
+    _record.write(args.out, record)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
