@@ -160,31 +160,63 @@ def _parse_result(name: str) -> tuple[str, dict] | None:
     return None
 
 
+def _runs(rec: dict) -> list[dict]:
+    """A task's runs in tasks.json: one per seed (``runs``), or the one run of a row from before seeds were kept."""
+    return rec["runs"] if "runs" in rec else [rec | {"seed": rec.get("seed", 0)}]
+
+
+def _mean_worst(values: list[float], unit: str = "") -> str:
+    mean = sum(values) / len(values)
+    return f"{mean:.2f}{unit}" if len(values) == 1 else f"{mean:.2f}{unit} ({min(values):.2f})"
+
+
+def _measured_row(rec: dict) -> tuple[str, list[dict]]:
+    """The result cells of one task's row: its runs' mean (and worst, in parentheses) over the seeds."""
+    runs = _runs(rec)
+    seeds = ", ".join(str(r["seed"]) for r in runs)
+    secs = [r["train_seconds"] for r in runs]
+    steps = [r["steps"] for r in runs]
+    steps_text = f"{min(steps):,}" if min(steps) == max(steps) else f"{min(steps):,}–{max(steps):,}"
+    time_text = (f"{secs[0]:.0f} s ({steps_text} steps)" if len(runs) == 1
+                 else f"{sum(secs) / len(secs):.0f} s, at most {max(secs):.0f} s ({steps_text} steps)")
+    g = [r["scores"]["greedy"] for r in runs]
+    if "bracket_f1" in g[0]:
+        avg = [r.get("scores_average") for r in runs]
+        f1 = [(a or {}).get("greedy", s)["bracket_f1"] for a, s in zip(avg, g)]
+        which = "the §6.1 average of the last checkpoints" if all(avg) else "the last step's model"
+        text = (f"bracket F1 greedy {_mean_worst(f1)} ({which}; seeds {seeds}) on {g[0]['sentences']:,} sentences "
+                f"| | {time_text}")
+        return text, runs
+    b = [r["scores"]["beam4"] for r in runs]
+    label = "" if len(runs) == 1 else f" (seeds {seeds})"
+    text = (f"{_mean_worst([x['exact_match'] for x in g], '%')} / {_mean_worst([x['exact_match'] for x in b], '%')}"
+            f"{label} | {_mean_worst([x['bleu'] for x in b])} | {_mean_worst([x['chrf'] for x in g])} | {time_text}")
+    return text, runs
+
+
 def tasks_table() -> str:
     sys.path.insert(0, ROOT)
     from minitransformer.data.registry import TASKS  # noqa: PLC0415
 
     measured = _load(TASKS_RECORD).get("tasks", {})
     rows = ["| task | levels (source → target) | default recipe | exact match greedy / beam 4 | BLEU beam 4 "
-            "| train time |",
-            "| --- | --- | --- | ---: | ---: | ---: |"]
+            "| chrF greedy | train time |",
+            "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
     used = []
     for name, task in TASKS.items():
         s = task.recipe.settings
         steps = (f"preset `{task.recipe.preset}`, until solved (at most {s.steps:,} steps)" if s.stop_when_solved
                  else f"preset `{task.recipe.preset}`, {s.steps:,} steps")
         rec = measured.get(name)
-        parsed = _parse_result(name) if task.scores is not None else None
+        parsed = _parse_result(name) if task.scores is not None and not rec else None
         if rec:
-            used.append(rec)
-            g, b = rec["scores"]["greedy"], rec["scores"]["beam4"]
-            solved = f", solved at step {rec['solved_at']}" if rec.get("solved_at") else ""
-            result = (f"{g['exact_match']:.2f}% / {b['exact_match']:.2f}% | {b['bleu']:.2f} | "
-                      f"{rec['train_seconds']:.0f} s ({rec['steps']:,} steps{solved})")
+            result, runs = _measured_row(rec)
+            used += [r | {"commit": rec["commit"], "machine": rec["machine"], "blas_threads": rec["blas_threads"]}
+                     for r in runs]
         elif parsed:
-            result = parsed[0]
+            result = parsed[0].replace(" | | ", " | | | ")
         else:
-            result = "not measured yet | | "
+            result = "not measured yet | | | "
         rows.append(f"| `{name}` | {task.src_level} → {task.tgt_level} | {steps} | {result} |")
     if used:
         dates = sorted(r["date"] for r in used)
@@ -193,14 +225,16 @@ def tasks_table() -> str:
         threads = sorted({str(r["blas_threads"]) for r in used})
         rows.append("")
         rows.append(f"Measured with `python benchmarks/bench_tasks.py`: each row is `python -m minitransformer train "
-                    f"--task NAME --eval greedy beam4`, seed 0, OPENBLAS_NUM_THREADS={'/'.join(threads)}, scored on "
-                    f"the held-out test pairs (1,000; 166 for emoji), on {used[0]['machine'].split(', load')[0]}, "
+                    f"--task NAME --seed S --eval greedy beam4`, one run per seed, OPENBLAS_NUM_THREADS="
+                    f"{'/'.join(threads)}, scored on the held-out test pairs (1,000; 166 for emoji). A row of several "
+                    "seeds gives their mean, the worst seed in parentheses, and the mean and longest training time. "
+                    f"Machine: {used[0]['machine'].split(', load')[0]}, "
                     f"{dates[0][:10]}" + (f" to {dates[-1][:10]}" if dates[-1][:10] != dates[0][:10] else "")
                     + f", commit {', '.join(commits)}. The 1-minute load average was {min(loads):.1f}–"
-                    f"{max(loads):.1f} during the runs (2 = both cores busy): the times are those of a shared "
-                    "machine. Record: `benchmarks/results/tasks.json`. Char-level BLEU (on characters) is not "
-                    "comparable with word BLEU. The parsing rows come from the Table 4 record, which scores "
-                    "bracket F1 instead.")
+                    f"{max(loads):.1f} during the runs (2 = both cores busy). Record: "
+                    "`benchmarks/results/tasks.json`. Char-level BLEU (on characters) is not comparable with word "
+                    "BLEU. The parsing rows score bracket F1 instead; a parsing row not yet in that record comes "
+                    "from the Table 4 record.")
     return "\n".join(rows)
 
 

@@ -109,16 +109,11 @@ _PARSE_BASE = ["--lr-factor", "1.0", "--warmup", "400", "--clip-norm", "1.0", "-
                "--average-last", "5", "--batch-size", "64"]
 _candidate("parse-today", ("parse",), [*_PARSE_BASE, "--steps", "10000", "--valid-every", "1000",
                                        "--checkpoint-every", "500"])
-for _steps in (3000, 5000):
-    _every = str(_steps // 10)
-    for _batching in ("--batch-by-length", "--no-batch-by-length"):
-        _tag = "bylen" if _batching == "--batch-by-length" else "mixed"
+for _steps in (3000, 4500):
+    for _batching, _tag in (("--batch-by-length", "bylen"), ("--no-batch-by-length", "mixed")):
         _candidate(f"parse-{_tag}-{_steps}", ("parse",),
                    [*_PARSE_BASE, _batching, "--steps", str(_steps), "--valid-every", str(_steps),
-                    "--checkpoint-every", _every])
-    _candidate(f"parse-mixed-b128-{_steps // 2}", ("parse",),
-               [*_PARSE_BASE, "--no-batch-by-length", "--batch-size", "128", "--steps", str(_steps // 2),
-                "--valid-every", str(_steps // 2), "--checkpoint-every", str(_steps // 20)])
+                    "--checkpoint-every", str(_steps // 20)])
 
 TRAINED = re.compile(r"^trained (\d+) steps.* in ([0-9.]+)s", re.M)
 SOLVED = re.compile(r"^solved at step (\d+)", re.M)
