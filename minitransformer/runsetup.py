@@ -26,7 +26,7 @@ from .data.registry import preset as preset_config
 from .data.registry import recipe_for
 from .decoding import EXTRA_OUTPUT_LEN
 from .model import Transformer
-from .settings import Recipe, TrainSettings
+from .settings import Recipe, TrainSettings, solved_words
 from .train import Trainer, encode_pairs
 
 
@@ -118,8 +118,8 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
                              f"{task.name!r}")
         k, streak = settings.stop_when_solved, resume.extra.get("solved_streak", 0)
         if k and streak >= k:
-            raise ValueError(f"{where}: the run was solved by step {resume.step} (validation exact match 100% at "
-                             f"{streak} validations in a row), so it stops before training; to train it further, "
+            raise ValueError(f"{where}: the run was solved by step {resume.step} (validation exact match "
+                             f"{solved_words(settings)} at {streak} validations in a row), so it stops before training; to train it further, "
                              f"give the steps to reach (--steps {resume.step + 1} or more; they switch the stop off)")
         if resume.step >= settings.steps:
             raise ValueError(f"{where}: the checkpoint is at step {resume.step}, and --steps {settings.steps} "

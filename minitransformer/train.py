@@ -73,7 +73,7 @@ from .model import Transformer
 from .optim import Adam, NonFiniteGradientError, schedule_for
 from .plot import plot_loss_curve
 from .progress import Progress
-from .settings import TrainSettings
+from .settings import TrainSettings, solved_words
 from .stops import OutputWriteError, StopSignals, TrainingInterrupted
 from .translate import source_ids, translate_ids
 
@@ -317,13 +317,14 @@ class Trainer:
         ``valid_exact_match`` is 1.0 exactly when every decoded sentence is right (a count of whole
         numbers, summed exactly over the ranks), so every rank decides the same."""
         k = self.settings.stop_when_solved
-        self.solved_streak = self.solved_streak + 1 if record["valid_exact_match"] == 1.0 else 0
+        solved = record["valid_exact_match"] >= self.settings.solved_exact_match
+        self.solved_streak = self.solved_streak + 1 if solved else 0
         if not k or self.solved_streak < k:
             return False
         self.solved_at = self.step
         record["solved"] = True
-        self._progress.result(f"solved at step {self.step}: validation exact match 100% at {k} validations in a row "
-                              f"(every {self.settings.valid_every} steps)")
+        self._progress.result(f"solved at step {self.step}: validation exact match {solved_words(self.settings)} at {k} "
+                              f"validations in a row (every {self.settings.valid_every} steps)")
         return True
 
     def _trim_log(self, log_path: str) -> list[dict]:

@@ -50,11 +50,11 @@ def validations(history):
     return [(r["step"], r["valid_exact_match"]) for r in history if "valid_exact_match" in r]
 
 
-def first_solved(history, k):
-    """The step at which k validations in a row at 100% first happen (None: never)."""
+def first_solved(history, k, share=1.0):
+    """The step at which k validations in a row at ``share`` or more first happen (None: never)."""
     run = 0
     for step, exact in validations(history):
-        run = run + 1 if exact == 1.0 else 0
+        run = run + 1 if exact >= share else 0
         if run >= k:
             return step
     return None
@@ -91,6 +91,16 @@ def test_stop_when_solved_3_waits_for_a_third(constant_tsv, uninterrupted):
     trainer = trainer_for(constant_tsv, stop_when_solved=3)
     trainer.run(progress=False)
     assert three is not None and trainer.solved_at == three > first_solved(reference, 2)
+
+
+def test_a_share_under_one_stops_at_the_first_two_validations_that_reach_it(constant_tsv, uninterrupted, capsys):
+    _, reference, solved = uninterrupted
+    share = 0.9
+    early = first_solved(reference, 2, share)
+    trainer = trainer_for(constant_tsv, stop_when_solved=2, solved_exact_match=share)
+    trainer.run(progress=False)
+    assert early is not None and trainer.solved_at == early <= solved
+    assert f"solved at step {early}: validation exact match at least 90% at 2 validations" in capsys.readouterr().out
 
 
 def test_without_the_rule_the_run_trains_every_step(uninterrupted):
@@ -188,6 +198,7 @@ def test_a_bad_stop_when_solved_is_one_line(constant_tsv, tmp_path, capsys):
 
 @pytest.mark.parametrize("field, value", [("stop_when_solved", -1), ("stop_when_solved", 1.5),
                                           ("stop_when_solved", True), ("batch_by_length", 1),
+                                          ("solved_exact_match", 0), ("solved_exact_match", 1.01),
                                           ("batch_by_length", "no")])
 def test_bad_settings_are_named(field, value):
     with pytest.raises(ValueError, match=f"TrainSettings: {field} must be"):
@@ -217,3 +228,13 @@ def test_the_copy_and_reverse_recipes_stop_when_solved_and_validate_everything(t
     assert preset == task and s.stop_when_solved == 2 and not s.batch_by_length
     assert s.valid_decode == len(data.valid) == 500       # "solved" is judged on every validation sequence
     assert s.valid_every <= 50 and s.steps <= 1500
+
+
+@pytest.mark.parametrize("task", ["numbers-en-fr", "numbers-en-de", "dates-en-de", "dates-en-ko"])
+def test_the_numbers_and_dates_recipes_stop_when_solved_on_the_whole_validation_split(task):
+    """Issue 37's recipes: mixed batches, the stop rule, and "solved" judged on every validation pair."""
+    data = load_task(task, seed=0)
+    preset, s = settings_for(task)
+    assert preset == "translate-small" and s.stop_when_solved == 2 and not s.batch_by_length
+    assert s.valid_decode == len(data.valid) == 500
+    assert s.valid_every == 50 and 0.99 <= s.solved_exact_match <= 1.0

@@ -331,9 +331,12 @@ def _train_locked(req: TrainRequest, task, out_dir: str, ckpt, saved, seed: int,
 
 def _stopping(settings, steps_given: bool, name: str) -> str:
     """When the run will end, and, when it will not stop once solved, why not."""
+    from ..settings import solved_words  # noqa: PLC0415
+
     s = settings
     if s.stop_when_solved:
-        return (f"stops: once solved (100% validation exact match at {s.stop_when_solved} validations in a row, "
+        return (f"stops: once solved ({solved_words(s)} validation exact match at {s.stop_when_solved} validations in a "
+                f"row, "
                 f"every {s.valid_every} steps, on up to {s.valid_decode} validation pairs), at most {s.steps:,} steps")
     if steps_given:
         return (f"stops: after exactly {s.steps:,} steps (--steps), solved or not; add --stop-when-solved 2 to stop "
