@@ -33,11 +33,13 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 README = os.path.join(ROOT, "README.md")
 # Which page holds which table: the README keeps the lessons (a learner's first screenfuls); the
 # tasks' table lives with the rest of the tasks' detail (issue 39).
-PAGES = {"README.md": ("lessons",), os.path.join("docs", "tasks.md"): ("tasks",)}
+PAGES = {"README.md": ("lessons",), os.path.join("docs", "tasks.md"): ("tasks",),
+         os.path.join("docs", "translation_results.md"): ("recipe_search",)}
 TASKS_RECORD = os.path.join(ROOT, "benchmarks", "results", "tasks.json")
 RUNTIMES = os.path.join(ROOT, "lessons", "runtimes.json")
 PARSE_RECORD = os.path.join(ROOT, "lessons", "experiments", "parse_table4.json")
 PARSE_REFERENCES = os.path.join(ROOT, "lessons", "experiments", "parse_baselines.json")
+SEARCH_RECORD = os.path.join(ROOT, "lessons", "experiments", "task_recipe_search.json")
 
 # (notebook stem, title, paper, what you do): the lesson table's words; its runtimes come from RUNTIMES.
 LESSONS = [
@@ -238,7 +240,47 @@ def tasks_table() -> str:
     return "\n".join(rows)
 
 
-TABLES = {"tasks": tasks_table, "lessons": lessons_table}
+def recipe_search_table() -> str:
+    """Issue 37's recipe search (lessons/experiments/task_recipe_search.json): per task and candidate, the
+    seeds, the steps where the runs stopped, their training time and what they reached on the test set."""
+    record = _load(SEARCH_RECORD)
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for row in record.get("runs", {}).values():
+        if "error" not in row:
+            groups.setdefault((row["task"], row["candidate"]), []).append(row)
+    rows = ["| task | candidate | seeds | stopped at step | train s, mean (max) | test, mean (worst seed) | load |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for (task, candidate), runs in sorted(groups.items()):
+        runs.sort(key=lambda r: r["seed"])
+        steps = [r["steps"] for r in runs]
+        secs = [r["train_seconds"] for r in runs]
+        tests = [r["test_average"] or r["test"] for r in runs]
+        if "bracket_f1" in tests[0]:
+            result = f"F1 {_mean_worst([t['bracket_f1'] for t in tests])}"
+        else:
+            result = (f"exact {_mean_worst([t['exact_match'] for t in tests], '%')}, "
+                      f"chrF {sum(t['chrf'] for t in tests) / len(tests):.2f}")
+        loads = [x for r in runs for x in r["load_average"]]
+        span = f"{min(steps):,}" if min(steps) == max(steps) else f"{min(steps):,}–{max(steps):,}"
+        rows.append(f"| `{task}` | `{candidate}` | {len(runs)} | {span} | {sum(secs) / len(secs):.0f} ({max(secs):.0f}) "
+                    f"| {result} | {min(loads):.1f}–{max(loads):.1f} |")
+    provs = record.get("provenance", [])
+    if provs:
+        commits = sorted({p["commit"][:7] for p in provs})
+        m = provs[0]["machine"]
+        kernels = sorted({b.get("architecture") or "?" for p in provs for b in p.get("blas", [])})
+        where = (f"{m['cpu']}, {m['cores']} logical CPUs, Python {m['python']}, NumPy {m['numpy']}, OpenBLAS kernel "
+                 f"{'/'.join(kernels)}")
+        rows.append("")
+        rows.append(f"From `lessons/experiments/task_recipe_search.json` (commit {', '.join(commits)}; machine: {where}). "
+                    "Each run is `python -m minitransformer train --task TASK --seed S` with the candidate's options "
+                    "(the record keeps each command), one BLAS thread, two or three runs side by side on the 2 cores "
+                    "(the load column), so the times are those of a shared machine; the scores are those of the "
+                    "held-out test set where the run stopped (the parse rows: the §6.1 average).")
+    return "\n".join(rows)
+
+
+TABLES = {"tasks": tasks_table, "lessons": lessons_table, "recipe_search": recipe_search_table}
 
 
 def _pattern(name: str) -> re.Pattern:
