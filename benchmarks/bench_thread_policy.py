@@ -50,6 +50,7 @@ def step_seconds(config: str, steps: int) -> float:
     """Median seconds of one training step of bench_train.py's ``config`` (the policy off, one thread)."""
     sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
     import bench_train
+
     from minitransformer import threads
 
     threads.set_policy(False)

@@ -262,8 +262,8 @@ def recipe_search_table() -> str:
                       f"chrF {sum(t['chrf'] for t in tests) / len(tests):.2f}")
         loads = [x for r in runs for x in r["load_average"]]
         span = f"{min(steps):,}" if min(steps) == max(steps) else f"{min(steps):,}–{max(steps):,}"
-        rows.append(f"| `{task}` | `{candidate}` | {len(runs)} | {span} | {sum(secs) / len(secs):.0f} ({max(secs):.0f}) "
-                    f"| {result} | {min(loads):.1f}–{max(loads):.1f} |")
+        rows.append(f"| `{task}` | `{candidate}` | {len(runs)} | {span} | {sum(secs) / len(secs):.0f} "
+                    f"({max(secs):.0f}) | {result} | {min(loads):.1f}–{max(loads):.1f} |")
     provs = record.get("provenance", [])
     if provs:
         commits = sorted({p["commit"][:7] for p in provs})
@@ -272,7 +272,8 @@ def recipe_search_table() -> str:
         where = (f"{m['cpu']}, {m['cores']} logical CPUs, Python {m['python']}, NumPy {m['numpy']}, OpenBLAS kernel "
                  f"{'/'.join(kernels)}")
         rows.append("")
-        rows.append(f"From `lessons/experiments/task_recipe_search.json` (commit {', '.join(commits)}; machine: {where}). "
+        rows.append(f"From `lessons/experiments/task_recipe_search.json` (commit {', '.join(commits)}; "
+                    f"machine: {where}). "
                     "Each run is `python -m minitransformer train --task TASK --seed S` with the candidate's options "
                     "(the record keeps each command), one BLAS thread, two or three runs side by side on the 2 cores "
                     "(the load column), so the times are those of a shared machine; the scores are those of the "

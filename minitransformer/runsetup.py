@@ -119,7 +119,8 @@ def make_trainer(task: TaskData, settings: TrainSettings, preset: str, out_dir: 
         k, streak = settings.stop_when_solved, resume.extra.get("solved_streak", 0)
         if k and streak >= k:
             raise ValueError(f"{where}: the run was solved by step {resume.step} (validation exact match "
-                             f"{solved_words(settings)} at {streak} validations in a row), so it stops before training; to train it further, "
+                             f"{solved_words(settings)} at {streak} validations in a row), so it stops before "
+                             "training; to train it further, "
                              f"give the steps to reach (--steps {resume.step + 1} or more; they switch the stop off)")
         if resume.step >= settings.steps:
             raise ValueError(f"{where}: the checkpoint is at step {resume.step}, and --steps {settings.steps} "

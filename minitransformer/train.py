@@ -323,8 +323,8 @@ class Trainer:
             return False
         self.solved_at = self.step
         record["solved"] = True
-        self._progress.result(f"solved at step {self.step}: validation exact match {solved_words(self.settings)} at {k} "
-                              f"validations in a row (every {self.settings.valid_every} steps)")
+        self._progress.result(f"solved at step {self.step}: validation exact match {solved_words(self.settings)} "
+                              f"at {k} validations in a row (every {self.settings.valid_every} steps)")
         return True
 
     def _trim_log(self, log_path: str) -> list[dict]:

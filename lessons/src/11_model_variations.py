@@ -146,8 +146,9 @@ print(tr(f"settings: {len(table)}   seeds per setting: {seeds_per_setting}"))
 # | paper, base | 6 | 512 | 2048 | 8 | 64 | 0.1 | 0.1 | 100 000 steps of ~25 000 source + 25 000 target tokens |
 # | here, toy base | 2 | 64 | 256 | 8 | 8 | 0.1 | 0.1 | 500 steps of 128 sentence pairs (about 7.5 passes over the data) |
 #
-# Every variation keeps the training recipe of the task (Adam and the warm-up schedule of §5.3 with 400
-# warm-up steps, `lr_factor` 0.5, gradient clipping at norm 1) and changes only the model. The learning rate
+# Every variation keeps the training recipe the task had when the record was made (`table3.py` pins it:
+# Adam and the warm-up schedule of §5.3 with 400 warm-up steps, `lr_factor` 0.5, gradient clipping at
+# norm 1, batches of one length) and changes only the model. The learning rate
 # of §5.3 scales as $d_\text{model}^{-1/2}$, so the rows that change $d_\text{model}$ also change it, as in
 # the paper.
 #

@@ -335,8 +335,8 @@ def _stopping(settings, steps_given: bool, name: str) -> str:
 
     s = settings
     if s.stop_when_solved:
-        return (f"stops: once solved ({solved_words(s)} validation exact match at {s.stop_when_solved} validations in a "
-                f"row, "
+        return (f"stops: once solved ({solved_words(s)} validation exact match at {s.stop_when_solved} validations "
+                f"in a row, "
                 f"every {s.valid_every} steps, on up to {s.valid_decode} validation pairs), at most {s.steps:,} steps")
     if steps_given:
         return (f"stops: after exactly {s.steps:,} steps (--steps), solved or not; add --stop-when-solved 2 to stop "

@@ -49,8 +49,8 @@ from .loading import Task
 from .posterior import PosteriorParser
 from .trees import XX, Tree, escape_word, linearize, read_linearized
 
-__all__ = ["TASKS", "PARSE_MAX_OUTPUT", "PARSE_RECIPE", "TABLE4_RECIPE", "parse_text_splits", "render_tree", "tree_scores",
-           "reference_scores", "without_tags"]
+__all__ = ["TASKS", "PARSE_MAX_OUTPUT", "PARSE_RECIPE", "TABLE4_RECIPE", "parse_text_splits", "render_tree",
+           "tree_scores", "reference_scores", "without_tags"]
 
 # The longest output decoding may produce, <eos> included. Every phrase of the grammar
 # spans one word alone (NP -> NNP) or has two or more children, so a tree over n words has
