@@ -277,7 +277,8 @@ def recipe_search_table() -> str:
                     "Each run is `python -m minitransformer train --task TASK --seed S` with the candidate's options "
                     "(the record keeps each command), one BLAS thread, two or three runs side by side on the 2 cores "
                     "(the load column), so the times are those of a shared machine; the scores are those of the "
-                    "held-out test set where the run stopped (the parse rows: the §6.1 average).")
+                    "held-out test set where the run stopped (for a run that averages its last checkpoints, `-avg`: "
+                    "the §6.1 average).")
     return "\n".join(rows)
 
 
