@@ -73,7 +73,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
 
 import numpy
@@ -309,25 +309,46 @@ class MPICommunicator:
 
     def allreduce_sum(self, buf: numpy.ndarray, what: str) -> numpy.ndarray:
         """Sum ``buf`` (a contiguous host array) over the ranks, in place; returns it."""
-        with self._watchdog.guard(what):
+        with self._collective(what):
             self._comm.Allreduce(self._mpi.IN_PLACE, buf, op=self._mpi.SUM)
         return buf
 
     def max_int(self, value: int, what: str) -> int:
-        with self._watchdog.guard(what):
+        with self._collective(what):
             return int(self._comm.allreduce(int(value), op=self._mpi.MAX))
 
     def allgather(self, obj, what: str) -> list:
-        with self._watchdog.guard(what):
+        with self._collective(what):
             return self._comm.allgather(obj)
 
     def barrier(self, what: str, timeout: bool = True) -> None:
         """Wait until every rank is here; timeout=False for a wait on rank 0's file writing."""
         if timeout:
-            with self._watchdog.guard(what):
+            with self._collective(what):
                 self._comm.Barrier()
         else:
-            self._comm.Barrier()
+            with self._collective(what, watched=False):
+                self._comm.Barrier()
+
+    @contextmanager
+    def _collective(self, what: str, watched: bool = True):
+        """A collective under the watchdog; a rank that finds a peer gone leaves without a word.
+
+        When a rank is killed, MPI fails the collective on the ranks still alive a moment before
+        mpiexec kills them too. A line from them ("internal error: Other MPI error") would be a
+        second line beside the one that matters, so they leave at once and say nothing: rank 0's
+        sentinel prints the line that names the last checkpoint and the command that resumes.
+        """
+        try:
+            with (self._watchdog.guard(what) if watched else nullcontext()):
+                yield
+        except self._mpi.Exception:
+            for stream in (sys.stdout, sys.__stdout__):
+                try:
+                    stream.flush()
+                except (OSError, ValueError, AttributeError):
+                    pass
+            os._exit(1)
 
 
 def lost_rank_message(state: str, resume: str | None) -> str:

@@ -156,9 +156,12 @@ class Trainer:
                 save_checkpoint(path, self.model, self.vocab, self.optimizer, self.step, extra, keep_previous=True)
         except OSError as exc:
             raise OutputWriteError(path, self.step, exc.strerror or str(exc), self.intact_checkpoint) from exc
+        if self.comm.is_root:         # the file is whole: a rank killed during the barrier leaves a line naming it
+            self.comm.saved(path, self.step)
         self.comm.barrier(f"rank 0 writing the checkpoint of step {self.step}", timeout=False)
         self.last_saved = (path, self.step)
-        self.comm.saved(path, self.step)             # a timeout's message (and a killed run's) name it
+        if not self.comm.is_root:
+            self.comm.saved(path, self.step)         # a timeout's message (and a killed run's) name it
         return path
 
     @property
