@@ -209,6 +209,8 @@ def tasks_table() -> str:
         s = task.recipe.settings
         steps = (f"preset `{task.recipe.preset}`, until solved (at most {s.steps:,} steps)" if s.stop_when_solved
                  else f"preset `{task.recipe.preset}`, {s.steps:,} steps")
+        if s.schedule != "noam":       # §5.3's schedule goes unsaid; another one is part of the recipe
+            steps += f", {s.schedule} decay over {s.steps:,} steps"
         rec = measured.get(name)
         parsed = _parse_result(name) if task.scores is not None and not rec else None
         if rec:
@@ -240,13 +242,17 @@ def tasks_table() -> str:
     return "\n".join(rows)
 
 
-def recipe_search_table() -> str:
+def recipe_search_table(record: dict | None = None, tasks=()) -> str:
     """Issue 37's recipe search (lessons/experiments/task_recipe_search.json): per task and candidate, the
-    seeds, the steps where the runs stopped, their training time and what they reached on the test set."""
-    record = _load(SEARCH_RECORD)
+    seeds, the steps where the runs stopped, their training time and what they reached on the test set.
+
+    ``record``: another record of the same form (the search's ``--summary --out FILE`` prints its table
+    here too); ``tasks``: only these tasks' rows.
+    """
+    record = _load(SEARCH_RECORD) if record is None else record
     groups: dict[tuple[str, str], list[dict]] = {}
     for row in record.get("runs", {}).values():
-        if "error" not in row:
+        if "error" not in row and (not tasks or row["task"] in tasks):
             groups.setdefault((row["task"], row["candidate"]), []).append(row)
     rows = ["| task | candidate | seeds | stopped at step | train s, mean (max) | test, mean (worst seed) | load |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
