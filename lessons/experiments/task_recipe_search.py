@@ -115,6 +115,10 @@ for _p in ("0.2", "0.3"):
 _candidate("emoji-mixed-drop0.3-small", _EMOJI,
            [*_EMOJI_BASE, "--no-batch-by-length", "--set", "P_drop=0.3", "--set", "d_model=64", "--set", "d_ff=256",
             "--steps", "2000"])
+# The numbers' lesson again: the d64 model on mixed batches, its rate decayed to zero along a cosine.
+_candidate("emoji-mixed-small-cosine", _EMOJI,
+           [*_EMOJI_BASE, "--no-batch-by-length", "--set", "d_model=64", "--set", "d_ff=256", "--schedule", "cosine",
+            "--steps", "2000"])
 _candidate("emoji-mixed-drop0.3-word", _EMOJI,
            [*_EMOJI_BASE, "--no-batch-by-length", "--set", "P_drop=0.3", "--level", "word", "--steps", "2000"])
 for _m in (200, 500, 1000):
