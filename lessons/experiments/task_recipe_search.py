@@ -156,6 +156,14 @@ for _drop in ("0.1", "0"):
     _candidate(f"parse-bylen-N1-drop{_drop}-cosine8500", ("parse",),
                [*_PARSE_BASE, "--batch-by-length", "--set", "N=1", "--set", f"P_drop={_drop}", "--schedule", "cosine",
                 "--steps", "8500", "--valid-every", "8500", "--checkpoint-every", "425"])
+# One layer under today's schedule (1/sqrt(step)), whose scattered last checkpoints the §6.1 average helps
+# more, and one layer on the cosine for as many steps as half of today's time holds.
+_candidate("parse-bylen-N1-noam8500", ("parse",),
+           [*_PARSE_BASE, "--batch-by-length", "--set", "N=1", "--steps", "8500", "--valid-every", "8500",
+            "--checkpoint-every", "425"])
+_candidate("parse-bylen-N1-cosine9500", ("parse",),
+           [*_PARSE_BASE, "--batch-by-length", "--set", "N=1", "--schedule", "cosine", "--steps", "9500",
+            "--valid-every", "9500", "--checkpoint-every", "475"])
 for _factor in ("1.0", "2.0"):
     _candidate(f"parse-bylen-cosine4500-lr{_factor}", ("parse",),
                [*_PARSE_BASE, "--batch-by-length", "--lr-factor", _factor, "--schedule", "cosine", "--steps", "4500",
