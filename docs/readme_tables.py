@@ -187,7 +187,7 @@ def _measured_row(rec: dict) -> tuple[str, list[dict]]:
         f1 = [(a or {}).get("greedy", s)["bracket_f1"] for a, s in zip(avg, g)]
         which = "the §6.1 average of the last checkpoints" if all(avg) else "the last step's model"
         text = (f"bracket F1 greedy {_mean_worst(f1)} ({which}; seeds {seeds}) on {g[0]['sentences']:,} sentences "
-                f"| | {time_text}")
+                f"| | | {time_text}")         # no BLEU or chrF: two empty cells
         return text, runs
     b = [r["scores"]["beam4"] for r in runs]
     label = "" if len(runs) == 1 else f" (seeds {seeds})"

@@ -106,3 +106,22 @@ def test_a_row_scores_the_average_of_the_last_checkpoints_and_the_last_one_besid
     with pytest.raises(SystemExit, match="not the last 6 checkpoints of step 5"):
         script._averaged({}, ckpt, str(tmp_path / "elsewhere"), 6, task)
     assert script._averaged({}, ckpt, str(tmp_path), None, task) is ckpt.model
+
+
+def test_table4_options_make_train_run_the_table4_recipe():
+    """parse's default is a faster recipe; the options the script names, read by train's own parser,
+    turn `train --task parse` back into Table 4's (preset and every training setting); parse-large
+    needs none."""
+    from minitransformer.cli import build_parser
+    from minitransformer.data.registry import get_task
+    from minitransformer.runsetup import settings_for
+
+    script = _script()
+    assert script.table4_options("parse-large") == []
+    assert get_task("parse").recipe != script.RECIPE
+    options = script.table4_options("parse")
+    assert options[:2] == ["--preset", "parse"] and "--steps" in options
+    args = build_parser().parse_args(["train", "--task", "parse", *options])
+    overrides = {field: getattr(args, dest) for dest, field in args.settings_options.items()}
+    preset, settings = settings_for(get_task("parse").recipe, preset=args.preset, **overrides)
+    assert (preset, settings) == (script.RECIPE.preset, script.RECIPE.settings)

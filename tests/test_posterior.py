@@ -269,3 +269,14 @@ def test_the_datasets_page_reports_the_records():
         assert cells[1:4] == [f"{g:.2f}" for g in greedy]
         assert cells[5] == fmt(ref[r["seed"]]["better_reference_f1"] - g for r, g in zip(runs, greedy))
         assert cells[6] == fmt(ref[r["seed"]]["most_probable_tree"]["f1"] - g for r, g in zip(runs, greedy))
+    # parse's default recipe since issue 37: its row is benchmarks/bench_tasks.py's record.
+    bench = sorted(json.loads((ROOT / "benchmarks" / "results" / "tasks.json").read_text(encoding="utf-8"))
+                   ["tasks"]["parse"]["runs"], key=lambda r: r["seed"])
+    avg = [r["scores_average"]["greedy"]["bracket_f1"] for r in bench]
+    beam = [r["scores_average"]["beam4"]["bracket_f1"] for r in bench]
+    cells = row("| `parse`'s default (`parse-1layer`")
+    assert cells[1:5] == [f"{a:.2f}" for a in avg] + [f"{sum(avg) / 3:.2f} / {sum(beam) / 3:.2f}"]
+    assert cells[5] == fmt(ref[r["seed"]]["better_reference_f1"] - a for r, a in zip(bench, avg))
+    assert all(ref[r["seed"]]["better_reference_f1"] - a < 5 for r, a in zip(bench, avg))     # issue 24's bound
+    assert cells[6] == fmt(r["scores"]["greedy"]["bracket_f1"] for r in bench)
+    assert cells[7] == ", ".join(f"{r['train_seconds']:.1f}" for r in bench)

@@ -39,8 +39,10 @@ floor are in ``parse_baselines.json``, written by ``parse_baselines.py``; lesson
   (``linearize(tree, words=True)``): the measurement behind that choice (trees.py).
 
 A row can also come from a checkpoint that ``python -m minitransformer train --task
-parse --seed S`` wrote with the task's default recipe (``--checkpoint PATH``; the
-script refuses one trained with other settings): the command line and this script
+parse[-large] --seed S`` wrote with the Table 4 recipe (``--checkpoint PATH``; the
+script refuses one trained with other settings): ``parse-large``'s default, and for
+``parse`` its default with ``table4_options("parse")`` (``--preset parse --steps 10000``
+and the checkpoint spacing: its default is a faster recipe since 2026-12-05): the command line and this script
 train through the same functions, so the row is the one the script would have made.
 ``--beam-test N`` scores the beam on the first N test sentences only (beam 21 is slow
 on a CPU); the record says how many.
@@ -73,6 +75,7 @@ import _record
 
 from minitransformer import snapshots
 from minitransformer.checkpoint import load_checkpoint
+from minitransformer.cli import build_parser
 from minitransformer.data import parsing, pcfg
 from minitransformer.data.registry import get_task
 from minitransformer.decoding import GREEDY, Beam
@@ -199,12 +202,26 @@ def run_one(size: str, seed: int, n_test: int | None = None, beam: bool = True, 
         return _score_row(record, model, ckpt.vocab, task, n_test, beam, beam_test)
 
 
+def table4_options(name: str) -> list[str]:
+    """The options that make ``train --task NAME`` train the Table 4 recipe: none where it is the
+    task's default (parse-large), the settings that differ otherwise (parse), as ``train`` spells them."""
+    dests = build_parser().parse_args(["train", "--task", name]).settings_options      # option dest -> field
+    flags = {field: "--" + dest.replace("_", "-") for dest, field in dests.items()}
+    default = get_task(name).recipe
+    options = [] if default.preset == RECIPE.preset else ["--preset", RECIPE.preset]
+    for field, value in vars(RECIPE.settings).items():
+        if getattr(default.settings, field) != value:
+            flag = flags[field]
+            options += [flag if value else flag.replace("--", "--no-", 1)] if isinstance(value, bool) else [flag, str(value)]
+    return options
+
+
 # Settings that do not change the weights a run ends with: a checkpoint may differ from the recipe in these.
 NOT_TRAINING = ("seed", "valid_every", "checkpoint_every", "keep_last", "average_last", "valid_decode")
 
 
 def checkpoint_row(path: str, beam: bool = True, beam_test: int | None = None, train_seconds: float | None = None) -> dict:
-    """A row from a checkpoint of ``train --task parse[-large] --seed S`` with the task's default recipe."""
+    """A row from a checkpoint of ``train --task parse[-large] --seed S [table4_options]``: the Table 4 recipe."""
     ckpt = load_checkpoint(path)
     name = ckpt.extra.get("task")
     size = next((k for k, v in TASKS.items() if v == name), None)
@@ -214,13 +231,15 @@ def checkpoint_row(path: str, beam: bool = True, beam_test: int | None = None, t
     recipe = vars(RECIPE.settings)
     differ = {k: (saved.get(k), v) for k, v in recipe.items() if k not in NOT_TRAINING and saved.get(k) != v}
     if differ or ckpt.extra.get("preset") != RECIPE.preset or ckpt.step != recipe["steps"]:
-        raise SystemExit(f"error: {path} was not trained with the Table 4 recipe (parsing.TABLE4_RECIPE; saved vs recipe: {differ}, "
+        raise SystemExit(f"error: {path} was not trained with the Table 4 recipe (parsing.TABLE4_RECIPE: `train --task {name} "
+                         f"{' '.join(table4_options(name))}`; saved vs recipe: {differ}, "
                          f"preset {ckpt.extra.get('preset')!r}, step {ckpt.step}) (--checkpoint)")
     seed = saved["seed"]
     task = get_task(name).load(seed)
     record = {"size": size, "task": name, "seed": seed, "train_trees": len(task.train), "steps": ckpt.step,
               "preset": ckpt.extra.get("preset"),
-              "trained_by": f"python -m minitransformer train --task {name} --seed {seed}",
+              "trained_by": " ".join(["python -m minitransformer train --task", name, "--seed", str(seed),
+                                      *table4_options(name)]),
               "train_seconds": train_seconds}
     model = _averaged(record, ckpt, os.path.dirname(os.path.abspath(path)), recipe["average_last"], task)
     return _score_row(record, model, ckpt.vocab, task, None, beam, beam_test)
@@ -333,7 +352,7 @@ def main() -> int:
     p.add_argument("--no-lesson", action="store_true", help="skip the lesson's row")
     p.add_argument("--no-xx", action="store_true", help="skip the row trained on XX targets")
     p.add_argument("--checkpoint", action="append", default=[], metavar="PATH",
-                   help="score this checkpoint of `train --task parse[-large] --seed S` (the default recipe) "
+                   help="score this checkpoint of `train --task parse[-large] --seed S` (the Table 4 recipe: table4_options) "
                         "as its (size, seed) row instead of training it; repeat for more")
     p.add_argument("--train-seconds", type=float, action="append", default=[],
                    help="the training time of each --checkpoint, as train printed it (recorded as given)")

@@ -72,10 +72,11 @@ PRESETS = {
 }
 
 # Table 4's recipe, both tasks' default until 2026-12-05 and parse-large's still (measured:
-# lessons/experiments/parse_table4.py; docs/datasets.md, "Where the recipe stands"). 10,000 steps: at 5,000 (on 4,000 trees) seed 0's test F1 was 7.6 points under
-# the F1 of the grammar's most probable tree. The last checkpoints of one run differ by up to 3.8 F1
-# points (seed 0, 8,000 trees: 91.49 at step 9,000, 87.65 at step 10,000), so the run ends with §6.1's
-# average of its last 5 checkpoints, 500 steps apart (average.npz, scored beside the last step's checkpoint).
+# lessons/experiments/parse_table4.py; docs/datasets.md, "Where the recipe stands"). 10,000 steps:
+# at 5,000 (on 4,000 trees) seed 0's test F1 was 7.6 points under the F1 of the grammar's most
+# probable tree. The last checkpoints of one run differ by up to 3.8 F1 points (seed 0, 8,000 trees:
+# 91.49 at step 9,000, 87.65 at step 10,000), so the run ends with §6.1's average of its last 5
+# checkpoints, 500 steps apart (average.npz, scored beside the last step's checkpoint).
 TABLE4_RECIPE = recipe("parse", steps=10000, batch_size=64, lr_factor=1.0, warmup_steps=400, clip_norm=1.0,
                        valid_every=1000, checkpoint_every=500, keep_last=5, average_last=5)
 # Table 4's record (lessons/experiments/parse_table4.py, lesson 15) was trained with that recipe, and
