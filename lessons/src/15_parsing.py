@@ -652,8 +652,8 @@ show_markdown(
 # %% [markdown]
 # ## 8. Table 4 in miniature
 #
-# `parse_table4.py` trains the `parse` recipe on the small set (8 000 trees, "WSJ only") and the same
-# recipe on the 10× larger one (`parse-large`, 80 000 trees, "semi-supervised"), three seeds each. The
+# `parse_table4.py` trains Table 4's recipe (section 5's) on the small set (8 000 trees, "WSJ only") and the
+# same recipe on the 10× larger one (`parse-large`, 80 000 trees, "semi-supervised"), three seeds each. The
 # recipe ends as §6.1 says the paper's base models did: the model scored is the average of the run's last
 # 5 checkpoints (`train --average-last 5`, here 500 steps apart), because late in a run one checkpoint alone
 # is a lottery (the per-seed lines under the chart print each run's last checkpoint beside its average, and
