@@ -426,3 +426,15 @@ def test_numbers_en_de_has_a_measured_merge_count_and_tasks_shows_it(tmp_path):
                              "--preset", "tiny", "--steps", "1", "--valid-every", "1", "--no-progress"])
     assert code == 0, err
     assert "byte-pair encoding, 200 merges learned on the training split" in stdout
+
+
+def test_the_emoji_tasks_have_a_measured_merge_count():
+    """1,000 merges, measured on all three emoji tasks (docs/translation_results.md): `--level bpe` alone
+    learns them on the training split, and `tasks` says so."""
+    code, out, _ = run(["tasks"])
+    assert code == 0
+    for name in ("emoji-en-fr", "emoji-en-de", "emoji-en-ko"):
+        (line,) = [line for line in out.splitlines() if line.startswith(f"{name} ")]
+        assert "--level bpe: 1000 merges" in line, line
+        data = load_task(name, level="bpe")
+        assert len(data.bpe.merges) == 1000 and data.src_level == data.tgt_level == "bpe"
