@@ -42,8 +42,9 @@ A row can also come from a checkpoint that ``python -m minitransformer train --t
 parse[-large] --seed S`` wrote with the Table 4 recipe (``--checkpoint PATH``; the
 script refuses one trained with other settings): ``parse-large``'s default, and for
 ``parse`` its default with ``table4_options("parse")`` (``--preset parse --steps 10000``
-and the checkpoint spacing: its default is a faster recipe since 2026-12-05): the command line and this script
-train through the same functions, so the row is the one the script would have made.
+and the checkpoint spacing: its default is a faster recipe since 2026-12-05). The command
+line and this script train through the same functions, so the row is the one the script
+would have made.
 ``--beam-test N`` scores the beam on the first N test sentences only (beam 21 is slow
 on a CPU); the record says how many.
 
