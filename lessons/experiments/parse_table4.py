@@ -76,7 +76,7 @@ import _record
 
 from minitransformer import snapshots
 from minitransformer.checkpoint import load_checkpoint
-from minitransformer.cli import build_parser
+from minitransformer.cli.common import train_option
 from minitransformer.data import parsing, pcfg
 from minitransformer.data.registry import get_task
 from minitransformer.decoding import GREEDY, Beam
@@ -206,13 +206,11 @@ def run_one(size: str, seed: int, n_test: int | None = None, beam: bool = True, 
 def table4_options(name: str) -> list[str]:
     """The options that make ``train --task NAME`` train the Table 4 recipe: none where it is the
     task's default (parse-large), the settings that differ otherwise (parse), as ``train`` spells them."""
-    dests = build_parser().parse_args(["train", "--task", name]).settings_options      # option dest -> field
-    flags = {field: "--" + dest.replace("_", "-") for dest, field in dests.items()}
     default = get_task(name).recipe
     options = [] if default.preset == RECIPE.preset else ["--preset", RECIPE.preset]
     for field, value in vars(RECIPE.settings).items():
         if getattr(default.settings, field) != value:
-            flag = flags[field]
+            flag = train_option(field)
             options += [flag if value else flag.replace("--", "--no-", 1)] if isinstance(value, bool) else [flag, str(value)]
     return options
 

@@ -128,8 +128,8 @@ for _m in (200, 500, 1000):
                 "--steps", "2000"])
 
 # Parsing (§6.3): a fixed number of steps, the last 5 checkpoints averaged (§6.1), as today.
-_PARSE_BASE = ["--preset", "parse", "--schedule", "noam", "--lr-factor", "1.0", "--warmup", "400", "--clip-norm", "1.0", "--keep-last", "5",
-               "--average-last", "5", "--batch-size", "64"]
+_PARSE_HEAD = ["--preset", "parse", "--schedule", "noam", "--lr-factor", "1.0", "--warmup", "400", "--clip-norm", "1.0"]
+_PARSE_BASE = [*_PARSE_HEAD, "--keep-last", "5", "--average-last", "5", "--batch-size", "64"]
 _candidate("parse-today", ("parse",), [*_PARSE_BASE, "--steps", "10000", "--valid-every", "1000",
                                        "--checkpoint-every", "500"])
 for _steps in (3000, 4500):
@@ -170,8 +170,7 @@ _candidate("parse-bylen-N1-noam9500", ("parse",),
            [*_PARSE_BASE, "--batch-by-length", "--set", "N=1", "--steps", "9500", "--valid-every", "9500",
             "--checkpoint-every", "475"])
 _candidate("parse-bylen-N1-noam9500-avg10", ("parse",),
-           [*_PARSE_BASE[:_PARSE_BASE.index("--keep-last")], "--keep-last", "10", "--average-last", "10",
-            "--batch-size", "64", "--batch-by-length", "--set", "N=1", "--steps", "9500", "--valid-every", "9500",
+           [*_PARSE_HEAD, "--keep-last", "10", "--average-last", "10", "--batch-size", "64", "--batch-by-length", "--set", "N=1", "--steps", "9500", "--valid-every", "9500",
             "--checkpoint-every", "250"])
 # The numbers' lesson: a cosine decay to zero at the last step, so that the last checkpoints are settled
 # (the 1/sqrt(step) schedule leaves them up to 3.8 F1 apart), in under half of today's 10,000 steps.

@@ -26,6 +26,11 @@ DEBUG_VARIABLE = "MINITRANSFORMER_DEBUG"
 # {dataclass: {field: option}}.
 OPTION_NAMES = {"TrainSettings": {"warmup_steps": "--warmup"}, "Sample": {"seed": "--sample-seed"}}
 
+
+def train_option(name: str) -> str:
+    """The option of TrainSettings field ``name``, as ``train`` spells it: ``--keep-last``, ``--warmup``."""
+    return OPTION_NAMES["TrainSettings"].get(name, "--" + name.replace("_", "-"))
+
 # The dataclasses whose fields the options set: a message of theirs starts "TransformerConfig: ...", which
 # the user never typed (the "(which)" names the option), so ``message`` drops it.
 OPTION_CLASSES = ("TrainSettings", "TransformerConfig", "Sample", "Beam")
@@ -235,4 +240,4 @@ def load_checkpoint(path: str, option: str):
 __all__ = ["BAD_INPUT", "CliError", "DEBUG_VARIABLE", "OPTION_CLASSES", "OPTION_NAMES", "OUTPUT_CLOSED", "Parser",
            "RANKS", "Terminated", "about", "add_common", "add_parents_option", "check_output_dir", "check_output_file",
            "debug_requested", "load_checkpoint", "memory_for", "message", "non_negative_int", "positive_float",
-           "positive_int", "quiet_numpy", "set_backend"]
+           "positive_int", "quiet_numpy", "set_backend", "train_option"]

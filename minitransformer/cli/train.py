@@ -26,6 +26,7 @@ from .common import (
     positive_int,
     quiet_numpy,
     set_backend,
+    train_option,
 )
 from .resume import check_resumed_model, model_changes, resume_command, train_tokenization
 from .scoring import check_decoding_fits, report
@@ -271,20 +272,17 @@ def _check_rules(base, given: dict, whose: str) -> None:
 
     from ..settings import RuleError, check_rules  # noqa: PLC0415
 
-    def option(name: str) -> str:
-        return OPTION_NAMES["TrainSettings"].get(name, "--" + name.replace("_", "-"))
-
     def words(name: str, *value) -> str:
         if not value:
-            return option(name)
+            return train_option(name)
         if value[0] is None:
-            return f"no {option(name)}"
-        return ("" if name in given else f"{whose} ") + f"{option(name)} {value[0]}"
+            return f"no {train_option(name)}"
+        return ("" if name in given else f"{whose} ") + f"{train_option(name)} {value[0]}"
 
     try:
         check_rules({**asdict(base), **given}, words)
     except RuleError as exc:
-        raise CliError(str(exc), "/".join(map(option, exc.fields))) from None
+        raise CliError(str(exc), "/".join(map(train_option, exc.fields))) from None
 
 
 def _train_locked(req: TrainRequest, task, out_dir: str, ckpt, saved, seed: int, changes: dict, strategies: list,
