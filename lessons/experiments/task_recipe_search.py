@@ -127,11 +127,12 @@ for _m in (200, 500, 1000):
                [*_EMOJI_BASE, "--no-batch-by-length", "--set", "P_drop=0.3", "--level", "bpe", "--bpe-merges", str(_m),
                 "--steps", "2000"])
 # Korean gains least from pieces (+6.6 at 1,000 merges; the count barely matters), and its validation loss is
-# lowest near step 500 and rises after: the model overfits ~1,300 phrases. Each candidate below adds one
-# more brake to the 1,000-merge recipe: more dropout, more label smoothing, a narrower or shallower model,
-# or the §6.1 average of the last checkpoints.
+# lowest near step 500 and rises after: the model overfits ~1,300 phrases. Each candidate below changes
+# one brake of the 1,000-merge recipe: less or more dropout, more label smoothing, a narrower or shallower
+# model, or the §6.1 average of the last checkpoints.
 _EMOJI_BPE = [*_EMOJI_BASE, "--no-batch-by-length", "--level", "bpe", "--bpe-merges", "1000", "--steps", "2000"]
 _BRAKES = {
+    "drop0.1": ["--set", "P_drop=0.1"], "drop0.2": ["--set", "P_drop=0.2"],
     "drop0.4": ["--set", "P_drop=0.4"], "drop0.5": ["--set", "P_drop=0.5"],
     "drop0.3-ls0.2": ["--set", "P_drop=0.3", "--set", "eps_ls=0.2"],
     "drop0.3-N1": ["--set", "P_drop=0.3", "--set", "N=1"],
