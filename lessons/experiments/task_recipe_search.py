@@ -138,6 +138,10 @@ _BRAKES = {
     "drop0.3-N1": ["--set", "P_drop=0.3", "--set", "N=1"],
     "drop0.3-d64": ["--set", "P_drop=0.3", "--set", "d_model=64", "--set", "d_ff=256"],
     "drop0.3-avg5": ["--set", "P_drop=0.3", "--checkpoint-every", "100", "--keep-last", "5", "--average-last", "5"],
+    # Less dropout (0.1) and more smoothing (ε_ls 0.2) each gained about 2.5 chrF on Korean: the two together.
+    "drop0.1-ls0.2": ["--set", "P_drop=0.1", "--set", "eps_ls=0.2"],
+    "drop0.1-ls0.3": ["--set", "P_drop=0.1", "--set", "eps_ls=0.3"],
+    "drop0.2-ls0.2": ["--set", "P_drop=0.2", "--set", "eps_ls=0.2"],
 }
 for _name, _brake in _BRAKES.items():
     _candidate(f"emoji-bpe1000-{_name}", _EMOJI, [*_EMOJI_BPE, *_brake])
