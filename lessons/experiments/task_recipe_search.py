@@ -142,6 +142,10 @@ _BRAKES = {
     "drop0.1-ls0.2": ["--set", "P_drop=0.1", "--set", "eps_ls=0.2"],
     "drop0.1-ls0.3": ["--set", "P_drop=0.1", "--set", "eps_ls=0.3"],
     "drop0.2-ls0.2": ["--set", "P_drop=0.2", "--set", "eps_ls=0.2"],
+    # With P_drop 0.1: more updates of half the batch in about the same time, a larger rate, longer training.
+    "drop0.1-b32-s4000": ["--set", "P_drop=0.1", "--batch-size", "32", "--steps", "4000"],
+    "drop0.1-lr1.0": ["--set", "P_drop=0.1", "--lr-factor", "1.0"],
+    "drop0.1-s3000": ["--set", "P_drop=0.1", "--steps", "3000"],
 }
 for _name, _brake in _BRAKES.items():
     _candidate(f"emoji-bpe1000-{_name}", _EMOJI, [*_EMOJI_BPE, *_brake])
