@@ -146,6 +146,10 @@ _BRAKES = {
     "drop0.1-b32-s4000": ["--set", "P_drop=0.1", "--batch-size", "32", "--steps", "4000"],
     "drop0.1-lr1.0": ["--set", "P_drop=0.1", "--lr-factor", "1.0"],
     "drop0.1-s3000": ["--set", "P_drop=0.1", "--steps", "3000"],
+    # Longer training paid most on Korean (3,000 steps), but costs time; one layer per stack halves a step.
+    "drop0.1-ls0.2-s3000": ["--set", "P_drop=0.1", "--set", "eps_ls=0.2", "--steps", "3000"],
+    "drop0.1-N1-s4000": ["--set", "P_drop=0.1", "--set", "N=1", "--steps", "4000"],
+    "drop0.1-N1-ls0.2-s4000": ["--set", "P_drop=0.1", "--set", "N=1", "--set", "eps_ls=0.2", "--steps", "4000"],
 }
 for _name, _brake in _BRAKES.items():
     _candidate(f"emoji-bpe1000-{_name}", _EMOJI, [*_EMOJI_BPE, *_brake])
