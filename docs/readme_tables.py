@@ -221,7 +221,9 @@ def tasks_table() -> str:
             result = parsed[0].replace(" | | ", " | | | ")
         else:
             result = "not measured yet | | | "
-        rows.append(f"| `{name}` | {task.src_level} → {task.tgt_level} | {steps} | {result} |")
+        levels = (f"pieces ({task.bpe_merges:,} merges)" if task.train_level == "bpe"
+                  else f"{task.src_level} → {task.tgt_level}")
+        rows.append(f"| `{name}` | {levels} | {steps} | {result} |")
     if used:
         dates = sorted(r["date"] for r in used)
         loads = [x for r in used for x in r["load_average"]]

@@ -430,11 +430,51 @@ def test_numbers_en_de_has_a_measured_merge_count_and_tasks_shows_it(tmp_path):
 
 def test_the_emoji_tasks_have_a_measured_merge_count():
     """1,000 merges, measured on all three emoji tasks (docs/translation_results.md): `--level bpe` alone
-    learns them on the training split, and `tasks` says so."""
+    learns them on the training split, `tasks` says the tasks train on them, and load_task keeps
+    characters (lesson 9's padding figure reads the emoji names character by character)."""
     code, out, _ = run(["tasks"])
     assert code == 0
     for name in ("emoji-en-fr", "emoji-en-de", "emoji-en-ko"):
         (line,) = [line for line in out.splitlines() if line.startswith(f"{name} ")]
-        assert "--level bpe: 1000 merges" in line, line
+        assert "trains on byte-pair pieces, 1000 merges" in line and "--level char: characters" in line, line
         data = load_task(name, level="bpe")
         assert len(data.bpe.merges) == 1000 and data.src_level == data.tgt_level == "bpe"
+        plain = load_task(name)
+        assert plain.bpe is None and plain.src_level == plain.tgt_level == "char"
+
+
+def test_train_on_an_emoji_task_learns_pieces_unless_told_characters(tmp_path):
+    """The emoji tasks' train_level: a new run learns the measured 1,000 merges without --level; --level char
+    (their own level) trains on characters; --bpe-merges alone changes the count; a resumed character run
+    stays on characters; another level is refused, naming the two it takes."""
+    def levels(out):
+        return load_checkpoint(str(out / "checkpoint.npz")).extra["levels"]
+
+    argv = ["train", "--task", "emoji-en-fr", *TRAIN]
+    assert run([*argv, "--out", tmp_path / "pieces"])[0] == 0
+    assert len(bpe_of(levels(tmp_path / "pieces")).merges) == 1000
+    assert run([*argv, "--bpe-merges", 40, "--out", tmp_path / "forty"])[0] == 0
+    assert len(bpe_of(levels(tmp_path / "forty")).merges) == 40
+    assert run([*argv, "--level", "char", "--out", tmp_path / "chars"])[0] == 0
+    chars = levels(tmp_path / "chars")
+    assert bpe_of(chars) is None and (chars["src"], chars["tgt"]) == ("char", "char")
+    code, _, err = run(["train", "--task", "emoji-en-fr", "--resume", tmp_path / "chars" / "checkpoint.npz",
+                        "--out", tmp_path / "chars", "--steps", "6", "--no-progress"])
+    assert code == 0, err
+    assert levels(tmp_path / "chars") == chars
+    code, _, err = run([*argv, "--level", "word", "--out", tmp_path / "words"])
+    assert code == 2
+    one_error_line(err, "--level applies to --data files only", "except --level bpe or --level char, its own",
+                   "(--level)")
+    assert not (tmp_path / "words").exists()
+
+
+def test_a_task_train_level_is_none_or_bpe_with_a_merge_count():
+    from minitransformer.data.loading import Task
+    from minitransformer.settings import recipe
+
+    pairs = {"train": number_pairs(4), "valid": number_pairs(4), "test": number_pairs(4)}
+    with pytest.raises(ValueError, match="train_level must be None .* or 'bpe' with bpe_merges, got 'bpe'"):
+        Task("t", "a test task", recipe("tiny", steps=1), lambda seed: pairs, train_level="bpe")
+    with pytest.raises(ValueError, match="got 'word'"):
+        Task("t", "a test task", recipe("tiny", steps=1), lambda seed: pairs, bpe_merges=3, train_level="word")

@@ -86,7 +86,9 @@ def train_tokenization(req, ckpt) -> dict:
 
     --bpe-merges N needs --level bpe; --level bpe needs --bpe-merges (the right number depends
     on the corpus, so there is no general default) unless the task has a measured one (its
-    registry entry's ``bpe_merges``). A resumed run keeps the checkpoint's tokenization: its
+    registry entry's ``bpe_merges``). A new run of a task without --level trains on the task's
+    ``train_level`` (the emoji tasks: pieces); --level with the task's own level (char for
+    emoji) trains on that. A resumed run keeps the checkpoint's tokenization: its
     merges are used as saved (not learned again), and a --level or --bpe-merges that
     disagrees with them is refused.
     """
@@ -100,11 +102,18 @@ def train_tokenization(req, ckpt) -> dict:
         levels = ckpt.extra.get("levels", {})
         if level is None and req.data is not None and levels.get("src") == levels.get("tgt"):
             level = levels.get("src")                  # a --data run resumes at its own level
+    task = None
+    if req.task is not None:
+        with about(f"--task {req.task}"):
+            task = get_task(req.task)
+        if level is None and ckpt is None:
+            level = task.train_level                   # None (its own tokenization) or a measured "bpe"
+        elif level not in (None, "bpe"):
+            level = None                               # the task's own level, named (train checked it is)
     if merges is not None and level != "bpe":
         raise CliError("--bpe-merges applies to byte-pair encoding; add --level bpe", f"--bpe-merges {merges}")
     if level == "bpe" and merges is None:
-        with about(f"--task {req.task}"):
-            merges = get_task(req.task).bpe_merges if req.task is not None else None   # a measured default
+        merges = task.bpe_merges if task is not None else None   # a measured default
         if merges is None:
             raise CliError("--level bpe needs --bpe-merges N, the number of merges to learn on the training split "
                            "(a few hundred for a small task; the paper's vocabulary had about 37,000 pieces)",

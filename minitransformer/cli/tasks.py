@@ -17,7 +17,8 @@ def run() -> int:
     for task in TASKS.values():
         s = task.recipe.settings
         steps = f"until solved, at most {s.steps} steps" if s.stop_when_solved else f"{s.steps} steps"
-        bpe = f"; --level bpe: {task.bpe_merges} merges" if task.bpe_merges else ""
+        bpe = (f"; trains on byte-pair pieces, {task.bpe_merges} merges" if task.train_level == "bpe"
+               else f"; --level bpe: {task.bpe_merges} merges" if task.bpe_merges else "")
         print(f"{task.name:<16} {task.description}  [{task.source}{'; ' + task.license if task.license else ''}; "
               f"recipe: preset {task.recipe.preset}, {steps}{bpe}]")
         if task.phrasing:

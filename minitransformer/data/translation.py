@@ -66,6 +66,7 @@ class TranslationTask:
     bleu_tokenize: str   # metrics.corpus_bleu tokenize mode for this target side
     recipe: Recipe       # how the task trains by default (measured: docs/translation_results.md)
     bpe_merges: int | None = None   # merges for --level bpe, where measured (docs/translation_results.md)
+    train_level: str | None = None  # "bpe": `train --task` trains on pieces unless --level says otherwise
     phrasing: str = ""              # the forms of its sources, for a person typing one (data/phrasing.py)
     check_input: Callable[[str], str | None] | None = None   # a typed source: None if in those forms, else why
 
@@ -79,17 +80,23 @@ PRESETS = {
                                    max_len=128),
     "translate-small": TransformerConfig(vocab_size=100, d_model=64, h=4, N=2, d_ff=256, P_drop=0.1, eps_ls=0.1,
                                          max_len=128),
+    # The emoji tasks' model: "translate" with P_drop 0.3. On ~1,300 training phrases the model overfits
+    # (validation loss is lowest near step 500 and rises after), and the paper's 0.1 brakes it too little.
+    "translate-emoji": TransformerConfig(vocab_size=100, d_model=128, h=4, N=2, d_ff=512, P_drop=0.3, eps_ls=0.1,
+                                         max_len=128),
 }
 
 
-def translation_recipe(steps: int, batch_size: int, valid_every: int = 500, **settings) -> Recipe:
+def translation_recipe(steps: int, batch_size: int, valid_every: int = 500, preset: str = "translate",
+                       **settings) -> Recipe:
     """The translation tasks share a preset and a schedule; they differ in length of training.
 
     Factor 1.0 without clipping spikes on them (held-out exact match dips mid-run,
     and greedy decoding loops on rare patterns); 0.5 with clipping does not.
     """
-    return recipe("translate", steps=steps, batch_size=batch_size, lr_factor=0.5, warmup_steps=400,
+    return recipe(preset, steps=steps, batch_size=batch_size, lr_factor=0.5, warmup_steps=400,
                   clip_norm=1.0, valid_every=valid_every, **settings)
+
 
 
 def solved_recipe(steps: int, lr_factor: float = 0.25, **settings) -> Recipe:
@@ -115,11 +122,13 @@ def solved_recipe(steps: int, lr_factor: float = 0.25, **settings) -> Recipe:
 
 # Emoji names: ~1.3k training pairs. Validation loss is lowest near step 500 and
 # then rises while chrF still creeps up; 4000 steps gave +1 chrF over 2000.
-_EMOJI_RECIPE = translation_recipe(steps=2000, batch_size=64, valid_every=250)
-# `--level bpe`'s merge count on the emoji tasks: 1,000 merges learned on both sides of the training
-# split, with mixed batches and P_drop 0.3, raised the mean test chrF of seeds 0-2 over characters by
-# 13.8 (fr), 10.7 (de) and 6.6 (ko) points (lessons/experiments/task_recipe_search.py;
-# docs/translation_results.md, "In pieces: 1,000 byte-pair merges"). The default stays characters.
+# Issue 37's search (lessons/experiments/task_recipe_search.py; docs/translation_results.md, "In pieces:
+# 1,000 byte-pair merges"): byte-pair pieces, 1,000 merges learned on both sides of the training split,
+# with mixed batches and P_drop 0.3, raised the mean test chrF of seeds 0-2 over characters by 13.8 (fr),
+# 10.7 (de) and 6.6 (ko) points, in 40-80% of the time. So `train --task emoji-en-X` trains on pieces
+# (the entries' train_level) and `--level char` on characters; load_task keeps characters.
+_EMOJI_RECIPE = translation_recipe(steps=2000, batch_size=64, valid_every=250, preset="translate-emoji",
+                                   batch_by_length=False)
 _EMOJI_BPE_MERGES = 1000
 _EMOJI_PHRASING = "CLDR emoji short names in English, lower case: 'grinning face', 'red heart'"
 
@@ -190,21 +199,22 @@ TASKS: dict[str, TranslationTask] = {t.name: t for t in [
     TranslationTask(
         "emoji-en-fr",
         "CLDR emoji short names, English to French ('grinning face' -> "
-        "'visage rieur'). Character level on both sides.",
+        "'visage rieur'). train splits both sides into byte-pair pieces (--level char: characters).",
         _src("emoji"), _EMOJI_LICENSE, "char", "char", "char", _EMOJI_RECIPE, bpe_merges=_EMOJI_BPE_MERGES,
-        phrasing=_EMOJI_PHRASING),
+        train_level="bpe", phrasing=_EMOJI_PHRASING),
     TranslationTask(
         "emoji-en-de",
         "CLDR emoji short names, English to German ('grinning face' -> "
-        "'grinsendes gesicht'). Character level on both sides.",
+        "'grinsendes gesicht'). train splits both sides into byte-pair pieces (--level char: characters).",
         _src("emoji"), _EMOJI_LICENSE, "char", "char", "char", _EMOJI_RECIPE, bpe_merges=_EMOJI_BPE_MERGES,
-        phrasing=_EMOJI_PHRASING),
+        train_level="bpe", phrasing=_EMOJI_PHRASING),
     TranslationTask(
         "emoji-en-ko",
         "CLDR emoji short names, English to Korean ('grinning face' -> "
-        "'활짝 웃는 얼굴'). Character level on both sides (Hangul syllables).",
+        "'활짝 웃는 얼굴'). train splits both sides into byte-pair pieces "
+        "(--level char: characters, Hangul syllables on the Korean side).",
         _src("emoji"), _EMOJI_LICENSE, "char", "char", "char", _EMOJI_RECIPE, bpe_merges=_EMOJI_BPE_MERGES,
-        phrasing=_EMOJI_PHRASING),
+        train_level="bpe", phrasing=_EMOJI_PHRASING),
 ]}
 
 # Default (valid, test) sizes: an int is a number of pairs, a float a fraction.
@@ -452,7 +462,7 @@ def _registry_entry(t: TranslationTask) -> Task:
     """The task registry's view of a translation task: its splits for a seed, as text pairs."""
     return Task(t.name, t.description, t.recipe, functools.partial(load_splits, t.name), t.src_level,
                 t.tgt_level, t.bleu_tokenize, source=t.source, license=t.license, bpe_merges=t.bpe_merges,
-                phrasing=t.phrasing, check_input=t.check_input)
+                train_level=t.train_level, phrasing=t.phrasing, check_input=t.check_input)
 
 
 REGISTRY_ENTRIES = [_registry_entry(t) for t in TASKS.values()]
