@@ -34,7 +34,7 @@ README = os.path.join(ROOT, "README.md")
 # Which page holds which table: the README keeps the lessons (a learner's first screenfuls); the
 # tasks' table lives with the rest of the tasks' detail (issue 39).
 PAGES = {"README.md": ("lessons",), os.path.join("docs", "tasks.md"): ("tasks",),
-         os.path.join("docs", "translation_results.md"): ("recipe_search",)}
+         os.path.join("docs", "translation_results.md"): ("recipe_search", "emoji")}
 TASKS_RECORD = os.path.join(ROOT, "benchmarks", "results", "tasks.json")
 RUNTIMES = os.path.join(ROOT, "lessons", "runtimes.json")
 PARSE_RECORD = os.path.join(ROOT, "lessons", "experiments", "parse_table4.json")
@@ -290,7 +290,42 @@ def recipe_search_table(record: dict | None = None, tasks=()) -> str:
     return "\n".join(rows)
 
 
-TABLES = {"tasks": tasks_table, "lessons": lessons_table, "recipe_search": recipe_search_table}
+# The emoji tasks' candidates worth a row of their own: today's recipe on characters, then pieces.
+EMOJI_BASELINE = "emoji-today"
+
+
+def emoji_table(record: dict | None = None) -> str:
+    """The emoji candidates run on seeds 0-2 (lessons/experiments/task_recipe_search.json), per task: the
+    test chrF of each seed (greedy; the §6.1 average where the candidate averages), their mean, and the
+    gain over today's recipe on characters (``EMOJI_BASELINE``), which ran in the same search."""
+    record = _load(SEARCH_RECORD) if record is None else record
+    groups: dict[tuple[str, str], dict[int, dict]] = {}
+    for row in record.get("runs", {}).values():
+        if "error" not in row and row["task"].startswith("emoji-"):
+            groups.setdefault((row["task"], row["candidate"]), {})[row["seed"]] = row
+    rows = ["| task | candidate | chrF, seeds 0, 1, 2 | mean | gain | exact match, mean | train s |",
+            "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    for task in sorted({t for t, _ in groups}):
+        full = {c: runs for (t, c), runs in groups.items() if t == task and set(runs) >= {0, 1, 2}}
+        base = full.get(EMOJI_BASELINE)
+
+        def mean_chrf(runs):
+            return sum((runs[k]["test_average"] or runs[k]["test"])["chrf"] for k in (0, 1, 2)) / 3
+
+        for candidate, runs in sorted(full.items(), key=lambda kv: (kv[0] != EMOJI_BASELINE, -mean_chrf(kv[1]))):
+            tests = [runs[k]["test_average"] or runs[k]["test"] for k in (0, 1, 2)]
+            mean = mean_chrf(runs)
+            gain = "" if base is None or candidate == EMOJI_BASELINE else f"{mean - mean_chrf(base):+.2f}"
+            secs = [runs[k]["train_seconds"] for k in (0, 1, 2)]
+            seeds = ", ".join(f"{t['chrf']:.2f}" for t in tests)
+            rows.append(f"| `{task}` | `{candidate}` | {seeds} "
+                        f"| {mean:.2f} | {gain} | {sum(t['exact_match'] for t in tests) / 3:.2f}% "
+                        f"| {min(secs):.0f}–{max(secs):.0f} |")
+    return "\n".join(rows)
+
+
+TABLES = {"tasks": tasks_table, "lessons": lessons_table, "recipe_search": recipe_search_table,
+          "emoji": emoji_table}
 
 
 def _pattern(name: str) -> re.Pattern:
