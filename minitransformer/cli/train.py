@@ -101,7 +101,8 @@ def register(sub) -> None:
                         "'March 5, 2024' is March|5|,|2024, but twenty-one and 1,234 stay whole); space (split "
                         "at spaces only, for text that is already tokens); or bpe (byte-pair pieces, "
                         "§5.1, learned on the training split, one vocabulary for source and target; give "
-                        "--bpe-merges). With --task only bpe: the task's own tokenization otherwise")
+                        "--bpe-merges). With --task: bpe, or the task's own level; left out, the task's own "
+                        "tokenization (the emoji tasks: byte-pair pieces, 1,000 merges)")
     p.add_argument("--bpe-merges", type=positive_int, default=None, metavar="N",
                    help="with --level bpe: the number of merges to learn (the vocabulary is about 4 + the "
                         "characters + N pieces)")

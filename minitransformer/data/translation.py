@@ -71,7 +71,8 @@ class TranslationTask:
     check_input: Callable[[str], str | None] | None = None   # a typed source: None if in those forms, else why
 
 
-# The model of the emoji recipes, of a --data file's and of the records' recipes: preset "translate".
+# The model of a --data file's and of the records' recipes: preset "translate" (the emoji tasks': it, with
+# more label smoothing, "translate-emoji").
 # The numbers and dates recipes train a model of half the width, "translate-small" (d_k = 16): issue 37's
 # search (lessons/experiments/task_recipe_search.py) found it solves them in as few steps as "translate",
 # each step about half the time.
@@ -98,7 +99,6 @@ def translation_recipe(steps: int, batch_size: int, valid_every: int = 500, pres
                   clip_norm=1.0, valid_every=valid_every, **settings)
 
 
-
 def solved_recipe(steps: int, lr_factor: float = 0.25, **settings) -> Recipe:
     """The numbers and dates tasks' recipe, from issue 37's search (lessons/experiments/task_recipe_search.py:
     every candidate over three seeds, the test set scored where each run stopped).
@@ -120,15 +120,13 @@ def solved_recipe(steps: int, lr_factor: float = 0.25, **settings) -> Recipe:
                   warmup_steps=100, clip_norm=1.0, valid_every=50, valid_decode=500, stop_when_solved=2, **settings)
 
 
-# Emoji names: ~1.3k training pairs. Validation loss is lowest near step 500 and
-# then rises while chrF still creeps up; 4000 steps gave +1 chrF over 2000.
-# Issue 37's search (lessons/experiments/task_recipe_search.py; docs/translation_results.md, "In pieces:
-# 1,000 byte-pair merges"): byte-pair pieces, 1,000 merges learned on both sides of the training split,
-# with mixed batches and ε_ls 0.2, raised the mean test chrF of seeds 0-2 over characters by 14.5 (fr),
-# 12.5 (de) and 8.3 (ko) points, in 40-80% of the time (Korean: below). So `train --task emoji-en-X` trains on pieces
-# (the entries' train_level) and `--level char` on characters; load_task keeps characters.
-# Korean gained least (+8.3 in 2,000 steps; none of the brakes took it to +10 there) and most from
-# longer training: 3,000 steps gave +10.3, at 1.25 times the character recipe's time on the same machine.
+# Emoji names: ~1.3k training pairs. Issue 37's search (lessons/experiments/task_recipe_search.py;
+# docs/translation_results.md, "In pieces: 1,000 byte-pair merges"): byte-pair pieces, 1,000 merges
+# learned on both sides of the training split, with mixed batches and ε_ls 0.2, raised the mean test
+# chrF of seeds 0-2 over characters by 14.5 (fr) and 12.5 (de) points in 40-60% of the time. So
+# `train --task emoji-en-X` trains on pieces (the entries' train_level), `--level char` on characters;
+# load_task keeps characters. Korean gained least: +8.3 in 2,000 steps, where no brake of the search
+# took it to +10; 3,000 steps gave +10.3, at 1.27 times the character recipe's time on the same machine.
 _EMOJI_RECIPE = translation_recipe(steps=2000, batch_size=64, valid_every=250, preset="translate-emoji",
                                    batch_by_length=False)
 _EMOJI_KO_RECIPE = translation_recipe(steps=3000, batch_size=64, valid_every=250, preset="translate-emoji",
