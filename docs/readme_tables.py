@@ -290,7 +290,7 @@ def recipe_search_table(record: dict | None = None, tasks=()) -> str:
     return "\n".join(rows)
 
 
-# The emoji tasks' candidates worth a row of their own: today's recipe on characters, then pieces.
+# The emoji table's first row per task, and what its gain column is measured from: today's recipe on characters.
 EMOJI_BASELINE = "emoji-today"
 
 
@@ -306,20 +306,18 @@ def emoji_table(record: dict | None = None) -> str:
     rows = ["| task | candidate | chrF, seeds 0, 1, 2 | mean | gain | exact match, mean | train s |",
             "| --- | --- | --- | ---: | ---: | ---: | --- |"]
     for task in sorted({t for t, _ in groups}):
-        full = {c: runs for (t, c), runs in groups.items() if t == task and set(runs) >= {0, 1, 2}}
-        base = full.get(EMOJI_BASELINE)
-
-        def mean_chrf(runs):
-            return sum((runs[k]["test_average"] or runs[k]["test"])["chrf"] for k in (0, 1, 2)) / 3
-
-        for candidate, runs in sorted(full.items(), key=lambda kv: (kv[0] != EMOJI_BASELINE, -mean_chrf(kv[1]))):
-            tests = [runs[k]["test_average"] or runs[k]["test"] for k in (0, 1, 2)]
-            mean = mean_chrf(runs)
-            gain = "" if base is None or candidate == EMOJI_BASELINE else f"{mean - mean_chrf(base):+.2f}"
-            secs = [runs[k]["train_seconds"] for k in (0, 1, 2)]
-            seeds = ", ".join(f"{t['chrf']:.2f}" for t in tests)
-            rows.append(f"| `{task}` | `{candidate}` | {seeds} "
-                        f"| {mean:.2f} | {gain} | {sum(t['exact_match'] for t in tests) / 3:.2f}% "
+        # candidate -> its three runs (seeds 0, 1, 2) and the scores each was judged by
+        full = {c: [(runs[k], runs[k]["test_average"] or runs[k]["test"]) for k in (0, 1, 2)]
+                for (t, c), runs in groups.items() if t == task and set(runs) >= {0, 1, 2}}
+        means = {c: sum(t["chrf"] for _, t in seeds) / 3 for c, seeds in full.items()}
+        for candidate in sorted(full, key=lambda c: (c != EMOJI_BASELINE, -means[c])):
+            seeds = full[candidate]
+            gain = ("" if EMOJI_BASELINE not in means or candidate == EMOJI_BASELINE
+                    else f"{means[candidate] - means[EMOJI_BASELINE]:+.2f}")
+            secs = [run["train_seconds"] for run, _ in seeds]
+            chrf = ", ".join(f"{t['chrf']:.2f}" for _, t in seeds)
+            rows.append(f"| `{task}` | `{candidate}` | {chrf} "
+                        f"| {means[candidate]:.2f} | {gain} | {sum(t['exact_match'] for _, t in seeds) / 3:.2f}% "
                         f"| {min(secs):.0f}–{max(secs):.0f} |")
     return "\n".join(rows)
 

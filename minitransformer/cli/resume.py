@@ -108,8 +108,8 @@ def train_tokenization(req, ckpt) -> dict:
             task = get_task(req.task)
         if level is None and ckpt is None:
             level = task.train_level                   # None (its own tokenization) or a measured "bpe"
-        elif level not in (None, "bpe"):
-            level = None                               # the task's own level, named (train checked it is)
+        elif level is not None and level == task.own_level:
+            level = None                               # the task's own level, named
     if merges is not None and level != "bpe":
         raise CliError("--bpe-merges applies to byte-pair encoding; add --level bpe", f"--bpe-merges {merges}")
     if level == "bpe" and merges is None:

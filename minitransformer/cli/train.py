@@ -172,22 +172,16 @@ def _check_options(req: TrainRequest) -> None:
         # These shape how a --data file is read; a named task fixes its own tokenization (which
         # --level bpe may replace: byte-pair pieces learned on its training split; --level with
         # the task's own level names it, which the emoji tasks need to train on characters) and splits.
-        own = _own_level(req.task)
+        from ..data.registry import get_task  # noqa: PLC0415
+
+        with about(f"--task {req.task}"):
+            own = get_task(req.task).own_level
         for option, given in (("--level", req.level not in (None, "bpe", own)),
                               ("--header", req.header), ("--max-length", req.max_length is not None)):
             if given:
                 allowed = "--level bpe" + (f" or --level {own}, its own" if own else "")
                 raise CliError(f"{option} applies to --data files only; task {req.task!r} fixes its own "
                                f"tokenization and splits (except {allowed})", option)
-
-
-def _own_level(task: str) -> str | None:
-    """The level a task tokenizes both sides at, where it is one ("char" for emoji), else None."""
-    from ..data.registry import get_task  # noqa: PLC0415
-
-    with about(f"--task {task}"):
-        entry = get_task(task)
-    return entry.src_level if entry.src_level == entry.tgt_level else None
 
 
 def _check_outputs(req: TrainRequest, out_dir: str) -> None:

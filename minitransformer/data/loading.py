@@ -189,6 +189,12 @@ class Task:
         if n is not None and (isinstance(n, bool) or not isinstance(n, int) or n < 1):
             raise ValueError(f"Task {self.name!r}: max_output_len must be an integer >= 1 or None, got {n!r}")
 
+    @property
+    def own_level(self) -> str | None:
+        """The level both sides are tokenized at, where they share one ("char" for emoji), else None:
+        ``train --task NAME --level`` takes it to mean the task's own tokenization."""
+        return self.src_level if self.src_level == self.tgt_level else None
+
     def load(self, seed: int = 0, level: str | None = None, bpe_merges: int | None = None,
              bpe: BPE | None = None) -> TaskData:
         """The task's splits for ``seed``, tokenized, with their vocabulary.
