@@ -588,8 +588,14 @@ def agree_to_stop(comm, stop, step: int) -> bool:
     whose signal every rank then takes, so that all of them stop after the same step."""
     asked = stop.requested()
     if comm.size > 1:
-        stop.signum = comm.max_int(stop.signum or 0, f"the stop check after step {step}") or None
-        asked = stop.signum is not None
+        agreed = comm.max_int(stop.signum or 0, f"the stop check after step {step}")
+        # A signal that arrives while this rank waits in that collective is handled when the
+        # call returns, after 0 was sent: it must stay recorded (the next check sends it), not be
+        # overwritten by the 0 the ranks agreed on. Otherwise, when every rank's signal lands
+        # there, the run forgets the stop and trains on.
+        asked = agreed != 0
+        if asked:
+            stop.signum = agreed
     return asked
 
 

@@ -3,6 +3,7 @@ gradient accumulation, the gradient sum's packing, the parameter hash check, the
 errors without MPI. The runs under mpiexec are in tests/test_mpi.py."""
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -18,12 +19,14 @@ from minitransformer.distributed import (
     GradientSum,
     RanksOutOfSync,
     SingleProcess,
+    agree_to_stop,
     check_in_sync,
     shard_batch,
     step_batches,
 )
 from minitransformer.errors import EnvironmentVariableError
 from minitransformer.runsetup import build_model
+from minitransformer.stops import StopSignals
 from minitransformer.train import Trainer, TrainSettings, encode_pairs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -419,3 +422,46 @@ def test_the_sentinel_speaks_once_for_a_rank_0_that_dies_without_a_word():
     quiet = _sentinel_run("distributed.sentinel_quiet(); os.kill(os.getpid(), signal.SIGKILL)")
     assert quiet.returncode == -9 and quiet.stderr == ""
     assert _sentinel_run("distributed.sentinel_quiet()").stderr == ""
+
+
+class _SignalInTheStopCheck(SingleProcess):
+    """Rank 0 of 2 whose peer has no stop to report; the first stop check is where a signal lands.
+
+    A real signal is sent while the collective is "in progress": Python runs its handler only when
+    the call returns, after this rank's 0 was sent, which is what happens inside mpi4py's Allreduce.
+    """
+
+    size = 2
+
+    def __init__(self):
+        self.sent: list[int] = []
+
+    def max_int(self, value, what):
+        self.sent.append(value)
+        if len(self.sent) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return max(value, 0)
+
+
+def test_a_signal_that_lands_in_the_stop_check_is_kept_for_the_next_check():
+    """Before the fix the agreed 0 overwrote the signal the handler had just recorded: when it landed
+    there on every rank, mpiexec's run forgot the stop and trained on (a flaky hang in test_mpi)."""
+    comm = _SignalInTheStopCheck()
+    with StopSignals(announce=False) as stop:
+        assert agree_to_stop(comm, stop, step=7) is False        # the ranks agreed on "no stop" for this step
+        assert stop.signum == signal.SIGTERM                      # ... and the signal is still recorded
+        assert agree_to_stop(comm, stop, step=8) is True          # the next check sends it: every rank stops
+    assert comm.sent == [0, int(signal.SIGTERM)]
+    assert stop.signum == signal.SIGTERM
+
+
+def test_every_rank_takes_the_signal_another_rank_received():
+    class Peer(SingleProcess):
+        size = 2
+
+        def max_int(self, value, what):
+            return max(value, int(signal.SIGINT))
+
+    with StopSignals(announce=False) as stop:
+        assert agree_to_stop(Peer(), stop, step=3) is True
+        assert stop.signum == signal.SIGINT

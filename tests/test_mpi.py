@@ -287,6 +287,21 @@ def _start_long_run(data, out, env=None, n=2):
                             cwd=ROOT)
 
 
+# When every rank ends at once with the same non-zero code (a stop they agreed on, an option every
+# rank refuses), MPICH's mpiexec (hydra) kills the ranks still exiting as soon as the first one has
+# ended, and now and then reports that kill (its "Killed (signal 9)" banner, exit code 9) instead of
+# the code the ranks gave: measured at about 1 run in 20 to 40 on a loaded 2-core machine, in a race
+# inside mpiexec that no order of the ranks' exits removed (rank 0 first, the others first, all after
+# MPI_Finalize: each still did it). Such a run says nothing about the package; it is run again, at
+# most three times in all, as the SIGKILL test below does for MPICH's own abort.
+HYDRA_CLEANUP_KILL = "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)"
+ATTEMPTS = 3
+
+
+def _hydra_reported_its_own_kill(returncode, stderr) -> bool:
+    return returncode == 9 and HYDRA_CLEANUP_KILL in stderr
+
+
 def _wait_for_checkpoint(proc, out, at_least=10, deadline=TIMEOUT):
     """Wait until the run has saved a checkpoint of step >= at_least; returns that step."""
     t0 = time.monotonic()
@@ -305,16 +320,22 @@ def _wait_for_checkpoint(proc, out, at_least=10, deadline=TIMEOUT):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the ranks through /proc")
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_to_mpiexec_saves_one_checkpoint_and_stops_every_rank(data, tmp_path, sig):
-    out = tmp_path / "run"
-    proc = _start_long_run(data, out)
-    try:
-        _wait_for_checkpoint(proc, out)
-        ranks = _rank_pids(proc.pid)
-        assert sorted(ranks) == [0, 1]
-        proc.send_signal(sig)                        # hydra forwards it to every rank
-        stdout, stderr = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    """Before the fix in distributed.agree_to_stop, about one run in 40 went on training after the
+    signal: it had reached every rank while it waited in the stop check, and the check's answer
+    overwrote it (tests/test_distributed.py has the deterministic test)."""
+    for attempt in range(ATTEMPTS):
+        out = tmp_path / f"run{attempt}"
+        proc = _start_long_run(data, out)
+        try:
+            _wait_for_checkpoint(proc, out)
+            ranks = _rank_pids(proc.pid)
+            assert sorted(ranks) == [0, 1]
+            proc.send_signal(sig)                        # hydra forwards it to every rank
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            proc.kill()
+        if not _hydra_reported_its_own_kill(proc.returncode, stderr):
+            break
     assert proc.returncode == 128 + sig, stderr
     name = signal.Signals(sig).name
     assert stderr.count(f"{name} received: finishing this step") == 1, stderr      # said once, by rank 0
@@ -376,8 +397,11 @@ def test_a_rank_killed_with_sigkill_leaves_one_line_with_the_checkpoint_and_the_
 def test_ranks_with_different_model_configurations_stop_with_one_line_before_the_first_collective(data, tmp_path, n):
     """mpiexec -n 1 ... : -n 1 ... --set d_ff=32 crashed inside MPI with a 20-line "Message truncated" stack."""
     base = _command(1, data, tmp_path / "run")
-    done = subprocess.run([MPIEXEC, "-n", str(n - 1), *base, ":", "-n", "1", *base, "--set", "d_ff=32"],
-                          capture_output=True, text=True, env=_env(), timeout=TIMEOUT, cwd=ROOT)
+    for _ in range(ATTEMPTS):
+        done = subprocess.run([MPIEXEC, "-n", str(n - 1), *base, ":", "-n", "1", *base, "--set", "d_ff=32"],
+                              capture_output=True, text=True, env=_env(), timeout=TIMEOUT, cwd=ROOT)
+        if not _hydra_reported_its_own_kill(done.returncode, done.stderr):
+            break
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 1 and len(errors) == 1, done.stdout + done.stderr
     assert "Traceback" not in done.stderr and "truncated" not in done.stderr.lower()
@@ -387,7 +411,10 @@ def test_ranks_with_different_model_configurations_stop_with_one_line_before_the
 
 
 def test_a_timeout_below_the_minimum_is_refused_by_name_under_mpiexec(data, tmp_path):
-    done = train(2, data, tmp_path / "run", env=_env(MINITRANSFORMER_MPI_TIMEOUT="0.01"))
+    for _ in range(ATTEMPTS):
+        done = train(2, data, tmp_path / "run", env=_env(MINITRANSFORMER_MPI_TIMEOUT="0.01"))
+        if not _hydra_reported_its_own_kill(done.returncode, done.stderr):
+            break
     errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
     assert done.returncode == 2 and len(errors) == 1, done.stderr
     assert errors[0].startswith("error: environment variable MINITRANSFORMER_MPI_TIMEOUT='0.01' is not valid")
