@@ -287,10 +287,10 @@ def _start_long_run(data, out, env=None, n=2):
                             cwd=ROOT)
 
 
-# When every rank ends at once with the same non-zero code (a stop they agreed on, an option every
-# rank refuses), MPICH's mpiexec (hydra) kills the ranks still exiting as soon as the first one has
-# ended, and now and then reports that kill (its "Killed (signal 9)" banner, exit code 9) instead of
-# the code the ranks gave: measured at about 1 run in 20 to 40 on a loaded 2-core machine, in a race
+# When a rank ends with a non-zero code (a stop the ranks agreed on, an option every rank refuses,
+# the watchdog beside a hung rank), MPICH's mpiexec (hydra) kills the ranks still running or exiting,
+# and now and then reports that kill (its "Killed (signal 9)" banner, exit code 9) instead of the
+# code the rank gave: measured at about 1 run in 20 to 40 on a loaded 2-core machine, in a race
 # inside mpiexec that no order of the ranks' exits removed (rank 0 first, the others first, all after
 # MPI_Finalize: each still did it). Such a run says nothing about the package; it is run again, at
 # most three times in all, as the SIGKILL test below does for MPICH's own abort.
@@ -424,21 +424,24 @@ def test_a_timeout_below_the_minimum_is_refused_by_name_under_mpiexec(data, tmp_
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the ranks through /proc")
 def test_a_rank_that_hangs_makes_the_others_stop_with_one_named_line(data, tmp_path):
     """A stopped (hung) rank is not noticed by mpiexec: the watchdog of the others is."""
-    out = tmp_path / "run"
-    proc = _start_long_run(data, out, env=_env(MINITRANSFORMER_MPI_TIMEOUT="5"))
-    ranks = {}
-    try:
-        _wait_for_checkpoint(proc, out)
-        ranks = _rank_pids(proc.pid)
-        t0 = time.monotonic()
-        os.kill(ranks[1], signal.SIGSTOP)
-        _, stderr = proc.communicate(timeout=60)
-        took = time.monotonic() - t0
-    finally:
-        proc.kill()
-        for pid in ranks.values():                     # hydra kills it; make sure, whatever happened
-            if os.path.exists(f"/proc/{pid}"):
-                os.kill(pid, signal.SIGKILL)
+    for attempt in range(ATTEMPTS):
+        out = tmp_path / f"run{attempt}"
+        proc = _start_long_run(data, out, env=_env(MINITRANSFORMER_MPI_TIMEOUT="5"))
+        ranks = {}
+        try:
+            _wait_for_checkpoint(proc, out)
+            ranks = _rank_pids(proc.pid)
+            t0 = time.monotonic()
+            os.kill(ranks[1], signal.SIGSTOP)
+            _, stderr = proc.communicate(timeout=60)
+            took = time.monotonic() - t0
+        finally:
+            proc.kill()
+            for pid in ranks.values():                     # hydra kills it; make sure, whatever happened
+                if os.path.exists(f"/proc/{pid}"):
+                    os.kill(pid, signal.SIGKILL)
+        if not _hydra_reported_its_own_kill(proc.returncode, stderr):
+            break
     errors = [line for line in stderr.splitlines() if line.startswith("error:")]
     print(f"\nrank 1 stopped with SIGSTOP: the run ended in {took:.1f} s with code {proc.returncode}: {errors}")
     assert proc.returncode == 1 and took < 30

@@ -206,15 +206,37 @@ def test_benchmark_flop_formula_matches_the_products_run():
     assert counted == bench.step_flops(tiny)
 
 
-def _bench_train():
+def _bench_train(name="bench_train"):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "bench_train.py"
-    spec = importlib.util.spec_from_file_location("bench_train", path)
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     return bench
+
+
+def test_the_shapes_benchmark_records_every_product_of_a_step_and_rebuilds_its_layout():
+    """benchmarks/bench_matmul_shapes.py times each product of a step alone: the products it records
+    must add up to the step's FLOPs, and the operands it builds must be transposed where the step's were."""
+    bench, shapes = _bench_train(), _bench_train("bench_matmul_shapes")
+    tiny = dict(d_model=16, h=2, N=2, d_ff=24, vocab=50, batch=3, seq=5)
+    before = (backend.backend_name(), backend.default_dtype())
+    try:
+        step = bench.build_numpy_side(tiny, bench.make_batch(tiny))[1]
+        calls = shapes.record_products(backend, step, 2)
+    finally:
+        backend.set_backend(before[0])
+        backend.set_default_dtype(before[1])
+    assert sum(n * shapes.product_flops(a, b) for (a, _, b, _), n in calls.items()) == 2 * bench.step_flops(tiny)
+    assert any(a_t for _, a_t, _, _ in calls) and any(b_t for _, _, _, b_t in calls)   # W.T, K.swapaxes
+    rng = np.random.default_rng(0)
+    for (a_shape, a_t, b_shape, b_t) in calls:
+        a, b = shapes.operand(np, a_shape, a_t, rng), shapes.operand(np, b_shape, b_t, rng)
+        assert (a.shape, b.shape) == (a_shape, b_shape)
+        assert (a.strides[-1] != a.itemsize, b.strides[-1] != b.itemsize) == (a_t, b_t)
+    assert shapes.product_flops((8, 8, 64, 32), (8, 8, 32, 16)) == 2 * 64 * 64 * 32 * 16
 
 
 def test_benchmark_drops_the_profilers_start_stop_lines_and_keeps_the_rest(capfd):
