@@ -584,23 +584,17 @@ def check_in_sync(comm, params: Sequence, step: int) -> str:
 
 
 def agree_to_stop(comm, stop, step: int) -> bool:
-    """Has a stop been asked for (``stop``: a ``stops.StopSignals``)? On several ranks: on any of them,
-    whose signal every rank then takes, so that all of them stop after the same step."""
+    """Has a stop been asked for (``stop``: a ``stops.StopSignals``)? On several ranks: on any of them, whose
+    signal every rank takes, so that all stop after the same step. A signal that lands during the check (handled
+    after this rank sent 0) is kept for the next one: the agreed 0 must not erase it, or the run trains on."""
     asked = stop.requested()
     if comm.size > 1:
         agreed = comm.max_int(stop.signum or 0, f"the stop check after step {step}")
-        # A signal that arrives while this rank waits in that collective is handled when the
-        # call returns, after 0 was sent: it must stay recorded (the next check sends it), not be
-        # overwritten by the 0 the ranks agreed on. Otherwise, when every rank's signal lands
-        # there, the run forgets the stop and trains on.
-        asked = agreed != 0
-        if asked:
-            stop.signum = agreed
+        asked, stop.signum = agreed != 0, agreed or stop.signum
     return asked
 
 
 __all__ = ["DEFAULT_TIMEOUT", "GradientSum", "INSTALL_HINT", "MIN_TIMEOUT", "MPICommunicator", "MPIUnavailable",
-           "RanksOutOfSync", "SingleProcess", "StepBatches", "TIMEOUT_VARIABLE", "agree_to_stop",
-           "check_in_sync", "check_same_run", "describe", "launched", "lost_rank_message", "parameter_digest",
-           "run_identity", "sentinel_quiet", "sentinel_say", "shard_batch", "split_batch", "start_sentinel",
-           "step_batches", "world"]
+           "RanksOutOfSync", "SingleProcess", "StepBatches", "TIMEOUT_VARIABLE", "agree_to_stop", "check_in_sync",
+           "check_same_run", "describe", "launched", "lost_rank_message", "parameter_digest", "run_identity",
+           "sentinel_quiet", "sentinel_say", "shard_batch", "split_batch", "start_sentinel", "step_batches", "world"]
