@@ -290,12 +290,14 @@ def _start_long_run(data, out, env=None, n=2):
 # When a rank ends with a non-zero code (a stop the ranks agreed on, an option every rank refuses,
 # the watchdog beside a hung rank), MPICH's mpiexec (hydra) kills the ranks still running or exiting,
 # and now and then reports that kill (its "Killed (signal 9)" banner, exit code 9) instead of the
-# code the rank gave: measured at about 1 run in 20 to 40 on a loaded 2-core machine, in a race
-# inside mpiexec that no order of the ranks' exits removed (rank 0 first, the others first, all after
-# MPI_Finalize: each still did it). Such a run says nothing about the package; it is run again, at
-# most three times in all, as the SIGKILL test below does for MPICH's own abort.
+# code the rank gave; when the other ranks leave first, the kill can even reach rank 0 before its
+# line, and its sentinel's line stands in. Measured: about 1 run in 20 to 40 on a quiet 2-core
+# machine, more beside a CPU-bound process. Every order of the ranks' exits tried (all at once, as
+# now; rank 0 first with the others waiting for the kill; all after MPI_Finalize) still did it, rank
+# 0 first most often. Such a run says nothing of the package's ending, so it is run again, at most
+# five times in all, as the SIGKILL test below does for MPICH's own abort.
 HYDRA_CLEANUP_KILL = "YOUR APPLICATION TERMINATED WITH THE EXIT STRING: Killed (signal 9)"
-ATTEMPTS = 3
+ATTEMPTS = 5
 
 
 def _hydra_reported_its_own_kill(returncode, stderr) -> bool:

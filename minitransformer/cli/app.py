@@ -90,9 +90,7 @@ def main(argv=None) -> int:
         code = _main(list(sys.argv[1:] if argv is None else argv))
         if code == 0 and streams.output_lost() == "stdout":
             code = OUTPUT_CLOSED            # the output was cut short: say so in the exit code, quietly
-    distributed = sys.modules.get(f"{__package__.rpartition('.')[0]}.distributed")
-    if distributed is not None:
-        distributed.sentinel_quiet()        # the run ends in its own words: a killed rank's line is not needed
+    _quiet_sentinel()                       # the run ends in its own words: a killed rank's line is not needed
     if code and RANKS.several:
         # MPI_Finalize, which a normal exit calls, would wait for ranks that may be stuck in a
         # collective: leave at once, and mpiexec stops the others.
@@ -103,6 +101,13 @@ def main(argv=None) -> int:
                 pass
         os._exit(code)
     return code
+
+
+def _quiet_sentinel() -> None:
+    """Under mpiexec, rank 0's sentinel (distributed.start_sentinel) prints nothing when this process ends."""
+    distributed = sys.modules.get(f"{__package__.rpartition('.')[0]}.distributed")
+    if distributed is not None:
+        distributed.sentinel_quiet()
 
 
 class _Failure:
@@ -121,6 +126,7 @@ class _Failure:
         if self.debug and exc is not None:
             traceback.print_exception(exc, file=stream)
         print(f"error: {f'rank {rank}: ' if rank else ''}{line}", file=stream, flush=True)
+        _quiet_sentinel()       # at once: mpiexec may kill this rank any moment now (another rank has ended)
         return code
 
 

@@ -364,6 +364,7 @@ def _run_lock(out_dir: str):
 
 def _train(req: TrainRequest, trainer, settings, source: str) -> int | None:
     """The training loop; None when it ran to its end, else the exit code of the run it stopped."""
+    from .. import distributed  # noqa: PLC0415
     from ..errors import NonFiniteError  # noqa: PLC0415
     from ..train import OutputWriteError, TrainingInterrupted  # noqa: PLC0415
 
@@ -381,6 +382,7 @@ def _train(req: TrainRequest, trainer, settings, source: str) -> int | None:
         elif stop.checkpoint:
             print(f"resume with: {resume_command(list(req.argv), stop.checkpoint, trainer.comm.size)}",
                   file=sys.stderr)
+        distributed.sentinel_quiet()   # the run has said how it ended; mpiexec may kill this rank any moment now
         return stop.exit_code
     except OutputWriteError as exc:
         how = (f"; make room (or fix the folder's permissions) and resume with: "
