@@ -67,14 +67,10 @@ def record_products(backend, step, steps: int) -> collections.Counter:
 
 def product_flops(a_shape, b_shape) -> int:
     """2·m·n·k for a (..., m, k) @ (..., k, n) product, times the batch axes' size."""
-    batch = math.prod(_broadcast(a_shape[:-2], b_shape[:-2]))
+    import numpy as np  # here, not at the top: main sets OPENBLAS_NUM_THREADS before NumPy loads
+
+    batch = math.prod(np.broadcast_shapes(a_shape[:-2], b_shape[:-2]))
     return 2 * batch * a_shape[-2] * a_shape[-1] * b_shape[-1]
-
-
-def _broadcast(a: tuple, b: tuple) -> tuple:
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + tuple(a), (1,) * (n - len(b)) + tuple(b)
-    return tuple(max(x, y) for x, y in zip(a, b))
 
 
 def best_ms(run, repeat: int) -> float:
@@ -91,7 +87,7 @@ def main(argv=None) -> int:
     os.environ["OPENBLAS_NUM_THREADS"] = str(args.threads)      # before NumPy loads OpenBLAS
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import bench_train as bt
-    import numpy as np
+    import numpy as np  # here, not at the top: main sets OPENBLAS_NUM_THREADS before NumPy loads
     import torch
 
     from minitransformer import backend
@@ -116,9 +112,15 @@ def main(argv=None) -> int:
         total_torch += per_step * ms_torch
         rows.append((per_step * ms_np, a_shape, a_t, b_shape, b_t, per_step, ms_np, ms_torch, flops))
 
+    from minitransformer import machine
+
     print(f"# bench_matmul_shapes  {args.config}, {args.threads} thread(s), best of {args.repeat}")
-    print("\n".join(line for line in bt.header(argparse.Namespace(threads=args.threads, warmup=0, steps=0, pause=0,
-                                                                       malloc="default"))[1:3]))
+    print(f"# machine: {machine.machine_info()['cpu']}, {os.cpu_count()} logical CPUs | NumPy {np.__version__}: "
+          f"{bt.blas_line()}")
+    forced = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE") if k in os.environ}
+    if forced:
+        print(f"# note: {forced} pin OpenBLAS's kernel (unset them for the native one)")
+    print(bt.busy_line("after the timings"))
     square = operand(np, (2048, 2048), False, rng)
     t_square = torch.from_numpy(square)
     peak_np = 2 * 2048**3 / best_ms(lambda: square @ square, 10) / 1e6

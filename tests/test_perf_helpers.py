@@ -194,7 +194,7 @@ def test_in_place_steps_leave_inputs_alone(rng):
 def test_benchmark_flop_formula_matches_the_products_run():
     """benchmarks/bench_train.py counts 2·m·n·k per matrix product from the configuration;
     the products minitransformer really runs in one training step must add up to it."""
-    bench = _bench_train()
+    bench = _load_benchmark()
     tiny = dict(d_model=16, h=2, N=2, d_ff=24, vocab=50, batch=3, seq=5)
     before = (backend.backend_name(), backend.default_dtype())
     try:
@@ -206,7 +206,7 @@ def test_benchmark_flop_formula_matches_the_products_run():
     assert counted == bench.step_flops(tiny)
 
 
-def _bench_train(name="bench_train"):
+def _load_benchmark(name="bench_train"):
     import importlib.util
     from pathlib import Path
 
@@ -220,7 +220,7 @@ def _bench_train(name="bench_train"):
 def test_the_shapes_benchmark_records_every_product_of_a_step_and_rebuilds_its_layout():
     """benchmarks/bench_matmul_shapes.py times each product of a step alone: the products it records
     must add up to the step's FLOPs, and the operands it builds must be transposed where the step's were."""
-    bench, shapes = _bench_train(), _bench_train("bench_matmul_shapes")
+    bench, shapes = _load_benchmark(), _load_benchmark("bench_matmul_shapes")
     tiny = dict(d_model=16, h=2, N=2, d_ff=24, vocab=50, batch=3, seq=5)
     before = (backend.backend_name(), backend.default_dtype())
     try:
@@ -244,7 +244,7 @@ def test_benchmark_drops_the_profilers_start_stop_lines_and_keeps_the_rest(capfd
     are dropped, any other line written there is passed on."""
     import os
 
-    bench = _bench_train()
+    bench = _load_benchmark()
     with bench.without_kineto_noise():
         os.write(2, b"USDT:2026-12-01 21:18:22 5774:5774 SyncActivityProfilerHandler.cpp:52] profiler_start\n"
                     b"a real warning\n"
@@ -256,7 +256,7 @@ def test_benchmark_drops_the_profilers_start_stop_lines_and_keeps_the_rest(capfd
 @pytest.mark.torch
 def test_benchmark_torch_split_prints_nothing(capfd):
     torch = pytest.importorskip("torch", reason="PyTorch is not installed (pip install -r requirements-dev.txt)")
-    bench = _bench_train()
+    bench = _load_benchmark()
     x = torch.ones(8, 8, requires_grad=True)
 
     def step():
